@@ -1,0 +1,1 @@
+//! libcushim.so: the LD_PRELOAD boundary.

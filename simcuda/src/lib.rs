@@ -1,0 +1,1 @@
+//! libsimcuda.so: a simulated CUDA driver and runtime.

@@ -1,0 +1,3 @@
+//! The caching allocator (see the policy comment in `caching.rs`).
+
+pub mod info;

@@ -1,0 +1,1 @@
+//! `CUSHIM_HISTORY`: the semantics of `torch.cuda.memory._record_memory_history`.

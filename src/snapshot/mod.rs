@@ -1,0 +1,1 @@
+//! Memory snapshots in the formats PyTorch's viewers read.

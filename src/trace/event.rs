@@ -1,0 +1,118 @@
+//! One allocator event, as the allocator emits it and the history ring stores it.
+//!
+//! Invariant: a `TraceEvent` is plain `Copy` data (no heap), so recording one under the
+//! allocator's lock allocates nothing. Stacks are referenced by [`StackId`] and resolved at
+//! dump time.
+
+/// An interned native stack. `0` means "no stack recorded".
+pub type StackId = u32;
+
+/// No stack.
+pub const NO_STACK: StackId = 0;
+
+/// Trace actions, named as PyTorch's snapshot names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+    Snapshot,
+}
+
+impl Action {
+    /// Every action, in declaration order.
+    pub const ALL: [Action; 9] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Oom,
+        Action::Snapshot,
+    ];
+
+    /// The name in a snapshot's `device_traces` (`"alloc"`, `"free_requested"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Oom => "oom",
+            Action::Snapshot => "snapshot",
+        }
+    }
+
+    /// Parse a snapshot action name.
+    pub fn from_name(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// A bit for sets of actions (`skip_actions`).
+    pub fn bit(self) -> u16 {
+        1 << (self as u8)
+    }
+}
+
+/// One event. For `Oom`, `addr` is unused and `device_free` holds the device's free bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub action: Action,
+    /// Device ordinal; `-1` for pinned host memory.
+    pub device: i32,
+    pub addr: u64,
+    /// Bytes: the requested size for `Alloc`, the block size for frees, the segment or
+    /// mapping size for segment actions, the request for `Oom`.
+    pub size: u64,
+    pub stream: u64,
+    /// Microseconds since the Unix epoch.
+    pub time_us: i64,
+    pub stack: StackId,
+    /// Free device bytes, for `Oom` only (0 otherwise).
+    pub device_free: u64,
+}
+
+/// Microseconds since the Unix epoch, for `TraceEvent::time_us`. Cheap (vDSO clock_gettime).
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Where an allocator records its events: the history ring, or nothing. One sink per device
+/// allocator (and one for pinned memory), owned by the allocator's locked state, so
+/// `record` runs under that lock and must not allocate after warm-up or take another lock.
+pub trait EventSink: Send {
+    /// Whether any event is recorded at all (lets the allocator skip taking timestamps).
+    fn enabled(&self) -> bool;
+    /// Record one event (the sink applies its own filters, such as `skip_actions`).
+    fn record(&mut self, ev: TraceEvent);
+    /// The recorded events, oldest first.
+    fn events(&self) -> Vec<TraceEvent>;
+}
+
+/// A sink that records nothing (history off).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn record(&mut self, _ev: TraceEvent) {}
+    fn events(&self) -> Vec<TraceEvent> {
+        Vec::new()
+    }
+}

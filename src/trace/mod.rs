@@ -1,0 +1,3 @@
+//! Allocation history: events, the bounded ring, native stacks.
+
+pub mod event;
