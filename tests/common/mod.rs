@@ -1,0 +1,131 @@
+//! Shared helpers for the integration tests: build the shim and simcuda once, lay simcuda
+//! out as a CUDA installation, compile C programs against it and run them (optionally with
+//! the shim preloaded). Every test binary includes this with `mod common;`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub use cushim::artifacts;
+
+/// The cargo output directory with `libcushim.so` and `libsimcuda.so` in it, built on first
+/// use (same profile as the test binary) by a nested `cargo build`.
+pub fn build_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = artifacts::build_dir().expect("locating the cargo output directory");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(artifacts::source_root())
+            .args(["build", "-p", "cushim-shim", "-p", "simcuda", "-p", "cushim"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build for the shim and simcuda");
+        assert!(status.success(), "cargo build of the shim and simcuda failed");
+        dir
+    })
+}
+
+/// The directory to put first on `LD_LIBRARY_PATH` so `libcuda.so.1` and `libcudart.so.12`
+/// are simcuda.
+pub fn sim_lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| artifacts::sim_layout(build_dir()).expect("laying out simcuda"))
+}
+
+/// `libcushim.so`, for `LD_PRELOAD`.
+pub fn shim_path() -> PathBuf {
+    build_dir().join(artifacts::SHIM_LIB)
+}
+
+/// The `cushim` command.
+pub fn cushim_bin() -> PathBuf {
+    build_dir().join("cushim")
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = build_dir()
+        .join("test-scratch")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+    dir
+}
+
+/// Compile `tests/c/<name>.c` (once per test binary and name) linked to simcuda's
+/// `libcudart`, with `extra` compiler arguments; returns the executable.
+pub fn compile(name: &str, extra: &[&str]) -> PathBuf {
+    let src = artifacts::source_root()
+        .join("tests")
+        .join("c")
+        .join(format!("{name}.c"));
+    compile_src(&src, name, extra)
+}
+
+/// Compile any C source (see [`compile`]); the output is named `name` (plus a hash of
+/// `extra`) in the build directory's `test-bin`.
+pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let tag: u64 = extra
+        .iter()
+        .flat_map(|s| s.bytes())
+        .fold(1469598103934665603u64, |h, b| (h ^ b as u64).wrapping_mul(1099511628211));
+    let bins = build_dir().join("test-bin");
+    std::fs::create_dir_all(&bins).expect("creating test-bin");
+    let out = bins.join(format!("{name}-{tag:x}-{}", std::process::id()));
+    if !out.exists() {
+        artifacts::compile_c(src, &out, sim_lib_dir(), extra).expect("compiling a C test program");
+    }
+    out
+}
+
+/// A command for `exe` on simcuda (no shim), with a clean cushim/simcuda environment.
+pub fn sim_cmd(exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUSHIM_") || k.starts_with("SIMCUDA_") || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    let ld = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", sim_lib_dir().display()),
+        _ => sim_lib_dir().display().to_string(),
+    };
+    cmd.env("LD_LIBRARY_PATH", ld);
+    cmd
+}
+
+/// A command for `exe` on simcuda with the shim preloaded.
+pub fn shim_cmd(exe: &Path) -> Command {
+    let mut cmd = sim_cmd(exe);
+    cmd.env("LD_PRELOAD", shim_path());
+    cmd
+}
+
+/// Run and require success; returns stdout. Panics with both streams on failure.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        cmd,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run and return the output, whatever the status.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("starting a test program")
+}
+
+/// Read a simcuda report (`SIMCUDA_REPORT=path`).
+pub fn read_report(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading simcuda report {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("parsing the simcuda report")
+}
