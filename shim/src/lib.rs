@@ -1,1 +1,19 @@
-//! libcushim.so: the LD_PRELOAD boundary.
+//! libcushim.so: the LD_PRELOAD boundary of cushim.
+//!
+//! Only the C ABI lives here: exported `cuda*` symbols decode their arguments, call the
+//! engine (`cushim` crate) and map results to CUDA error codes; `driver` implements the
+//! engine's `Device` over the real driver; `dump` writes snapshots at exit and on a signal.
+//! No policy lives here, and no panic crosses the C boundary (`ffi::guard`).
+
+pub mod callsite;
+pub mod capi;
+pub mod driver;
+pub mod dump;
+pub mod exports_runtime;
+pub mod exports_stream;
+pub mod ffi;
+pub mod history;
+pub mod lasterror;
+pub mod real;
+pub mod state;
+pub mod stats;

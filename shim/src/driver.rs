@@ -1,0 +1,311 @@
+//! `CudaDevice`: the engine's [`Device`] over the real driver API (loaded by `cudarc` from
+//! `libcuda.so`, so these calls always reach the real driver, never the shim's own exports).
+//!
+//! Invariants: every driver call runs with the target device's primary context current
+//! (pushed and popped around the call when the thread has another one), and in relaxed
+//! stream-capture mode (so a capture in global mode on another thread never turns the shim's
+//! own housekeeping into an error or an invalidated capture). Nothing here panics on a driver
+//! error; every failure becomes a [`DeviceError`].
+
+use std::ffi::c_void;
+use std::ptr;
+
+use cudarc::driver::sys as cu;
+use engine::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
+use parking_lot::Mutex;
+
+/// The real driver, as the engine sees it.
+pub struct CudaDevice {
+    count: usize,
+    /// Retained primary contexts per ordinal (0 until first use).
+    primary: Mutex<Vec<usize>>,
+}
+
+fn check(r: cu::CUresult) -> DevResult<()> {
+    match r {
+        cu::CUresult::CUDA_SUCCESS => Ok(()),
+        cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(DeviceError::OutOfMemory),
+        cu::CUresult::CUDA_ERROR_NOT_SUPPORTED => Err(DeviceError::NotSupported),
+        cu::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        | cu::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => Err(DeviceError::Capturing),
+        other => Err(DeviceError::Driver(other as i32)),
+    }
+}
+
+/// Restores the thread's capture mode and context when dropped.
+struct CallScope {
+    mode: cu::CUstreamCaptureMode,
+    pushed: bool,
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        // SAFETY: plain driver calls with valid out-pointers; restoring what `enter` changed.
+        unsafe {
+            let mut mode = self.mode;
+            let _ = cu::cuThreadExchangeStreamCaptureMode(&mut mode);
+            if self.pushed {
+                let mut old: cu::CUcontext = ptr::null_mut();
+                let _ = cu::cuCtxPopCurrent_v2(&mut old);
+            }
+        }
+    }
+}
+
+impl CudaDevice {
+    /// Initialize the driver. Fails (with the reason) when no driver library is present or
+    /// `cuInit` fails, so the shim can fall back to pass-through.
+    pub fn new() -> Result<CudaDevice, String> {
+        // SAFETY: `is_culib_present` only tries to dlopen the driver library.
+        if !unsafe { cu::is_culib_present() } {
+            return Err("no CUDA driver library (libcuda.so) found".into());
+        }
+        // SAFETY: cuInit takes flags 0; cuDeviceGetCount writes one int.
+        unsafe {
+            check(cu::cuInit(0)).map_err(|e| format!("cuInit failed: {e}"))?;
+            let mut n = 0;
+            check(cu::cuDeviceGetCount(&mut n)).map_err(|e| format!("cuDeviceGetCount: {e}"))?;
+            Ok(CudaDevice {
+                count: n.max(0) as usize,
+                primary: Mutex::new(vec![0; n.max(0) as usize]),
+            })
+        }
+    }
+
+    fn primary_ctx(&self, dev: i32) -> DevResult<cu::CUcontext> {
+        let idx = usize::try_from(dev).map_err(|_| DeviceError::Driver(101))?;
+        let mut prim = self.primary.lock();
+        let slot = prim.get_mut(idx).ok_or(DeviceError::Driver(101))?;
+        if *slot == 0 {
+            let mut ctx: cu::CUcontext = ptr::null_mut();
+            // SAFETY: valid out-pointer; `dev` was range-checked against the device count.
+            unsafe { check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev))? };
+            *slot = ctx as usize;
+        }
+        Ok(*slot as cu::CUcontext)
+    }
+
+    /// Make `dev`'s primary context current and capture mode relaxed until the scope drops.
+    fn enter(&self, dev: i32) -> DevResult<CallScope> {
+        let want = self.primary_ctx(dev)?;
+        let mut cur: cu::CUcontext = ptr::null_mut();
+        // SAFETY: valid out-pointers; the pushed context is a retained primary context.
+        unsafe {
+            check(cu::cuCtxGetCurrent(&mut cur))?;
+            let pushed = cur != want;
+            if pushed {
+                check(cu::cuCtxPushCurrent_v2(want))?;
+            }
+            let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            let _ = cu::cuThreadExchangeStreamCaptureMode(&mut mode);
+            Ok(CallScope { mode, pushed })
+        }
+    }
+
+    fn mem_prop(dev: i32) -> cu::CUmemAllocationProp {
+        // SAFETY: the struct is plain C data for which all-zero is a valid value.
+        let mut prop: cu::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        prop
+    }
+}
+
+impl Device for CudaDevice {
+    fn device_count(&self) -> usize {
+        self.count
+    }
+
+    fn mem_get_info(&self, dev: i32) -> DevResult<(u64, u64)> {
+        let _s = self.enter(dev)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        unsafe { check(cu::cuMemGetInfo_v2(&mut free, &mut total))? };
+        Ok((free as u64, total as u64))
+    }
+
+    fn malloc(&self, dev: i32, size: u64) -> DevResult<DevPtr> {
+        let _s = self.enter(dev)?;
+        let mut p: cu::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer.
+        unsafe { check(cu::cuMemAlloc_v2(&mut p, size as usize))? };
+        Ok(p)
+    }
+
+    fn free(&self, dev: i32, ptr: DevPtr) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: `ptr` came from `malloc` on this device.
+        unsafe { check(cu::cuMemFree_v2(ptr)) }
+    }
+
+    fn vmm_supported(&self, dev: i32) -> bool {
+        let Ok(_s) = self.enter(dev) else {
+            return false;
+        };
+        let mut v = 0;
+        // SAFETY: valid out-pointer, device ordinal checked by `enter`.
+        let r = unsafe {
+            cu::cuDeviceGetAttribute(
+                &mut v,
+                cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                dev,
+            )
+        };
+        r == cu::CUresult::CUDA_SUCCESS && v != 0
+    }
+
+    fn granularity(&self, dev: i32) -> u64 {
+        const FALLBACK: u64 = 2 << 20;
+        let Ok(_s) = self.enter(dev) else {
+            return FALLBACK;
+        };
+        let prop = Self::mem_prop(dev);
+        let mut g = 0usize;
+        // SAFETY: valid pointers to a filled property struct and an out-size.
+        let r = unsafe {
+            cu::cuMemGetAllocationGranularity(
+                &mut g,
+                &prop,
+                cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        };
+        if r == cu::CUresult::CUDA_SUCCESS && g > 0 {
+            g as u64
+        } else {
+            FALLBACK
+        }
+    }
+
+    fn reserve(&self, dev: i32, size: u64) -> DevResult<DevPtr> {
+        let _s = self.enter(dev)?;
+        let mut p: cu::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; alignment 0 means the granularity.
+        unsafe { check(cu::cuMemAddressReserve(&mut p, size as usize, 0, 0, 0))? };
+        Ok(p)
+    }
+
+    fn release_reservation(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the range came from `reserve`.
+        unsafe { check(cu::cuMemAddressFree(ptr, size as usize)) }
+    }
+
+    fn create_physical(&self, dev: i32, size: u64) -> DevResult<PhysHandle> {
+        let _s = self.enter(dev)?;
+        let prop = Self::mem_prop(dev);
+        let mut h: cu::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid pointers.
+        unsafe { check(cu::cuMemCreate(&mut h, size as usize, &prop, 0))? };
+        Ok(PhysHandle(h))
+    }
+
+    fn release_physical(&self, dev: i32, handle: PhysHandle) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the handle came from `create_physical`.
+        unsafe { check(cu::cuMemRelease(handle.0)) }
+    }
+
+    fn map(&self, dev: i32, ptr: DevPtr, size: u64, handle: PhysHandle) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        let mut desc = cu::CUmemAccessDesc {
+            location: Self::mem_prop(dev).location,
+            flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        desc.location.id = dev;
+        // SAFETY: range inside a reservation of ours, handle of ours, one access descriptor.
+        unsafe {
+            check(cu::cuMemMap(ptr, size as usize, 0, handle.0, 0))?;
+            if let Err(e) = check(cu::cuMemSetAccess(ptr, size as usize, &desc, 1)) {
+                let _ = cu::cuMemUnmap(ptr, size as usize);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn unmap(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the range was mapped by `map`.
+        unsafe { check(cu::cuMemUnmap(ptr, size as usize)) }
+    }
+
+    fn create_event(&self, dev: i32) -> DevResult<Event> {
+        let _s = self.enter(dev)?;
+        let mut ev: cu::CUevent = ptr::null_mut();
+        // SAFETY: valid out-pointer; flag 2 = CU_EVENT_DISABLE_TIMING.
+        unsafe { check(cu::cuEventCreate(&mut ev, 2))? };
+        Ok(Event(ev as u64))
+    }
+
+    fn record_event(&self, dev: i32, event: Event, stream: Stream) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the event came from `create_event`; the stream is a live program stream.
+        unsafe {
+            check(cu::cuEventRecord(
+                event.0 as cu::CUevent,
+                stream as cu::CUstream,
+            ))
+        }
+    }
+
+    fn event_done(&self, dev: i32, event: Event) -> DevResult<bool> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the event came from `create_event`.
+        match unsafe { cu::cuEventQuery(event.0 as cu::CUevent) } {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check(other).map(|_| false),
+        }
+    }
+
+    fn event_sync(&self, dev: i32, event: Event) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the event came from `create_event`.
+        unsafe { check(cu::cuEventSynchronize(event.0 as cu::CUevent)) }
+    }
+
+    fn destroy_event(&self, dev: i32, event: Event) {
+        if let Ok(_s) = self.enter(dev) {
+            // SAFETY: the event came from `create_event` and is destroyed once.
+            let _ = unsafe { cu::cuEventDestroy_v2(event.0 as cu::CUevent) };
+        }
+    }
+
+    fn stream_is_capturing(&self, dev: i32, stream: Stream) -> bool {
+        let Ok(_s) = self.enter(dev) else {
+            return false;
+        };
+        let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { cu::cuStreamIsCapturing(stream as cu::CUstream, &mut st) };
+        r != cu::CUresult::CUDA_SUCCESS
+            || st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    }
+
+    fn synchronize_stream(&self, dev: i32, stream: Stream) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: a live program stream (or 0).
+        unsafe { check(cu::cuStreamSynchronize(stream as cu::CUstream)) }
+    }
+
+    fn synchronize_device(&self, dev: i32) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: no arguments.
+        unsafe { check(cu::cuCtxSynchronize()) }
+    }
+
+    fn host_alloc(&self, size: u64, flags: u32) -> DevResult<DevPtr> {
+        let _s = self.enter(0)?;
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { check(cu::cuMemHostAlloc(&mut p, size as usize, flags))? };
+        Ok(p as u64)
+    }
+
+    fn host_free(&self, ptr: DevPtr) -> DevResult<()> {
+        let _s = self.enter(0)?;
+        // SAFETY: the pointer came from `host_alloc`.
+        unsafe { check(cu::cuMemFreeHost(ptr as *mut c_void)) }
+    }
+}

@@ -1,0 +1,190 @@
+//! Exported CUDA runtime allocation functions: decode C arguments, call the engine, map the
+//! result to a CUDA error code. No policy lives here.
+//!
+//! Invariants: a NULL out-pointer is `cudaErrorInvalidValue` (1); `cudaMalloc(&p, 0)`
+//! succeeds with `p = NULL`; `cudaFree(NULL)` and pointers the cache does not own go to the
+//! real function; an invalid free of a cached pointer is 1, logged once per call site.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use engine::alloc::{AllocError, FreeError};
+
+use crate::ffi::{
+    guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION, SUCCESS,
+};
+use crate::real::Stream;
+use crate::{call_real, lasterror, state};
+
+fn alloc_code(e: AllocError) -> c_int {
+    match e {
+        AllocError::OutOfMemory => ERR_MEMORY_ALLOCATION,
+        AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
+        AllocError::Device(_) => ERR_MEMORY_ALLOCATION,
+    }
+}
+
+/// Store `p` through the program's out-pointer.
+fn put(out: *mut *mut c_void, p: u64) -> c_int {
+    // SAFETY: `out` was checked non-null by the caller and points at the program's variable.
+    unsafe { *out = p as *mut c_void };
+    SUCCESS
+}
+
+/// Handle a free the engine refused: forward what it does not own, report the rest.
+fn refused_free(what: &str, ptr: *mut c_void, e: FreeError, real: impl FnOnce() -> c_int) -> c_int {
+    match e {
+        FreeError::NotOurs => real(),
+        FreeError::InvalidValue => {
+            crate::callsite::log_once(&format!(
+                "{what}({ptr:p}): not an allocated block (double free or interior pointer)"
+            ));
+            lasterror::set(ERR_INVALID_VALUE)
+        }
+    }
+}
+
+fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
+    let s = state::get()?;
+    if out.is_null() {
+        return Some(lasterror::set(ERR_INVALID_VALUE));
+    }
+    let dev = state::current_device();
+    let stack = s.history.alloc_stack();
+    let r = if async_ {
+        s.alloc.malloc_async(dev, size as u64, stream, stack)
+    } else {
+        s.alloc.malloc(dev, size as u64, stream, stack)
+    };
+    Some(match r {
+        Ok(p) => put(out, p),
+        Err(e) => {
+            // SAFETY: `out` is non-null; CUDA leaves the out-pointer NULL on failure.
+            unsafe { *out = std::ptr::null_mut() };
+            lasterror::set(alloc_code(e))
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
+    guard("cudaMalloc", || {
+        malloc_on(dev_ptr, size, 0, false).unwrap_or_else(|| call_real!(cudaMalloc(dev_ptr, size)))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
+    guard("cudaMallocAsync", || {
+        malloc_on(dev_ptr, size, stream as u64, true)
+            .unwrap_or_else(|| call_real!(cudaMallocAsync(dev_ptr, size, stream)))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
+    guard("cudaFree", || {
+        let real = || call_real!(cudaFree(ptr));
+        let Some(s) = state::get() else {
+            return real();
+        };
+        if ptr.is_null() {
+            return real();
+        }
+        let stack = s.history.free_stack();
+        match s.alloc.free(ptr as u64, state::current_device(), stack) {
+            Ok(()) => SUCCESS,
+            Err(e) => refused_free("cudaFree", ptr, e, real),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
+    guard("cudaFreeAsync", || {
+        let real = || call_real!(cudaFreeAsync(ptr, stream));
+        let Some(s) = state::get() else {
+            return real();
+        };
+        if ptr.is_null() {
+            return real();
+        }
+        let stack = s.history.free_stack();
+        match s
+            .alloc
+            .free_async(ptr as u64, stream as u64, state::current_device(), stack)
+        {
+            Ok(()) => SUCCESS,
+            Err(e) => refused_free("cudaFreeAsync", ptr, e, real),
+        }
+    })
+}
+
+fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
+    let s = state::get()?;
+    if out.is_null() {
+        return Some(lasterror::set(ERR_INVALID_VALUE));
+    }
+    let stack = s.history.alloc_stack();
+    Some(match s.alloc.host_alloc(size as u64, flags, stack) {
+        Ok(p) => put(out, p),
+        Err(e) => {
+            // SAFETY: `out` is non-null.
+            unsafe { *out = std::ptr::null_mut() };
+            lasterror::set(alloc_code(e))
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+    guard("cudaMallocHost", || {
+        host_alloc(ptr, size, 0).unwrap_or_else(|| call_real!(cudaMallocHost(ptr, size)))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    guard("cudaHostAlloc", || {
+        host_alloc(ptr, size, flags).unwrap_or_else(|| call_real!(cudaHostAlloc(ptr, size, flags)))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+    guard("cudaFreeHost", || {
+        let real = || call_real!(cudaFreeHost(ptr));
+        let Some(s) = state::get() else {
+            return real();
+        };
+        if ptr.is_null() {
+            return real();
+        }
+        match s.alloc.host_free(ptr as u64, s.history.free_stack()) {
+            Ok(()) => SUCCESS,
+            Err(e) => refused_free("cudaFreeHost", ptr, e, real),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
+    guard("cudaMemGetInfo", || {
+        let Some(s) = state::get() else {
+            return call_real!(cudaMemGetInfo(free, total));
+        };
+        if free.is_null() || total.is_null() {
+            return lasterror::set(ERR_INVALID_VALUE);
+        }
+        match s.alloc.mem_get_info(state::current_device()) {
+            Ok((f, t)) => {
+                // SAFETY: both out-pointers were checked non-null.
+                unsafe {
+                    *free = f as usize;
+                    *total = t as usize;
+                }
+                SUCCESS
+            }
+            Err(_) => call_real!(cudaMemGetInfo(free, total)),
+        }
+    })
+}

@@ -1,0 +1,84 @@
+//! The shim's process-wide state, built lazily on the first intercepted call.
+//!
+//! Invariants: initialization runs once; a call that arrives on the initializing thread while
+//! it is still initializing (re-entry) sees no state and passes through to the real function;
+//! when `CUSHIM_DISABLE=1`, or no driver can be initialized, every export is a pure
+//! pass-through for the life of the process.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use engine::alloc::CachingAllocator;
+use engine::config::alloc::AllocConf;
+use once_cell::sync::OnceCell;
+
+use crate::driver::CudaDevice;
+use crate::history::History;
+
+/// Everything an export needs.
+pub struct Shim {
+    pub alloc: CachingAllocator,
+    pub history: History,
+}
+
+static STATE: OnceCell<Option<Shim>> = OnceCell::new();
+
+thread_local! {
+    static INITIALIZING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether `CUSHIM_DISABLE` asks for pure pass-through.
+pub fn disabled_by_env() -> bool {
+    std::env::var("CUSHIM_DISABLE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The shim, or `None` when calls must pass through to the real functions.
+pub fn get() -> Option<&'static Shim> {
+    if let Some(s) = STATE.get() {
+        return s.as_ref();
+    }
+    if INITIALIZING.with(|f| f.get()) {
+        return None;
+    }
+    INITIALIZING.with(|f| f.set(true));
+    let s = STATE.get_or_init(init);
+    INITIALIZING.with(|f| f.set(false));
+    s.as_ref()
+}
+
+/// The state if it was already built (never initializes; for exit and signal paths).
+pub fn get_if_ready() -> Option<&'static Shim> {
+    STATE.get().and_then(|s| s.as_ref())
+}
+
+fn init() -> Option<Shim> {
+    if disabled_by_env() {
+        return None;
+    }
+    // Let the real runtime initialize itself (the context-init idiom), so its primary context
+    // exists and is current before the shim uses the driver.
+    let _ = crate::call_real!(cudaFree(std::ptr::null_mut()));
+    let device = match CudaDevice::new() {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            eprintln!("cushim: {e}; passing every call through to CUDA");
+            return None;
+        }
+    };
+    let conf = AllocConf::from_env();
+    let history = History::from_env();
+    let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
+    let shim = Shim { alloc, history };
+    crate::dump::install(&shim);
+    Some(shim)
+}
+
+/// The calling thread's current device, as the real runtime sees it.
+pub fn current_device() -> c_int {
+    let mut d: c_int = 0;
+    if crate::call_real!(cudaGetDevice(&mut d)) != crate::ffi::SUCCESS {
+        return 0;
+    }
+    d
+}

@@ -1,0 +1,114 @@
+//! The `cushim` command: run programs under the shim, the bundled demo, and snapshot tools.
+
+mod demo;
+mod launch;
+mod tools;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cushim",
+    version,
+    about = "A PyTorch-compatible CUDA caching allocator, preloaded into unmodified programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run PROGRAM with the shim preloaded.
+    Run {
+        /// Use expandable segments (CUDA virtual memory).
+        #[arg(long)]
+        expandable: bool,
+        /// Write a snapshot at exit (and on SIGUSR1) to this path template.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
+        /// CUSHIM_HISTORY settings (default with --snapshot: enabled=all,stacks=native).
+        #[arg(long)]
+        history: Option<String>,
+        /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).
+        #[arg(long)]
+        sim: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        program: Vec<OsString>,
+    },
+    /// Run the bundled workload on simcuda, without and with the shim, and print what the
+    /// cache did.
+    Demo {
+        /// Use expandable segments.
+        #[arg(long)]
+        expandable: bool,
+        /// Where to write the snapshot (default: cushim-demo.pickle in the current directory).
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
+        /// Number of steps of the workload.
+        #[arg(long, default_value_t = 200)]
+        steps: u32,
+    },
+    /// Print a summary of a snapshot (ours in any format, or PyTorch's own pickle).
+    Summary { file: PathBuf },
+    /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
+    Convert { input: PathBuf, output: PathBuf },
+    /// Ask a running process to write a live snapshot (sends CUSHIM_DUMP_SIGNAL, default USR1).
+    Dump {
+        pid: i32,
+        /// Signal number to send.
+        #[arg(long, default_value_t = libc::SIGUSR1)]
+        signal: i32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Run {
+            expandable,
+            snapshot,
+            history,
+            sim,
+            program,
+        } => run(
+            launch::Launch {
+                expandable,
+                snapshot,
+                history,
+                sim,
+                preload: true,
+            },
+            program,
+        ),
+        Cmd::Demo {
+            expandable,
+            snapshot,
+            steps,
+        } => demo::demo(expandable, snapshot, steps),
+        Cmd::Summary { file } => tools::summary(&file),
+        Cmd::Convert { input, output } => tools::convert(&input, &output),
+        Cmd::Dump { pid, signal } => tools::dump(pid, signal),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("cushim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(launch: launch::Launch, program: Vec<OsString>) -> Result<i32, String> {
+    let (prog, args) = program.split_first().ok_or("no program given")?;
+    let mut cmd = launch.command(prog, args)?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("starting {}: {e}", prog.to_string_lossy()))?;
+    Ok(launch::exit_code(status))
+}

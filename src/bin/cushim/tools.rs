@@ -1,0 +1,41 @@
+//! `cushim summary`, `convert` and `dump`: snapshot tools over the engine's reader/writers.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Read a snapshot in any supported format as JSON data.
+pub fn read_snapshot_json(path: &Path) -> Result<Value, String> {
+    let v = cushim::snapshot::reader::read_path(path)
+        .map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
+    Ok(v.to_json())
+}
+
+pub fn summary(path: &Path) -> Result<i32, String> {
+    let v = cushim::snapshot::reader::read_path(path)
+        .map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
+    print!("{}", cushim::snapshot::summary::summary(&v));
+    Ok(0)
+}
+
+pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {
+    cushim::snapshot::convert::convert_path(input, output).map_err(|e| {
+        format!(
+            "converting {} to {}: {e}",
+            input.display(),
+            output.display()
+        )
+    })?;
+    Ok(0)
+}
+
+pub fn dump(pid: i32, signal: i32) -> Result<i32, String> {
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        return Err(format!(
+            "sending signal {signal} to {pid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(0)
+}

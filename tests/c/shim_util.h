@@ -1,0 +1,59 @@
+/* Helpers shared by the shim's C test programs. */
+#ifndef SHIM_UTIL_H
+#define SHIM_UTIL_H
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(call)                                                                       \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "%s failed at %s:%d: %d %s\n", #call, __FILE__, __LINE__,     \
+                    (int)err_, cudaGetErrorName(err_));                                   \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+#define MiB (1024ull * 1024ull)
+
+/* Device memory in use, as the device reports it. */
+static inline unsigned long long used_bytes(void) {
+    size_t free_b = 0, total_b = 0;
+    CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return (unsigned long long)(total_b - free_b);
+}
+
+/* The shim's statistics as JSON, or "{}" when the shim is not loaded. */
+static inline const char *shim_stats(void) {
+    static char buf[1 << 16];
+    int (*fn)(char *, size_t) = (int (*)(char *, size_t))dlsym(RTLD_DEFAULT, "cushim_memory_stats_json");
+    if (!fn || fn(buf, sizeof buf) < 0)
+        return "{}";
+    return buf;
+}
+
+/* One integer statistic of device 0 (or the pinned cache when key starts with "host:"),
+ * found by name in the JSON text (flat keys, so a string search is enough). -1 if absent. */
+static inline long long shim_stat(const char *key) {
+    const char *json = shim_stats();
+    const char *scope = json;
+    if (strncmp(key, "host:", 5) == 0) {
+        key += 5;
+        scope = strstr(json, "\"host\"");
+        if (!scope)
+            return -1;
+    }
+    char pat[256];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(scope, pat);
+    return p ? atoll(p + strlen(pat)) : -1;
+}
+
+static inline int shim_call(const char *name) {
+    int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, name);
+    return fn ? fn() : -1;
+}
+#endif

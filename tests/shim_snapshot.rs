@@ -1,0 +1,255 @@
+//! Snapshots written by the preloaded shim: native frames of the program, compact storage of
+//! repeated stacks, live dumps on a signal under load, safe file writing.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+const HISTORY: &str = "enabled=all,context=all,stacks=native";
+
+/// Load a snapshot with Python's standard library, as the viewers do.
+fn load(path: &Path) -> serde_json::Value {
+    let script = common::artifacts::source_root().join("tests/py/snapshot_to_json.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python could not load {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("snapshot JSON")
+}
+
+fn trace_prog() -> std::path::PathBuf {
+    common::compile("shim_trace", &[])
+}
+
+/// The line of the first `cudaMalloc` after `fn_name(` in the test program's source.
+fn malloc_line(fn_name: &str) -> u64 {
+    let src =
+        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/shim_trace.c"))
+            .expect("reading shim_trace.c");
+    let start = src
+        .find(&format!("*{fn_name}("))
+        .expect("function in source");
+    let before = src[..start].lines().count() as u64;
+    let rel = src[start..]
+        .lines()
+        .position(|l| l.contains("cudaMalloc("))
+        .expect("cudaMalloc in function") as u64;
+    before + rel
+}
+
+fn frames_have(frames: &serde_json::Value, name: &str, line: u64) -> bool {
+    frames.as_array().is_some_and(|fs| {
+        fs.iter().any(|f| {
+            f["name"].as_str().is_some_and(|n| n.contains(name))
+                && f["filename"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("shim_trace.c"))
+                && f["line"].as_u64() == Some(line)
+        })
+    })
+}
+
+#[test]
+fn snapshot_frames_name_the_programs_functions_files_and_lines() {
+    for unwinder in ["dwarf", "fp"] {
+        let dir = common::scratch(&format!("snap-sites-{unwinder}"));
+        let snap = dir.join("snap.pickle");
+        common::run_ok(
+            common::shim_cmd(&trace_prog())
+                .arg("sites")
+                .env("CUSHIM_SNAPSHOT", &snap)
+                .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
+        );
+        let v = load(&snap);
+        let weights = malloc_line("load_weights");
+        let seg_ok = v["segments"].as_array().expect("segments").iter().any(|s| {
+            s["blocks"].as_array().is_some_and(|bs| {
+                bs.iter().any(|b| {
+                    b["state"] == "active_allocated"
+                        && frames_have(&b["frames"], "load_weights", weights)
+                })
+            })
+        });
+        assert!(
+            seg_ok,
+            "{unwinder}: no live block carries load_weights at line {weights}"
+        );
+        let act = malloc_line("make_activation");
+        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
+        assert!(
+            traces.iter().any(
+                |t| t["action"] == "alloc" && frames_have(&t["frames"], "make_activation", act)
+            ),
+            "{unwinder}: no alloc event from make_activation:{act}"
+        );
+        let first = &traces
+            .iter()
+            .find(|t| t["action"] == "alloc")
+            .expect("an alloc")["frames"][0];
+        assert!(
+            !first["filename"]
+                .as_str()
+                .unwrap_or("")
+                .contains("shim/src"),
+            "{unwinder}: the first frame is the program's, not the shim's: {first}"
+        );
+    }
+}
+
+#[test]
+fn a_hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
+    let dir = common::scratch("snap-many");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&trace_prog())
+            .args(["many", "50000"])
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let size = std::fs::metadata(&snap).expect("snapshot written").len();
+    let v = load(&snap);
+    let n = v["device_traces"][0].as_array().map_or(0, |t| t.len());
+    println!("{n} events in {size} bytes");
+    assert!(n >= 100_000, "{n} events");
+    assert!(size < 10 << 20, "{size} bytes");
+}
+
+#[test]
+fn a_hundred_signals_while_two_threads_allocate_leave_correct_results_and_parsable_snapshots() {
+    let dir = common::scratch("snap-signals");
+    let template = dir.join("live-%n.pickle");
+    let mut child = common::shim_cmd(&trace_prog())
+        .args(["threads", "200000"])
+        .env("CUSHIM_SNAPSHOT", &template)
+        .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the program");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
+    for _ in 0..100 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("waiting");
+    assert!(status.success(), "{status}");
+    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("listing")
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    assert!(
+        files.len() >= 2,
+        "at least one live dump and the exit dump: {files:?}"
+    );
+    for f in &files {
+        let v = load(f);
+        assert!(v["segments"].is_array(), "{}", f.display());
+    }
+}
+
+#[test]
+fn an_unwritable_snapshot_path_prints_one_line_and_the_program_goes_on() {
+    let out = common::run(
+        common::shim_cmd(&trace_prog())
+            .arg("sites")
+            .env("CUSHIM_SNAPSHOT", "/nonexistent-dir/x/snap.pickle")
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("snapshot")).count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_symlink_planted_at_the_target_is_replaced_not_followed() {
+    let dir = common::scratch("snap-symlink");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious").expect("writing victim");
+    let snap = dir.join("snap.pickle");
+    std::os::unix::fs::symlink(&victim, &snap).expect("planting a symlink");
+    common::run_ok(
+        common::shim_cmd(&trace_prog())
+            .arg("sites")
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious"
+    );
+    let meta = std::fs::symlink_metadata(&snap).expect("snapshot");
+    assert!(meta.file_type().is_file());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    load(&snap);
+}
+
+#[test]
+fn expandable_runs_record_segment_map_events_and_expandable_segments() {
+    let dir = common::scratch("snap-expandable");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&trace_prog())
+            .arg("sites")
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_ALLOC_CONF", "expandable_segments:True")
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let v = load(&snap);
+    let traces = v["device_traces"][0].as_array().expect("traces");
+    assert!(traces.iter().any(|t| t["action"] == "segment_map"));
+    let segs = v["segments"].as_array().expect("segments");
+    assert!(!segs.is_empty());
+    assert!(segs.iter().all(|s| s["is_expandable"] == true));
+}
+
+#[test]
+fn the_summary_command_reads_a_shim_snapshot() {
+    let dir = common::scratch("snap-summary");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&trace_prog())
+            .arg("sites")
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let out = common::run_ok(
+        std::process::Command::new(common::cushim_bin())
+            .arg("summary")
+            .arg(&snap),
+    );
+    assert!(out.contains("load_weights"), "{out}");
+    for fmt in ["json", "msgpack"] {
+        let conv = dir.join(format!("snap.{fmt}"));
+        common::run_ok(
+            std::process::Command::new(common::cushim_bin())
+                .arg("convert")
+                .arg(&snap)
+                .arg(&conv),
+        );
+        let again = common::run_ok(
+            std::process::Command::new(common::cushim_bin())
+                .arg("summary")
+                .arg(&conv),
+        );
+        assert_eq!(again, out, "{fmt} summary equals the pickle's");
+    }
+}
