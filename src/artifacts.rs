@@ -14,7 +14,12 @@ pub const SHIM_LIB: &str = "libcushim.so";
 /// File name of the simulated CUDA library.
 pub const SIMCUDA_LIB: &str = "libsimcuda.so";
 /// The names simcuda is installed under.
-pub const SIM_NAMES: [&str; 4] = ["libcuda.so.1", "libcuda.so", "libcudart.so.12", "libcudart.so"];
+pub const SIM_NAMES: [&str; 4] = [
+    "libcuda.so.1",
+    "libcuda.so",
+    "libcudart.so.12",
+    "libcudart.so",
+];
 
 /// The repository root this crate was built from.
 pub fn source_root() -> PathBuf {
