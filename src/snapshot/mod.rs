@@ -1,1 +1,74 @@
-//! Memory snapshots in the formats PyTorch's viewers read.
+//! Memory snapshots in the formats PyTorch's viewers read: the value tree (`value`), what
+//! it is built from (`model`, `build`), writers (`pickle`, `msgpack`, `json`), the reader,
+//! `summary`, `convert`, and safe file output with path templates (`output`).
+//!
+//! Invariant: the three formats carry the same content; the format of a file comes from
+//! `CUSHIM_SNAPSHOT_FORMAT` if set, else from its extension, else pickle.
+
+pub mod build;
+pub mod convert;
+pub mod json;
+pub mod model;
+pub mod msgpack;
+pub mod output;
+pub mod pickle;
+pub mod reader;
+pub mod summary;
+pub mod value;
+
+use std::path::Path;
+use value::Value;
+
+/// A snapshot file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Pickle,
+    Msgpack,
+    Json,
+}
+
+impl Format {
+    /// Parse a format name (`pickle`/`pkl`, `msgpack`/`mp`, `json`).
+    pub fn parse(name: &str) -> Option<Format> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "pickle" | "pkl" => Some(Format::Pickle),
+            "msgpack" | "mp" | "mpk" => Some(Format::Msgpack),
+            "json" => Some(Format::Json),
+            _ => None,
+        }
+    }
+
+    /// The format named by a path's extension, if any.
+    pub fn from_extension(path: &Path) -> Option<Format> {
+        path.extension()
+            .and_then(|e| e.to_str())
+            .and_then(Format::parse)
+    }
+
+    /// `CUSHIM_SNAPSHOT_FORMAT` if set and valid, else the extension, else pickle. An
+    /// invalid variable is reported in the `Err` (the caller prints it once) and ignored.
+    pub fn for_path(path: &Path) -> (Format, Option<String>) {
+        let by_ext = Format::from_extension(path).unwrap_or(Format::Pickle);
+        match std::env::var("CUSHIM_SNAPSHOT_FORMAT") {
+            Ok(s) if !s.trim().is_empty() => match Format::parse(&s) {
+                Some(f) => (f, None),
+                None => (
+                    by_ext,
+                    Some(format!(
+                        "CUSHIM_SNAPSHOT_FORMAT={s}: expected pickle, msgpack or json"
+                    )),
+                ),
+            },
+            _ => (by_ext, None),
+        }
+    }
+}
+
+/// Encode a snapshot in `format`.
+pub fn encode(v: &Value, format: Format) -> Result<Vec<u8>, String> {
+    match format {
+        Format::Pickle => Ok(pickle::to_bytes(v)),
+        Format::Msgpack => msgpack::to_bytes(v),
+        Format::Json => json::to_bytes(v),
+    }
+}

@@ -1,3 +1,13 @@
-//! Allocation history: events, the bounded ring, native stacks.
+//! Allocation history: events, the bounded ring, native stacks (capture, interning,
+//! symbolization).
+//!
+//! Invariant: the hot path (capture, intern, record) stores raw return addresses and ids
+//! only; names, files and lines are produced at dump time by `symbolize`.
 
 pub mod event;
+pub mod intern;
+pub mod ring;
+pub mod stack;
+pub mod symbolize;
+pub mod unwind_dwarf;
+pub mod unwind_fp;

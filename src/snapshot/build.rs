@@ -1,0 +1,221 @@
+//! Builds the snapshot value tree from a [`SnapshotInput`].
+//!
+//! Invariant: every distinct return address is symbolized once, every distinct frame is
+//! one shared dict, and every distinct stack is one shared frame list, so a snapshot's
+//! size grows with its events, not with events x frames. Segments and blocks are written
+//! exactly as the allocator reported them (contiguous blocks summing to `total_size`).
+
+use crate::alloc::info::SegmentInfo;
+use crate::config::history::HistoryConf;
+use crate::snapshot::model::SnapshotInput;
+use crate::snapshot::value::{Strings, Value};
+use crate::trace::event::{Action, StackId, TraceEvent, NO_STACK};
+use crate::trace::intern::StackTable;
+use crate::trace::symbolize::Symbolizer;
+use std::collections::HashMap;
+
+/// Shared frames and frame lists of one snapshot.
+struct Frames<'a> {
+    table: &'a StackTable,
+    sym: Symbolizer,
+    frame_values: Vec<Option<Value>>,
+    lists: HashMap<StackId, Value>,
+    empty: Value,
+    ips: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl Frames<'_> {
+    fn list(&mut self, s: &mut Strings, stack: StackId) -> Value {
+        if stack == NO_STACK {
+            return self.empty.clone();
+        }
+        if let Some(v) = self.lists.get(&stack) {
+            return v.clone();
+        }
+        self.ips.clear();
+        let ips = &mut self.ips;
+        self.table.with(stack, |f| ips.extend_from_slice(f));
+        self.ids.clear();
+        self.sym.resolve_stack(&self.ips, &mut self.ids);
+        let mut items = Vec::with_capacity(self.ids.len());
+        for &id in &self.ids {
+            let id = id as usize;
+            if self.frame_values.len() <= id {
+                self.frame_values.resize(id + 1, None);
+            }
+            let v = match &self.frame_values[id] {
+                Some(v) => v.clone(),
+                None => {
+                    let f = &self.sym.frames()[id];
+                    let v = Value::dict(vec![
+                        (s.get("name"), Value::str(&f.name)),
+                        (s.get("filename"), s.get(&f.filename)),
+                        (s.get("line"), Value::uint(f.line)),
+                    ]);
+                    self.frame_values[id] = Some(v.clone());
+                    v
+                }
+            };
+            items.push(v);
+        }
+        let v = Value::list(items);
+        self.lists.insert(stack, v.clone());
+        v
+    }
+}
+
+struct Builder<'a> {
+    s: Strings,
+    frames: Frames<'a>,
+    history: &'a HistoryConf,
+}
+
+impl Builder<'_> {
+    fn state_frames(&mut self, stack: StackId) -> Value {
+        let stack = if self.history.state_frames() {
+            stack
+        } else {
+            NO_STACK
+        };
+        self.frames.list(&mut self.s, stack)
+    }
+
+    fn segment(&mut self, seg: &SegmentInfo) -> Value {
+        let blocks = seg
+            .blocks
+            .iter()
+            .map(|b| {
+                let frames = self.state_frames(b.stack);
+                Value::dict(vec![
+                    (self.s.get("address"), Value::uint(b.address)),
+                    (self.s.get("size"), Value::uint(b.size)),
+                    (self.s.get("requested_size"), Value::uint(b.requested_size)),
+                    (self.s.get("state"), self.s.get(b.state.name())),
+                    (self.s.get("frames"), frames),
+                ])
+            })
+            .collect();
+        let frames = self.state_frames(seg.stack);
+        let kind = if seg.is_large { "large" } else { "small" };
+        Value::dict(vec![
+            (self.s.get("device"), Value::Int(i64::from(seg.device))),
+            (self.s.get("address"), Value::uint(seg.address)),
+            (self.s.get("total_size"), Value::uint(seg.total_size)),
+            (
+                self.s.get("allocated_size"),
+                Value::uint(seg.allocated_size()),
+            ),
+            (self.s.get("active_size"), Value::uint(seg.active_size())),
+            (
+                self.s.get("requested_size"),
+                Value::uint(seg.requested_size()),
+            ),
+            (self.s.get("stream"), Value::uint(seg.stream)),
+            (self.s.get("segment_type"), self.s.get(kind)),
+            (
+                self.s.get("segment_pool_id"),
+                Value::Tuple(std::sync::Arc::new(vec![
+                    Value::uint(seg.pool_id.0),
+                    Value::uint(seg.pool_id.1),
+                ])),
+            ),
+            (self.s.get("is_expandable"), Value::Bool(seg.is_expandable)),
+            (self.s.get("frames"), frames),
+            (self.s.get("blocks"), Value::list(blocks)),
+        ])
+    }
+
+    fn event(&mut self, ev: &TraceEvent) -> Value {
+        let stack = if self.history.trace_frames_for(ev.action) {
+            ev.stack
+        } else {
+            NO_STACK
+        };
+        let frames = self.frames.list(&mut self.s, stack);
+        let (addr_key, addr) = if ev.action == Action::Oom {
+            ("device_free", ev.device_free)
+        } else {
+            ("addr", ev.addr)
+        };
+        Value::dict(vec![
+            (self.s.get("action"), self.s.get(ev.action.name())),
+            (self.s.get(addr_key), Value::uint(addr)),
+            (self.s.get("size"), Value::uint(ev.size)),
+            (self.s.get("stream"), Value::uint(ev.stream)),
+            (self.s.get("time_us"), Value::Int(ev.time_us)),
+            (self.s.get("frames"), frames),
+        ])
+    }
+
+    fn segments<'s>(&mut self, segs: impl Iterator<Item = &'s SegmentInfo>) -> Value {
+        let mut v: Vec<&SegmentInfo> = segs.collect();
+        v.sort_by_key(|s| (s.device, s.address));
+        Value::list(v.into_iter().map(|s| self.segment(s)).collect())
+    }
+
+    fn trace(&mut self, events: &[TraceEvent]) -> Value {
+        Value::list(events.iter().map(|e| self.event(e)).collect())
+    }
+}
+
+/// Build the snapshot of `input`, resolving stack ids through `stacks`.
+pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
+    let mut b = Builder {
+        s: Strings::default(),
+        frames: Frames {
+            table: stacks,
+            sym: Symbolizer::new(),
+            frame_values: Vec::new(),
+            lists: HashMap::new(),
+            empty: Value::list(Vec::new()),
+            ips: Vec::new(),
+            ids: Vec::new(),
+        },
+        history: &input.history,
+    };
+    let segments = b.segments(input.devices.iter().flat_map(|d| d.segments.iter()));
+    let ndev = input
+        .devices
+        .iter()
+        .map(|d| usize::try_from(d.device).map_or(0, |o| o + 1))
+        .max()
+        .unwrap_or(0);
+    let mut per_device: Vec<Vec<TraceEvent>> = vec![Vec::new(); ndev];
+    for d in &input.devices {
+        if let Ok(o) = usize::try_from(d.device) {
+            per_device[o].extend_from_slice(&d.events);
+        }
+    }
+    let device_traces = Value::list(per_device.iter().map(|evs| b.trace(evs)).collect());
+    let mut top = vec![
+        (b.s.get("segments"), segments),
+        (b.s.get("device_traces"), device_traces),
+        (
+            b.s.get("allocator_settings"),
+            Value::from_json(&input.allocator_settings),
+        ),
+    ];
+    if let Some((segs, evs)) = &input.host {
+        let hs = b.segments(segs.iter());
+        let ht = b.trace(evs);
+        top.push((b.s.get("host_segments"), hs));
+        top.push((b.s.get("host_traces"), ht));
+    }
+    let h = &input.history;
+    let cushim = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "cmdline": input.cmdline,
+        "stats": input.stats,
+        "history": {
+            "enabled": format!("{:?}", h.enabled).to_lowercase(),
+            "context": format!("{:?}", h.context).to_lowercase(),
+            "stacks": if h.native_stacks { "native" } else { "none" },
+            "max_entries": h.max_entries,
+            "unwinder": format!("{:?}", h.unwinder).to_lowercase(),
+            "max_frames": h.max_frames,
+        },
+    });
+    top.push((b.s.get("cushim"), Value::from_json(&cushim)));
+    Value::dict(top)
+}

@@ -1,0 +1,387 @@
+//! Reads snapshots: our pickle, msgpack and JSON, and PyTorch's own snapshot pickles
+//! (protocols 0-5, the opcodes of plain data), into a [`Value`] tree.
+//!
+//! Invariant: the pickle reader accepts only plain-data opcodes (no GLOBAL/REDUCE/BUILD:
+//! nothing is ever imported or called); an object fetched from the memo is the same shared
+//! node wherever it appears, so a snapshot with shared frame lists stays small in memory.
+
+use crate::snapshot::value::Value;
+use crate::snapshot::Format;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
+/// falling back to msgpack.
+pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    read_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Decode snapshot bytes in any supported format (detected from the content).
+pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
+    match detect(bytes) {
+        Format::Pickle => read_pickle(bytes),
+        Format::Json => {
+            let j: serde_json::Value =
+                serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}"))?;
+            Ok(Value::from_json(&j))
+        }
+        Format::Msgpack => {
+            let j: serde_json::Value =
+                rmp_serde::from_slice(bytes).map_err(|e| format!("msgpack: {e}"))?;
+            Ok(Value::from_json(&j))
+        }
+    }
+}
+
+/// The format of snapshot bytes, by their first byte.
+pub fn detect(bytes: &[u8]) -> Format {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    match first {
+        Some(0x80) => Format::Pickle,
+        Some(b'{') | Some(b'[') => Format::Json,
+        _ => Format::Msgpack,
+    }
+}
+
+struct Item {
+    v: Value,
+    /// Memo slots that name this (still mutable) object.
+    memo: Vec<u32>,
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+    stack: Vec<Item>,
+    marks: Vec<usize>,
+    memo: HashMap<u32, Value>,
+    /// Slots assigned so far (MEMOIZE takes the next one, as `len(memo)` in Python).
+    memo_count: u32,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or_else(|| format!("truncated pickle at byte {}", self.pos))?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn le<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn line(&mut self) -> Result<String, String> {
+        let rest = &self.b[self.pos..];
+        let n = rest
+            .iter()
+            .position(|&c| c == b'\n')
+            .ok_or("unterminated text opcode")?;
+        let s = String::from_utf8_lossy(&rest[..n]).into_owned();
+        self.pos += n + 1;
+        Ok(s)
+    }
+    fn push(&mut self, v: Value) {
+        self.stack.push(Item {
+            v,
+            memo: Vec::new(),
+        });
+    }
+    /// Pop the top object; it is complete now, so the memo slots naming it get it.
+    fn pop(&mut self) -> Result<Value, String> {
+        let it = self.stack.pop().ok_or("pickle stack underflow")?;
+        for slot in it.memo {
+            self.memo.insert(slot, it.v.clone());
+        }
+        Ok(it.v)
+    }
+    fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
+        let m = self.marks.pop().ok_or("pickle: no MARK")?;
+        if m > self.stack.len() {
+            return Err("pickle: MARK above stack".into());
+        }
+        let n = self.stack.len() - m;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.pop()?);
+        }
+        out.reverse();
+        Ok(out)
+    }
+    fn put(&mut self, slot: u32) -> Result<(), String> {
+        self.memo_count = self.memo_count.max(slot.saturating_add(1));
+        let top = self.stack.last_mut().ok_or("pickle: PUT on empty stack")?;
+        match &top.v {
+            Value::List(_) | Value::Dict(_) => top.memo.push(slot),
+            v => {
+                let v = v.clone();
+                self.memo.insert(slot, v);
+            }
+        }
+        Ok(())
+    }
+    fn get(&mut self, slot: u32) -> Result<(), String> {
+        let v = match self.memo.get(&slot) {
+            Some(v) => v.clone(),
+            None => self
+                .stack
+                .iter()
+                .rev()
+                .find(|it| it.memo.contains(&slot))
+                .map(|it| it.v.clone())
+                .ok_or_else(|| format!("pickle: memo slot {slot} unset"))?,
+        };
+        self.push(v);
+        Ok(())
+    }
+    fn top_mut(&mut self) -> Result<&mut Value, String> {
+        Ok(&mut self.stack.last_mut().ok_or("pickle: empty stack")?.v)
+    }
+    fn extend_list(&mut self, items: Vec<Value>) -> Result<(), String> {
+        match self.top_mut()? {
+            Value::List(l) => {
+                Arc::make_mut(l).extend(items);
+                Ok(())
+            }
+            _ => Err("pickle: APPEND(S) onto a non-list".into()),
+        }
+    }
+    fn extend_dict(&mut self, items: Vec<Value>) -> Result<(), String> {
+        if items.len() % 2 != 0 {
+            return Err("pickle: odd SETITEMS".into());
+        }
+        match self.top_mut()? {
+            Value::Dict(d) => {
+                let d = Arc::make_mut(d);
+                let mut it = items.into_iter();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    match d.iter_mut().find(|(ek, _)| *ek == k) {
+                        Some(e) => e.1 = v,
+                        None => d.push((k, v)),
+                    }
+                }
+                Ok(())
+            }
+            _ => Err("pickle: SETITEM(S) onto a non-dict".into()),
+        }
+    }
+    fn long(bytes: &[u8]) -> Result<Value, String> {
+        if bytes.is_empty() {
+            return Ok(Value::Int(0));
+        }
+        if bytes.len() > 8 {
+            return Err("pickle: integer beyond int64".into());
+        }
+        let fill = if bytes[bytes.len() - 1] & 0x80 != 0 {
+            0xff
+        } else {
+            0
+        };
+        let mut a = [fill; 8];
+        a[..bytes.len()].copy_from_slice(bytes);
+        Ok(Value::Int(i64::from_le_bytes(a)))
+    }
+    fn text(bytes: &[u8]) -> Value {
+        Value::Str(Arc::from(String::from_utf8_lossy(bytes).as_ref()))
+    }
+
+    fn run(&mut self) -> Result<Value, String> {
+        loop {
+            let op = self.u8()?;
+            match op {
+                0x80 => {
+                    let p = self.u8()?;
+                    if p > 5 {
+                        return Err(format!("pickle protocol {p} unsupported"));
+                    }
+                }
+                0x95 => {
+                    self.take(8)?; // FRAME: length only, contents follow inline
+                }
+                b'.' => return self.pop(),
+                b'N' => self.push(Value::None),
+                0x88 => self.push(Value::Bool(true)),
+                0x89 => self.push(Value::Bool(false)),
+                b'J' => {
+                    let v = i32::from_le_bytes(self.le()?);
+                    self.push(Value::Int(i64::from(v)))
+                }
+                b'K' => {
+                    let v = self.u8()?;
+                    self.push(Value::Int(i64::from(v)))
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.le()?);
+                    self.push(Value::Int(i64::from(v)))
+                }
+                0x8a => {
+                    let n = self.u8()? as usize;
+                    let v = Self::long(self.take(n)?)?;
+                    self.push(v)
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(self.le()?);
+                    let n = usize::try_from(n).map_err(|_| "pickle: negative LONG4")?;
+                    let v = Self::long(self.take(n)?)?;
+                    self.push(v)
+                }
+                b'I' => {
+                    let l = self.line()?;
+                    let v = match l.as_str() {
+                        "00" => Value::Bool(false),
+                        "01" => Value::Bool(true),
+                        s => Value::Int(s.parse().map_err(|_| format!("pickle INT {s}"))?),
+                    };
+                    self.push(v)
+                }
+                b'L' => {
+                    let l = self.line()?;
+                    let s = l.trim_end_matches('L');
+                    self.push(Value::Int(
+                        s.parse().map_err(|_| format!("pickle LONG {s}"))?,
+                    ))
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.le()?);
+                    self.push(Value::Float(v))
+                }
+                b'F' => {
+                    let l = self.line()?;
+                    self.push(Value::Float(
+                        l.parse().map_err(|_| format!("pickle FLOAT {l}"))?,
+                    ))
+                }
+                0x8c | b'C' => {
+                    let n = self.u8()? as usize;
+                    let v = Self::text(self.take(n)?);
+                    self.push(v)
+                }
+                b'X' | b'B' => {
+                    let n = u32::from_le_bytes(self.le()?) as usize;
+                    let v = Self::text(self.take(n)?);
+                    self.push(v)
+                }
+                0x8d | 0x8e => {
+                    let n = usize::try_from(u64::from_le_bytes(self.le()?))
+                        .map_err(|_| "pickle: string too long")?;
+                    let v = Self::text(self.take(n)?);
+                    self.push(v)
+                }
+                b'V' => {
+                    let l = self.line()?;
+                    self.push(Value::str(&l))
+                }
+                b']' => self.push(Value::list(Vec::new())),
+                b'}' => self.push(Value::dict(Vec::new())),
+                b')' => self.push(Value::Tuple(Arc::new(Vec::new()))),
+                b'(' => self.marks.push(self.stack.len()),
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push(Value::list(items))
+                }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    self.push(Value::dict(Vec::new()));
+                    self.extend_dict(items)?
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Value::Tuple(Arc::new(items)))
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let mut items = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        items.push(self.pop()?);
+                    }
+                    items.reverse();
+                    self.push(Value::Tuple(Arc::new(items)))
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    self.extend_list(vec![v])?
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    self.extend_list(items)?
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    self.extend_dict(vec![k, v])?
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    self.extend_dict(items)?
+                }
+                0x94 => {
+                    let slot = self.memo_count;
+                    self.put(slot)?
+                }
+                b'q' => {
+                    let s = self.u8()?;
+                    self.put(u32::from(s))?
+                }
+                b'r' => {
+                    let s = u32::from_le_bytes(self.le()?);
+                    self.put(s)?
+                }
+                b'p' => {
+                    let l = self.line()?;
+                    self.put(l.parse().map_err(|_| format!("pickle PUT {l}"))?)?
+                }
+                b'h' => {
+                    let s = self.u8()?;
+                    self.get(u32::from(s))?
+                }
+                b'j' => {
+                    let s = u32::from_le_bytes(self.le()?);
+                    self.get(s)?
+                }
+                b'g' => {
+                    let l = self.line()?;
+                    self.get(l.parse().map_err(|_| format!("pickle GET {l}"))?)?
+                }
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let v = self
+                        .stack
+                        .last()
+                        .ok_or("pickle: DUP on empty stack")?
+                        .v
+                        .clone();
+                    self.push(v)
+                }
+                other => {
+                    return Err(format!(
+                        "pickle opcode {other:#04x} at byte {} is not plain data",
+                        self.pos - 1
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Decode a pickle of plain data.
+pub fn read_pickle(bytes: &[u8]) -> Result<Value, String> {
+    let mut r = Reader {
+        b: bytes,
+        pos: 0,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        memo_count: 0,
+    };
+    r.run()
+}

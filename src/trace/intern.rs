@@ -1,0 +1,216 @@
+//! Interned native stacks: identical stacks are stored once and named by a [`StackId`].
+//!
+//! Invariant: `intern(s)` returns the same non-zero id for equal non-empty slices `s` for
+//! the life of the process, and `get(id)` returns exactly the slice that was interned.
+//! A repeat `intern` of a known stack allocates nothing and takes one short lock at most
+//! (none when it equals the calling thread's previous stack). Ids are never reused. Not
+//! for signal handlers: it locks (the shim's signal handler only writes to a pipe).
+
+use crate::trace::event::{StackId, NO_STACK};
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for keys that already are hashes.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Hash of a stack (FxHash-style mixing; stacks are not attacker-controlled).
+fn hash_frames(frames: &[u64]) -> u64 {
+    let mut h: u64 = frames.len() as u64;
+    for &f in frames {
+        h = (h.rotate_left(5) ^ f).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    h
+}
+
+#[derive(Default)]
+struct Inner {
+    /// All frames of all stacks, back to back.
+    arena: Vec<u64>,
+    /// `(start, len, next id with the same hash)` of stack id `i + 1`.
+    stacks: Vec<(usize, u32, StackId)>,
+    /// Hash -> first id with that hash.
+    by_hash: HashMap<u64, StackId, BuildHasherDefault<PassThrough>>,
+}
+
+impl Inner {
+    fn slice(&self, id: StackId) -> Option<&[u64]> {
+        let (start, len, _) = *self.stacks.get((id as usize).checked_sub(1)?)?;
+        self.arena.get(start..start + len as usize)
+    }
+
+    fn find(&self, hash: u64, frames: &[u64]) -> Option<StackId> {
+        let mut id = *self.by_hash.get(&hash)?;
+        while id != NO_STACK {
+            if self.slice(id) == Some(frames) {
+                return Some(id);
+            }
+            id = self.stacks[id as usize - 1].2;
+        }
+        None
+    }
+
+    fn insert(&mut self, hash: u64, frames: &[u64]) -> StackId {
+        let Ok(id) = StackId::try_from(self.stacks.len() + 1) else {
+            return NO_STACK; // 4 billion distinct stacks: stop interning, record none
+        };
+        let next = self.by_hash.insert(hash, id).unwrap_or(NO_STACK);
+        let start = self.arena.len();
+        self.arena.extend_from_slice(frames);
+        self.stacks.push((start, frames.len() as u32, next));
+        id
+    }
+}
+
+/// The table of interned stacks.
+#[derive(Default)]
+pub struct StackTable {
+    inner: Mutex<Inner>,
+}
+
+thread_local! {
+    /// The calling thread's last interned stack and its id (table address, id, frames).
+    static LAST: RefCell<(usize, StackId, Vec<u64>)> = const { RefCell::new((0, NO_STACK, Vec::new())) };
+}
+
+static GLOBAL: Lazy<StackTable> = Lazy::new(StackTable::default);
+
+impl StackTable {
+    /// A new, empty table (tests; the process uses [`StackTable::global`]).
+    pub fn new() -> StackTable {
+        StackTable::default()
+    }
+
+    /// The process-wide table.
+    pub fn global() -> &'static StackTable {
+        &GLOBAL
+    }
+
+    /// The id of `frames` (innermost first), storing it if new. Empty: [`NO_STACK`].
+    pub fn intern(&self, frames: &[u64]) -> StackId {
+        if frames.is_empty() || frames.len() > u32::MAX as usize {
+            return NO_STACK;
+        }
+        let me = self as *const StackTable as usize;
+        let cached = LAST
+            .try_with(|l| match l.try_borrow() {
+                Ok(l) if l.0 == me && l.2 == frames => Some(l.1),
+                _ => None,
+            })
+            .ok()
+            .flatten();
+        if let Some(id) = cached {
+            return id;
+        }
+        let hash = hash_frames(frames);
+        let id = {
+            let mut inner = self.inner.lock();
+            match inner.find(hash, frames) {
+                Some(id) => id,
+                None => inner.insert(hash, frames),
+            }
+        };
+        let _ = LAST.try_with(|l| {
+            if let Ok(mut l) = l.try_borrow_mut() {
+                l.0 = me;
+                l.1 = id;
+                l.2.clear();
+                l.2.extend_from_slice(frames);
+            }
+        });
+        id
+    }
+
+    /// The frames of `id`, innermost first.
+    pub fn get(&self, id: StackId) -> Option<Vec<u64>> {
+        self.with(id, |s| s.to_vec())
+    }
+
+    /// Run `f` on the frames of `id` under the table's lock (keep it short).
+    pub fn with<R>(&self, id: StackId, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
+        let inner = self.inner.lock();
+        inner.slice(id).map(f)
+    }
+
+    /// Number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.inner.lock().stacks.len()
+    }
+
+    /// No stacks yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Total frames stored (each distinct stack once).
+    pub fn stored_frames(&self) -> usize {
+        self.inner.lock().arena.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_stacks_share_one_id_and_storage() {
+        let t = StackTable::new();
+        let a = t.intern(&[1, 2, 3]);
+        let b = t.intern(&[4, 5]);
+        // Another thread's cache is cold: the lookup goes through the table.
+        let a2 = std::thread::scope(|s| s.spawn(|| t.intern(&[1, 2, 3])).join().unwrap());
+        assert_eq!(a, a2);
+        assert_ne!(a, b);
+        assert_eq!(t.intern(&[1, 2, 3]), a);
+        assert_eq!((t.len(), t.stored_frames()), (2, 5));
+        assert_eq!(t.get(a).unwrap(), vec![1, 2, 3]);
+        assert_eq!(t.get(b).unwrap(), vec![4, 5]);
+    }
+
+    #[test]
+    fn empty_and_unknown_stacks() {
+        let t = StackTable::new();
+        assert_eq!(t.intern(&[]), NO_STACK);
+        assert_eq!(t.get(NO_STACK), None);
+        assert_eq!(t.get(99), None);
+    }
+
+    #[test]
+    fn hash_collisions_are_told_apart_by_content() {
+        let t = StackTable::new();
+        let hash = 42;
+        let mut inner = t.inner.lock();
+        let x = inner.insert(hash, &[10, 20]);
+        let y = inner.insert(hash, &[30]);
+        assert_ne!(x, y);
+        assert_eq!(inner.find(hash, &[10, 20]), Some(x));
+        assert_eq!(inner.find(hash, &[30]), Some(y));
+        assert_eq!(inner.find(hash, &[40]), None);
+    }
+
+    #[test]
+    fn prefixes_are_distinct_stacks() {
+        let t = StackTable::new();
+        let long = t.intern(&[1, 2, 3]);
+        let short = t.intern(&[1, 2]);
+        assert_ne!(long, short);
+        assert_eq!(t.get(short).unwrap(), vec![1, 2]);
+    }
+}
