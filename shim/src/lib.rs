@@ -15,5 +15,6 @@ pub mod ffi;
 pub mod history;
 pub mod lasterror;
 pub mod real;
+pub mod snapshot;
 pub mod state;
 pub mod stats;

@@ -2,24 +2,26 @@
 
 use std::path::Path;
 
+use cushim::snapshot::{json, reader, summary};
 use serde_json::Value;
 
 /// Read a snapshot in any supported format as JSON data.
 pub fn read_snapshot_json(path: &Path) -> Result<Value, String> {
-    let v = cushim::snapshot::reader::read_path(path)
-        .map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
-    Ok(v.to_json())
+    let v =
+        reader::read_file(path).map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
+    let bytes = json::to_bytes(&v)?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("snapshot {} as JSON: {e}", path.display()))
 }
 
 pub fn summary(path: &Path) -> Result<i32, String> {
-    let v = cushim::snapshot::reader::read_path(path)
-        .map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
-    print!("{}", cushim::snapshot::summary::summary(&v));
+    let v =
+        reader::read_file(path).map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
+    print!("{}", summary::summary(&v));
     Ok(0)
 }
 
 pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {
-    cushim::snapshot::convert::convert_path(input, output).map_err(|e| {
+    cushim::snapshot::convert::convert(input, output, None).map_err(|e| {
         format!(
             "converting {} to {}: {e}",
             input.display(),

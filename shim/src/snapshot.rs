@@ -1,0 +1,46 @@
+//! Building and writing one snapshot from the live allocator (the glue between the engine's
+//! `alloc::CachingAllocator::snapshot` and `snapshot::{build, output}`).
+//!
+//! Invariant: the allocator's locks are held only while `snapshot()` copies each device's
+//! state; symbolization, encoding and file I/O happen after, without any lock.
+
+use std::path::PathBuf;
+
+use engine::snapshot::build::build;
+use engine::snapshot::model::{DeviceState, SnapshotInput};
+use engine::snapshot::output::{expand, write_snapshot, TemplateVars};
+use engine::trace::intern::StackTable;
+
+use crate::state::Shim;
+
+/// Write a snapshot to the path `template` expands to (with dump sequence number `seq`).
+pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
+    let path = PathBuf::from(expand(template, &TemplateVars::current(seq)));
+    let mut input = SnapshotInput {
+        allocator_settings: s.alloc.conf().settings_json(),
+        history: s.history.conf.clone(),
+        cmdline: std::env::args().collect(),
+        ..SnapshotInput::default()
+    };
+    for d in s.alloc.snapshot() {
+        if d.device < 0 {
+            if s.history.conf.record_host {
+                input.host = Some((d.segments, d.events));
+            }
+        } else {
+            input.devices.push(DeviceState {
+                device: d.device,
+                segments: d.segments,
+                events: d.events,
+            });
+        }
+    }
+    input.stats = crate::stats::stats_json(s);
+    let v = build(&input, StackTable::global());
+    let (_, warning) = write_snapshot(&v, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(w) = warning {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| eprintln!("cushim: {w}"));
+    }
+    Ok(path)
+}
