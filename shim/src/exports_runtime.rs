@@ -44,7 +44,7 @@ fn refused_free(what: &str, ptr: *mut c_void, e: FreeError, real: impl FnOnce() 
 }
 
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
-    let s = state::get()?;
+    let s = crate::intercept::runtime_state()?;
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
@@ -84,7 +84,7 @@ pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream
 pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     guard("cudaFree", || {
         let real = || call_real!(cudaFree(ptr));
-        let Some(s) = state::get() else {
+        let Some(s) = crate::intercept::runtime_state() else {
             return real();
         };
         if ptr.is_null() {
@@ -102,7 +102,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
 pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
     guard("cudaFreeAsync", || {
         let real = || call_real!(cudaFreeAsync(ptr, stream));
-        let Some(s) = state::get() else {
+        let Some(s) = crate::intercept::runtime_state() else {
             return real();
         };
         if ptr.is_null() {
@@ -120,7 +120,7 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
 }
 
 fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
-    let s = state::get()?;
+    let s = crate::intercept::runtime_state()?;
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
@@ -153,7 +153,7 @@ pub extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uin
 pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     guard("cudaFreeHost", || {
         let real = || call_real!(cudaFreeHost(ptr));
-        let Some(s) = state::get() else {
+        let Some(s) = crate::intercept::runtime_state() else {
             return real();
         };
         if ptr.is_null() {
@@ -169,7 +169,7 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
     guard("cudaMemGetInfo", || {
-        let Some(s) = state::get() else {
+        let Some(s) = crate::intercept::runtime_state() else {
             return call_real!(cudaMemGetInfo(free, total));
         };
         if free.is_null() || total.is_null() {

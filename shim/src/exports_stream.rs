@@ -15,7 +15,7 @@ const NON_BLOCKING: c_uint = 1;
 
 fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
     if rc == SUCCESS && !out.is_null() {
-        if let Some(s) = state::get() {
+        if let Some(s) = crate::intercept::runtime_state() {
             // SAFETY: the real create succeeded, so `*out` holds the new stream.
             let stream = unsafe { *out } as u64;
             s.alloc
@@ -61,7 +61,7 @@ pub extern "C" fn cudaStreamCreateWithPriority(
 #[no_mangle]
 pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
     guard("cudaStreamDestroy", || {
-        if let Some(s) = state::get() {
+        if let Some(s) = crate::intercept::runtime_state() {
             s.alloc
                 .stream_destroyed(state::current_device(), stream as u64);
         }
@@ -72,7 +72,7 @@ pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
 #[no_mangle]
 pub extern "C" fn cudaDeviceReset() -> c_int {
     guard("cudaDeviceReset", || {
-        if let Some(s) = state::get() {
+        if let Some(s) = crate::intercept::runtime_state() {
             s.alloc.device_reset(state::current_device());
         }
         call_real!(cudaDeviceReset())

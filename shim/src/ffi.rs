@@ -14,6 +14,8 @@ pub const ERR_UNKNOWN: c_int = 999;
 
 /// Run `f`, turning a panic into `cudaErrorUnknown`.
 pub fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    // Driver hooks reached from inside a runtime export pass through (intercepted once).
+    let _inside = crate::intercept::Inside::enter_runtime();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(code) => code,
         Err(_) => {

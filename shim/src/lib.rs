@@ -7,14 +7,19 @@
 
 pub mod callsite;
 pub mod capi;
+pub mod dlsym;
 pub mod driver;
 pub mod dump;
+pub mod exports_driver;
 pub mod exports_runtime;
 pub mod exports_stream;
 pub mod ffi;
 pub mod history;
+pub mod intercept;
 pub mod lasterror;
+pub mod procaddr;
 pub mod real;
+pub mod real_driver;
 pub mod snapshot;
 pub mod state;
 pub mod stats;

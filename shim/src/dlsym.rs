@@ -1,0 +1,93 @@
+//! The `dlsym` override: `dlsym` on a library handle bypasses `LD_PRELOAD`, so a program or
+//! runtime that fetches driver entry points with `dlopen("libcuda.so.1")` + `dlsym` gets the
+//! shim's hooks (and `cuGetProcAddress` wrappers) this way.
+//!
+//! Invariants: the answer is always libc's own `dlsym` result, except for a name that is
+//! exactly one of the shim's hooked symbols (no prefix or pattern matching: `cudnnCreate`
+//! or `cuMemAllocPitch_v2` are never touched), looked up on a specific library handle that
+//! really defines it, from outside libcushim.so, on a thread not inside a shim export, with
+//! the driver layer intercepted: then the hook is returned and the real address remembered
+//! for the hook to forward to. `RTLD_NEXT` and `RTLD_DEFAULT` lookups and every answer that
+//! is not substituted are made by tail-jumping into libc's `dlsym` with the caller's own
+//! return address on the stack, so glibc sees the true caller (what `RTLD_NEXT` depends
+//! on). Nothing here allocates, initializes the shim or calls CUDA.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::intercept::{enabled, inside, Layer};
+use crate::real_driver::{in_shim, real_dlsym, real_dlsym_addr};
+
+/// Decide a `dlsym(handle, name)` made from return address `caller`: the hook to return, or
+/// NULL to let libc's `dlsym` answer.
+extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) -> *mut c_void {
+    if handle.is_null() || handle == libc::RTLD_NEXT || name.is_null() {
+        return std::ptr::null_mut();
+    }
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let hook = crate::procaddr::by_symbol(bytes)?;
+        if !enabled(Layer::Driver) || inside() || in_shim(caller) {
+            return None;
+        }
+        let real = real_dlsym(handle, name);
+        if real.is_null() {
+            return None;
+        }
+        hook.real.offer(real as usize);
+        Some(hook.hook as *mut c_void)
+    }))
+    .ok()
+    .flatten()
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// libc's `dlsym`, for the tail jump.
+extern "C" fn real_addr() -> usize {
+    real_dlsym_addr()
+}
+
+/// The exported `dlsym`. On x86-64 a naked entry passes the caller's return address to
+/// [`decide`] and tail-jumps into libc's `dlsym` with the original arguments and return
+/// address when it declines.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // Stack on entry: [rsp] = return address, rsp = 8 mod 16. After two pushes and 8 bytes
+    // of padding it is 16-byte aligned for the calls, and the return address is at rsp+24.
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "mov rdx, [rsp + 24]",
+        "call {decide}",
+        "test rax, rax",
+        "jnz 2f",
+        "call {real}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "jmp rax",
+        "2:",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "ret",
+        decide = sym decide,
+        real = sym real_addr,
+    )
+}
+
+/// The exported `dlsym` elsewhere: without the caller's address, only the per-thread guard
+/// keeps the shim's own lookups real, and `RTLD_NEXT` is answered as if from libcushim.so.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let hook = decide(handle, name, 0);
+    if !hook.is_null() {
+        return hook;
+    }
+    real_dlsym(handle, name)
+}

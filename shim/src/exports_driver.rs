@@ -1,0 +1,439 @@
+//! Exported CUDA driver allocation and stream hooks (`cuMemAlloc_v2` and friends), also
+//! handed out by the `dlsym` override and the `cuGetProcAddress` wrapper: they decode the C
+//! arguments, call the same engine as the runtime exports and map the result to a driver
+//! result code. No policy lives here.
+//!
+//! Invariants: a hook handles a call only when the driver layer is intercepted, the calling
+//! thread is not already inside the shim (a runtime export, or the shim's own driver calls)
+//! and the shim is initialized; otherwise it forwards the program's arguments unchanged to
+//! the real driver function. Allocations are cached only for the device's primary context
+//! (the context the engine allocates in); with another context current the real driver
+//! allocates. Result codes are the driver's: NULL out-pointer or size 0 is
+//! `CUDA_ERROR_INVALID_VALUE` (1), exhaustion `CUDA_ERROR_OUT_OF_MEMORY` (2), an invalid
+//! free of a cached pointer 1 (logged once per call site); a NULL or foreign pointer goes to
+//! the real free function. In the `_ptsz` variants stream 0 means the per-thread stream.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cudarc::driver::sys as cu;
+use engine::alloc::{AllocError, FreeError};
+
+use crate::call_driver;
+use crate::ffi::{ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS};
+use crate::intercept::{driver_state, Inside};
+use crate::real_driver::RealFn;
+use crate::state::Shim;
+
+/// `CUdeviceptr`.
+pub type DevPtr = u64;
+/// `CUstream`.
+pub type CuStream = *mut c_void;
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const ERR_OUT_OF_MEMORY: c_int = 2;
+/// `CU_STREAM_NON_BLOCKING`.
+const NON_BLOCKING: c_uint = 1;
+/// `CU_STREAM_PER_THREAD`: what stream 0 means in a `_ptsz` entry point.
+const PER_THREAD: u64 = 2;
+/// Devices whose primary context is remembered.
+const MAX_DEVICES: usize = 64;
+
+static PRIMARY: [AtomicUsize; MAX_DEVICES] = [const { AtomicUsize::new(0) }; MAX_DEVICES];
+
+fn alloc_code(e: AllocError) -> c_int {
+    match e {
+        AllocError::OutOfMemory | AllocError::Device(_) => ERR_OUT_OF_MEMORY,
+        AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
+    }
+}
+
+/// The device of the calling thread's current context, if one is current.
+fn ctx_device() -> Option<i32> {
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
+    let r = unsafe { cu::cuCtxGetDevice(&mut dev) };
+    (r == cu::CUresult::CUDA_SUCCESS).then_some(dev)
+}
+
+/// The device the engine may allocate for: the current context's device when that context
+/// is the device's primary context (the one the engine allocates in), else `None`.
+fn engine_device() -> Option<i32> {
+    let mut ctx: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    if unsafe { cu::cuCtxGetCurrent(&mut ctx) } != cu::CUresult::CUDA_SUCCESS || ctx.is_null() {
+        return None;
+    }
+    let key = ctx as usize;
+    if let Some(i) = PRIMARY
+        .iter()
+        .position(|p| p.load(Ordering::Relaxed) == key)
+    {
+        return Some(i as i32);
+    }
+    let dev = ctx_device()?;
+    let slot = PRIMARY.get(usize::try_from(dev).ok()?)?;
+    if slot.load(Ordering::Relaxed) == 0 {
+        let mut prim: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and a device ordinal the driver just reported. The
+        // engine retains the same primary context; one extra reference is kept for life.
+        if unsafe { cu::cuDevicePrimaryCtxRetain(&mut prim, dev) } != cu::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        slot.store(prim as usize, Ordering::Relaxed);
+    }
+    (slot.load(Ordering::Relaxed) == key).then_some(dev)
+}
+
+/// Run a hook: `f` handles the call (`Some(code)`) or declines (`None`), in which case, or
+/// when the shim must not handle it at all, `real` forwards it. A panic becomes
+/// `CUDA_ERROR_UNKNOWN`.
+fn hook(
+    what: &str,
+    f: impl FnOnce(&'static Shim) -> Option<c_int>,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    let handled = catch_unwind(AssertUnwindSafe(|| {
+        let s = driver_state()?;
+        let _inside = Inside::enter();
+        f(s)
+    }));
+    match handled {
+        Ok(Some(code)) => code,
+        Ok(None) => {
+            let _inside = Inside::enter();
+            real()
+        }
+        Err(_) => {
+            eprintln!("cushim: internal error in {what}; returning CUDA_ERROR_UNKNOWN");
+            ERR_UNKNOWN
+        }
+    }
+}
+
+/// Store `v` through an out-pointer the caller checked.
+fn put<T>(out: *mut T, v: T) -> c_int {
+    // SAFETY: `out` was checked non-null and points at the program's variable.
+    unsafe { *out = v };
+    SUCCESS
+}
+
+fn refused_free(what: &str, ptr: u64, e: FreeError) -> Option<c_int> {
+    match e {
+        FreeError::NotOurs => None,
+        FreeError::InvalidValue => {
+            crate::callsite::log_once(&format!(
+                "{what}({ptr:#x}): not an allocated block (double free or interior pointer)"
+            ));
+            Some(ERR_INVALID_VALUE)
+        }
+    }
+}
+
+fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
+    if out.is_null() || size == 0 {
+        return Some(ERR_INVALID_VALUE);
+    }
+    let dev = engine_device()?;
+    let stack = s.history.alloc_stack();
+    let r = match stream {
+        None => s.alloc.malloc(dev, size as u64, 0, stack),
+        Some(st) => s.alloc.malloc_async(dev, size as u64, st, stack),
+    };
+    Some(match r {
+        Ok(p) => put(out, p),
+        Err(e) => {
+            put(out, 0);
+            alloc_code(e)
+        }
+    })
+}
+
+fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option<c_int> {
+    if ptr == 0 {
+        return None;
+    }
+    let dev = ctx_device().unwrap_or(0);
+    let stack = s.history.free_stack();
+    let r = match stream {
+        None => s.alloc.free(ptr, dev, stack),
+        Some(st) => s.alloc.free_async(ptr, st, dev, stack),
+    };
+    match r {
+        Ok(()) => Some(SUCCESS),
+        Err(e) => refused_free(what, ptr, e),
+    }
+}
+
+fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
+    if out.is_null() {
+        return Some(ERR_INVALID_VALUE);
+    }
+    let stack = s.history.alloc_stack();
+    Some(match s.alloc.host_alloc(size as u64, flags, stack) {
+        Ok(p) => put(out, p as *mut c_void),
+        Err(e) => {
+            put(out, std::ptr::null_mut());
+            alloc_code(e)
+        }
+    })
+}
+
+fn ptsz(stream: CuStream) -> u64 {
+    if stream.is_null() {
+        PER_THREAD
+    } else {
+        stream as u64
+    }
+}
+
+pub static REAL_MEM_ALLOC: RealFn = RealFn::new(c"cuMemAlloc_v2");
+pub static REAL_MEM_FREE: RealFn = RealFn::new(c"cuMemFree_v2");
+pub static REAL_MEM_ALLOC_HOST: RealFn = RealFn::new(c"cuMemAllocHost_v2");
+pub static REAL_MEM_HOST_ALLOC: RealFn = RealFn::new(c"cuMemHostAlloc");
+pub static REAL_MEM_FREE_HOST: RealFn = RealFn::new(c"cuMemFreeHost");
+pub static REAL_MEM_ALLOC_ASYNC: RealFn = RealFn::new(c"cuMemAllocAsync");
+pub static REAL_MEM_ALLOC_ASYNC_PTSZ: RealFn = RealFn::new(c"cuMemAllocAsync_ptsz");
+pub static REAL_MEM_FREE_ASYNC: RealFn = RealFn::new(c"cuMemFreeAsync");
+pub static REAL_MEM_FREE_ASYNC_PTSZ: RealFn = RealFn::new(c"cuMemFreeAsync_ptsz");
+pub static REAL_MEM_GET_INFO: RealFn = RealFn::new(c"cuMemGetInfo_v2");
+pub static REAL_STREAM_CREATE: RealFn = RealFn::new(c"cuStreamCreate");
+pub static REAL_STREAM_CREATE_PRIO: RealFn = RealFn::new(c"cuStreamCreateWithPriority");
+pub static REAL_STREAM_DESTROY: RealFn = RealFn::new(c"cuStreamDestroy_v2");
+
+type AllocFn = unsafe extern "C" fn(*mut DevPtr, usize) -> c_int;
+type FreeFn = unsafe extern "C" fn(DevPtr) -> c_int;
+type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type HostAllocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type FreeHostFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type AllocAsyncFn = unsafe extern "C" fn(*mut DevPtr, usize, CuStream) -> c_int;
+type FreeAsyncFn = unsafe extern "C" fn(DevPtr, CuStream) -> c_int;
+type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+type StreamCreateFn = unsafe extern "C" fn(*mut CuStream, c_uint) -> c_int;
+type StreamCreatePrioFn = unsafe extern "C" fn(*mut CuStream, c_uint, c_int) -> c_int;
+type StreamDestroyFn = unsafe extern "C" fn(CuStream) -> c_int;
+
+#[no_mangle]
+pub extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> c_int {
+    hook(
+        "cuMemAlloc_v2",
+        |s| device_alloc(s, dptr, bytesize, None),
+        || call_driver!(REAL_MEM_ALLOC, AllocFn, (dptr, bytesize)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
+    hook(
+        "cuMemFree_v2",
+        |s| device_free(s, "cuMemFree_v2", dptr, None),
+        || call_driver!(REAL_MEM_FREE, FreeFn, (dptr)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    hook(
+        "cuMemAllocAsync",
+        |s| device_alloc(s, dptr, bytesize, Some(h as u64)),
+        || call_driver!(REAL_MEM_ALLOC_ASYNC, AllocAsyncFn, (dptr, bytesize, h)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    hook(
+        "cuMemAllocAsync_ptsz",
+        |s| device_alloc(s, dptr, bytesize, Some(ptsz(h))),
+        || call_driver!(REAL_MEM_ALLOC_ASYNC_PTSZ, AllocAsyncFn, (dptr, bytesize, h)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
+    hook(
+        "cuMemFreeAsync",
+        |s| device_free(s, "cuMemFreeAsync", dptr, Some(h as u64)),
+        || call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
+    hook(
+        "cuMemFreeAsync_ptsz",
+        |s| device_free(s, "cuMemFreeAsync_ptsz", dptr, Some(ptsz(h))),
+        || call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> c_int {
+    hook(
+        "cuMemAllocHost_v2",
+        |s| host_alloc(s, pp, bytesize, 0),
+        || call_driver!(REAL_MEM_ALLOC_HOST, HostAllocFn, (pp, bytesize)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> c_int {
+    hook(
+        "cuMemHostAlloc",
+        |s| host_alloc(s, pp, bytesize, flags),
+        || call_driver!(REAL_MEM_HOST_ALLOC, HostAllocFlagsFn, (pp, bytesize, flags)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+    hook(
+        "cuMemFreeHost",
+        |s| {
+            if p.is_null() {
+                return None;
+            }
+            match s.alloc.host_free(p as u64, s.history.free_stack()) {
+                Ok(()) => Some(SUCCESS),
+                Err(e) => refused_free("cuMemFreeHost", p as u64, e),
+            }
+        },
+        || call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p)),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int {
+    hook(
+        "cuMemGetInfo_v2",
+        |s| {
+            if free.is_null() || total.is_null() {
+                return Some(ERR_INVALID_VALUE);
+            }
+            let (f, t) = s.alloc.mem_get_info(engine_device()?).ok()?;
+            put(free, f as usize);
+            Some(put(total, t as usize))
+        },
+        || call_driver!(REAL_MEM_GET_INFO, MemInfoFn, (free, total)),
+    )
+}
+
+/// Tell the engine of a stream the real driver just created.
+fn created(rc: c_int, out: *mut CuStream, flags: c_uint) -> c_int {
+    if rc == SUCCESS && !out.is_null() {
+        hook(
+            "cuStreamCreate",
+            |s| {
+                // SAFETY: the real create succeeded, so `*out` holds the new stream.
+                let stream = unsafe { *out } as u64;
+                s.alloc
+                    .stream_created(engine_device()?, stream, flags & NON_BLOCKING != 0);
+                Some(SUCCESS)
+            },
+            || SUCCESS,
+        );
+    }
+    rc
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamCreate(ph: *mut CuStream, flags: c_uint) -> c_int {
+    let rc = call_driver!(REAL_STREAM_CREATE, StreamCreateFn, (ph, flags));
+    created(rc, ph, flags)
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamCreateWithPriority(
+    ph: *mut CuStream,
+    flags: c_uint,
+    priority: c_int,
+) -> c_int {
+    let rc = call_driver!(
+        REAL_STREAM_CREATE_PRIO,
+        StreamCreatePrioFn,
+        (ph, flags, priority)
+    );
+    created(rc, ph, flags)
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(h: CuStream) -> c_int {
+    hook(
+        "cuStreamDestroy_v2",
+        |s| {
+            if let Some(dev) = engine_device() {
+                s.alloc.stream_destroyed(dev, h as u64);
+            }
+            None
+        },
+        || call_driver!(REAL_STREAM_DESTROY, StreamDestroyFn, (h)),
+    )
+}
+
+/// A hook and the real function it stands for.
+pub struct Hook {
+    pub hook: usize,
+    pub real: &'static RealFn,
+}
+
+/// The hook exported under exactly this symbol name (no prefixes, no other versions).
+pub fn by_symbol(name: &[u8]) -> Option<Hook> {
+    let (hook, real) = match name {
+        b"cuMemAlloc_v2" => (cuMemAlloc_v2 as *const () as usize, &REAL_MEM_ALLOC),
+        b"cuMemFree_v2" => (cuMemFree_v2 as *const () as usize, &REAL_MEM_FREE),
+        b"cuMemAllocHost_v2" => (
+            cuMemAllocHost_v2 as *const () as usize,
+            &REAL_MEM_ALLOC_HOST,
+        ),
+        b"cuMemHostAlloc" => (cuMemHostAlloc as *const () as usize, &REAL_MEM_HOST_ALLOC),
+        b"cuMemFreeHost" => (cuMemFreeHost as *const () as usize, &REAL_MEM_FREE_HOST),
+        b"cuMemAllocAsync" => (cuMemAllocAsync as *const () as usize, &REAL_MEM_ALLOC_ASYNC),
+        b"cuMemAllocAsync_ptsz" => (
+            cuMemAllocAsync_ptsz as *const () as usize,
+            &REAL_MEM_ALLOC_ASYNC_PTSZ,
+        ),
+        b"cuMemFreeAsync" => (cuMemFreeAsync as *const () as usize, &REAL_MEM_FREE_ASYNC),
+        b"cuMemFreeAsync_ptsz" => (
+            cuMemFreeAsync_ptsz as *const () as usize,
+            &REAL_MEM_FREE_ASYNC_PTSZ,
+        ),
+        b"cuMemGetInfo_v2" => (cuMemGetInfo_v2 as *const () as usize, &REAL_MEM_GET_INFO),
+        b"cuStreamCreate" => (cuStreamCreate as *const () as usize, &REAL_STREAM_CREATE),
+        b"cuStreamCreateWithPriority" => (
+            cuStreamCreateWithPriority as *const () as usize,
+            &REAL_STREAM_CREATE_PRIO,
+        ),
+        b"cuStreamDestroy_v2" => (
+            cuStreamDestroy_v2 as *const () as usize,
+            &REAL_STREAM_DESTROY,
+        ),
+        _ => return None,
+    };
+    Some(Hook { hook, real })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_exact_exported_names_have_hooks() {
+        for n in ["cuMemAlloc_v2", "cuMemFreeAsync_ptsz", "cuStreamDestroy_v2"] {
+            let h = by_symbol(n.as_bytes()).expect(n);
+            assert_eq!(h.real.name().to_bytes(), n.as_bytes());
+        }
+        for n in [
+            "cuMemAlloc",
+            "cuMemAlloc_v",
+            "cuMemAlloc_v2x",
+            "cuMemAllocPitch_v2",
+            "cuMemAllocManaged",
+            "cuStreamDestroy",
+            "cudnnCreate",
+            "",
+        ] {
+            assert!(by_symbol(n.as_bytes()).is_none(), "{n}");
+        }
+    }
+}

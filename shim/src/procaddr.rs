@@ -1,0 +1,188 @@
+//! `cuGetProcAddress` / `cuGetProcAddress_v2` wrappers: how a static CUDA runtime (and the
+//! dynamic one, and driver-API programs) obtain driver entry points by base name and version.
+//!
+//! Invariants: the real function answers first, and its answer stands unless it succeeded
+//! with a non-NULL pointer for an exact known request: a base name whose entry point the
+//! shim hooks, asked with at least the CUDA version that introduced the ABI of the hook
+//! (`cuMemAlloc` >= 3020 is `cuMemAlloc_v2`; older requests keep the driver's older entry
+//! point), per-thread variant (`_ptsz`) when flag 2 asks for it or the driver answered with
+//! its `_ptsz` function. Then only the pointer is swapped, for the hook of the same ABI. The
+//! wrappers never initialize the shim or CUDA (`cuGetExportTable` is passed through
+//! untouched), and substitute nothing for calls from inside the shim.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::call_driver;
+use crate::exports_driver::{by_symbol as driver_hook, Hook};
+use crate::intercept::{enabled, inside, Layer};
+use crate::real_driver::RealFn;
+
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+const PER_THREAD_FLAG: u64 = 2;
+/// `CU_GET_PROC_ADDRESS_LEGACY_STREAM`.
+const LEGACY_FLAG: u64 = 1;
+
+pub static REAL_GPA: RealFn = RealFn::new(c"cuGetProcAddress");
+pub static REAL_GPA_V2: RealFn = RealFn::new(c"cuGetProcAddress_v2");
+
+type GpaFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
+type GpaV2Fn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+
+/// The hooked symbol a request for `base` at `version` with `flags` resolves to, given that
+/// the driver answered `got`; `None` when the request is not one the shim substitutes.
+pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Option<&'static [u8]> {
+    let ptds = |legacy: &'static [u8], per_thread: &'static [u8]| -> &'static [u8] {
+        if flags & PER_THREAD_FLAG != 0 {
+            return per_thread;
+        }
+        if flags & LEGACY_FLAG != 0 {
+            return legacy;
+        }
+        // Default mode: the driver chose; keep the variant it answered with.
+        let real_ptsz = driver_hook(per_thread).and_then(|h| h.real.get());
+        if real_ptsz == Some(got) {
+            per_thread
+        } else {
+            legacy
+        }
+    };
+    Some(match base {
+        b"cuMemAlloc" if version >= 3020 => b"cuMemAlloc_v2",
+        b"cuMemFree" if version >= 3020 => b"cuMemFree_v2",
+        b"cuMemAllocHost" if version >= 3020 => b"cuMemAllocHost_v2",
+        b"cuMemHostAlloc" if version >= 2020 => b"cuMemHostAlloc",
+        b"cuMemFreeHost" if version >= 2000 => b"cuMemFreeHost",
+        b"cuMemGetInfo" if version >= 3020 => b"cuMemGetInfo_v2",
+        b"cuMemAllocAsync" if version >= 11020 => ptds(b"cuMemAllocAsync", b"cuMemAllocAsync_ptsz"),
+        b"cuMemFreeAsync" if version >= 11020 => ptds(b"cuMemFreeAsync", b"cuMemFreeAsync_ptsz"),
+        b"cuStreamCreate" if version >= 2000 => b"cuStreamCreate",
+        b"cuStreamCreateWithPriority" if version >= 5050 => b"cuStreamCreateWithPriority",
+        b"cuStreamDestroy" if version >= 4000 => b"cuStreamDestroy_v2",
+        b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
+        b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
+        _ => return None,
+    })
+}
+
+/// The shim's function exported under exactly `name`: a driver hook or a wrapper here.
+pub fn by_symbol(name: &[u8]) -> Option<Hook> {
+    match name {
+        b"cuGetProcAddress" => Some(Hook {
+            hook: cuGetProcAddress as *const () as usize,
+            real: &REAL_GPA,
+        }),
+        b"cuGetProcAddress_v2" => Some(Hook {
+            hook: cuGetProcAddress_v2 as *const () as usize,
+            real: &REAL_GPA_V2,
+        }),
+        other => driver_hook(other),
+    }
+}
+
+/// After the real lookup succeeded: swap `*pfn` for our hook when the request is known.
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
+    if !enabled(Layer::Driver) || inside() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the real function succeeded, so `symbol` and `pfn` are valid.
+        let (name, got) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn as usize) };
+        if got == 0 {
+            return;
+        }
+        let Some(hook) = hooked_symbol(name, version, flags, got).and_then(by_symbol) else {
+            return;
+        };
+        hook.real.offer(got);
+        // SAFETY: `pfn` is the caller's valid out-pointer.
+        unsafe { *pfn = hook.hook as *mut c_void };
+    }));
+}
+
+#[no_mangle]
+pub extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> c_int {
+    let rc = call_driver!(REAL_GPA, GpaFn, (symbol, pfn, version, flags));
+    if rc == 0 && !symbol.is_null() && !pfn.is_null() {
+        substitute(symbol, pfn, version, flags);
+    }
+    rc
+}
+
+#[no_mangle]
+pub extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> c_int {
+    let rc = call_driver!(REAL_GPA_V2, GpaV2Fn, (symbol, pfn, version, flags, status));
+    if rc == 0 && !symbol.is_null() && !pfn.is_null() {
+        substitute(symbol, pfn, version, flags);
+    }
+    rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_before_the_hooks_abi_are_not_substituted() {
+        assert_eq!(
+            hooked_symbol(b"cuMemAlloc", 3020, 0, 1),
+            Some(&b"cuMemAlloc_v2"[..])
+        );
+        assert_eq!(
+            hooked_symbol(b"cuMemAlloc", 12090, 0, 1),
+            Some(&b"cuMemAlloc_v2"[..])
+        );
+        assert_eq!(hooked_symbol(b"cuMemAlloc", 3010, 0, 1), None);
+        assert_eq!(hooked_symbol(b"cuStreamDestroy", 2000, 0, 1), None);
+        assert_eq!(
+            hooked_symbol(b"cuGetProcAddress", 11030, 0, 1),
+            Some(&b"cuGetProcAddress"[..])
+        );
+        assert_eq!(
+            hooked_symbol(b"cuGetProcAddress", 12000, 0, 1),
+            Some(&b"cuGetProcAddress_v2"[..])
+        );
+    }
+
+    #[test]
+    fn per_thread_flag_selects_the_ptsz_hook() {
+        assert_eq!(
+            hooked_symbol(b"cuMemAllocAsync", 11020, 2, 1),
+            Some(&b"cuMemAllocAsync_ptsz"[..])
+        );
+        assert_eq!(
+            hooked_symbol(b"cuMemFreeAsync", 11020, 2, 1),
+            Some(&b"cuMemFreeAsync_ptsz"[..])
+        );
+    }
+
+    #[test]
+    fn names_are_matched_exactly() {
+        for n in [
+            &b"cuMemAlloc_v2"[..],
+            b"cuMemAllocPitch",
+            b"cuMemAllocManaged",
+            b"cuMemAllocFromPoolAsync",
+            b"cudnnCreate",
+            b"cuMem",
+            b"",
+        ] {
+            assert_eq!(hooked_symbol(n, 12090, 0, 1), None);
+        }
+        assert!(by_symbol(b"cuGetProcAddress_v2").is_some());
+        assert!(by_symbol(b"cuGetProcAddress_v3").is_none());
+        assert!(by_symbol(b"cuGetExportTable").is_none());
+    }
+}

@@ -1,0 +1,42 @@
+/* Result codes of the driver allocation API, one line per case: name=code. The same
+ * program run on the bare driver and with the shim must print the same lines. */
+#include <pthread.h>
+#include "driver_util.h"
+
+static void *no_context(void *arg) {
+    CUdeviceptr p = 0;
+    *(int *)arg = (int)cuMemAlloc(&p, 4096);
+    return NULL;
+}
+
+int main(void) {
+    CUdeviceptr p = 0;
+    int x = 0;
+    driver_init();
+    printf("null_out=%d\n", (int)cuMemAlloc(NULL, 1024));
+    int zero = (int)cuMemAlloc(&p, 0);
+    printf("zero_size=%d\n", zero);
+    printf("free_null=%d\n", (int)cuMemFree(0));
+    printf("free_unknown=%d\n", (int)cuMemFree((CUdeviceptr)(uintptr_t)&x));
+    DCHECK(cuMemAlloc(&p, 4096));
+    printf("free_first=%d\n", (int)cuMemFree(p));
+    printf("free_double=%d\n", (int)cuMemFree(p));
+    DCHECK(cuMemAlloc(&p, 3 * MiB));
+    printf("free_interior=%d\n", (int)cuMemFree(p + 512));
+    DCHECK(cuMemFree(p));
+    printf("host_null_out=%d\n", (int)cuMemAllocHost(NULL, 64));
+    printf("host_alloc_null_out=%d\n", (int)cuMemHostAlloc(NULL, 64, 0));
+    printf("host_free_unknown=%d\n", (int)cuMemFreeHost(&x));
+    printf("meminfo_null=%d\n", (int)cuMemGetInfo(NULL, NULL));
+    printf("async_null_out=%d\n", (int)cuMemAllocAsync(NULL, 64, NULL));
+    int rc = -1;
+    pthread_t t;
+    pthread_create(&t, NULL, no_context, &rc);
+    pthread_join(t, NULL);
+    printf("no_context=%d\n", rc);
+    void *h = NULL;
+    DCHECK(cuMemAllocHost(&h, 1000));
+    memset(h, 7, 1000);
+    printf("host_free_first=%d\n", (int)cuMemFreeHost(h));
+    return 0;
+}
