@@ -114,6 +114,7 @@ int main(void) {
     CUdeviceptr p = 0;
     CUresult a = alloc(&p, 1 << 20);
     CUresult f = release(p);
-    printf("use_alloc=%d use_free=%d\n", (int)a, (int)f);
+    printf("use_alloc=%d\n", (int)a);
+    printf("use_free=%d\n", (int)f);
     return 0;
 }

@@ -143,3 +143,98 @@ pub fn read_report(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("reading simcuda report {}: {e}", path.display()));
     serde_json::from_str(&text).expect("parsing the simcuda report")
 }
+
+/// `simcuda/static` (the static-runtime stand-in) compiled with `cc -c` and archived with
+/// `ar` into the build directory, once per test binary; returns `libcudart_static.a`.
+pub fn static_runtime() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = build_dir()
+            .join("test-bin")
+            .join(format!("cudart-static-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("creating the static runtime's directory");
+        let src = artifacts::source_root().join("simcuda/static/cudart_static.c");
+        let obj = dir.join("cudart_static.o");
+        let lib = dir.join("libcudart_static.a");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let out = Command::new(&cc)
+            .args([
+                "-c",
+                "-O1",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-Wall",
+                "-fPIC",
+            ])
+            .arg("-I")
+            .arg(artifacts::simcuda_include_dir())
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
+            .output()
+            .expect("running cc on the static runtime");
+        assert!(
+            out.status.success(),
+            "cc failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_file(&lib);
+        let out = Command::new("ar")
+            .arg("rcs")
+            .arg(&lib)
+            .arg(&obj)
+            .output()
+            .expect("running ar");
+        assert!(out.status.success(), "ar failed: {out:?}");
+        lib
+    })
+}
+
+/// Compile `tests/c/<name>.c` as nvcc's default build would link it: against the static
+/// runtime (the `simcuda/static` stand-in) instead of `-lcudart`, with `extra` arguments
+/// after it (e.g. `-lcuda` for a program that also calls the driver). Returns the program.
+pub fn compile_static(name: &str, extra: &[&str]) -> PathBuf {
+    let src = artifacts::source_root()
+        .join("tests")
+        .join("c")
+        .join(format!("{name}.c"));
+    let tag: u64 = extra
+        .iter()
+        .flat_map(|s| s.bytes())
+        .fold(1469598103934665603u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(1099511628211)
+        });
+    let bins = build_dir().join("test-bin");
+    std::fs::create_dir_all(&bins).expect("creating test-bin");
+    let out = bins.join(format!("{name}-static-{tag:x}-{}", std::process::id()));
+    // One compile at a time, so a parallel test never runs a half-written program.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !out.exists() {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let res = Command::new(&cc)
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread"])
+            .arg("-I")
+            .arg(artifacts::simcuda_include_dir())
+            .arg("-I")
+            .arg(artifacts::shim_include_dir())
+            .arg(&src)
+            .arg(static_runtime())
+            .arg("-o")
+            .arg(&out)
+            .arg("-L")
+            .arg(sim_lib_dir())
+            .args(extra)
+            .arg("-ldl")
+            .output()
+            .expect("running cc");
+        assert!(
+            res.status.success(),
+            "cc failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&res.stderr)
+        );
+    }
+    out
+}

@@ -1,0 +1,290 @@
+//! Programs written against the driver API (`cuMemAlloc_v2` / `cuMemFree_v2` called
+//! directly, linked with `-lcuda`) with the shim preloaded: cached by the same allocator,
+//! the same driver result codes as the bare driver, stacks from the program's call sites.
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+const MIB: u64 = 1 << 20;
+const HISTORY: &str = "enabled=all,context=all,stacks=native";
+
+fn kv(out: &str) -> HashMap<String, String> {
+    out.lines()
+        .flat_map(|l| l.split(' '))
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(m: &HashMap<String, String>, k: &str) -> i64 {
+    m.get(k)
+        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+/// Compile a driver-API program (serialized: `common::compile` checks for the output file
+/// before writing it, so parallel tests could run a half-written program).
+fn prog(name: &str) -> std::path::PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    common::compile(name, &["-lcuda"])
+}
+
+fn frag(
+    mode: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+) -> (HashMap<String, String>, serde_json::Value) {
+    let exe = prog("driver_frag");
+    let dir = common::scratch(&format!("drv-frag-{mode}-{shim}-{}", env.len()));
+    let report = dir.join("report.json");
+    let mut cmd = if shim {
+        common::shim_cmd(&exe)
+    } else {
+        common::sim_cmd(&exe)
+    };
+    cmd.arg(mode).env("SIMCUDA_REPORT", &report);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = common::run_ok(&mut cmd);
+    (kv(&out), common::read_report(&report))
+}
+
+#[test]
+fn driver_api_seed_fragmentation_forward_order_reserves_256_mib() {
+    let (m, report) = frag("forward", true, &[]);
+    assert_eq!(num(&m, "used_after") as u64, 256 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
+}
+
+#[test]
+fn driver_api_seed_fragmentation_reverse_order_reserves_128_mib() {
+    let (m, report) = frag("reverse", true, &[]);
+    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+}
+
+#[test]
+fn driver_api_freed_blocks_are_reused_without_device_allocations() {
+    let (m, report) = frag("reuse", true, &[]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 8, "{report}");
+    assert_eq!(num(&m, "device_allocs"), 8);
+    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+}
+
+#[test]
+fn driver_api_without_the_shim_every_cu_mem_alloc_reaches_the_device() {
+    let (m, report) = frag("reuse", false, &[]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
+    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+}
+
+#[test]
+fn driver_api_is_passed_through_with_runtime_only_interception() {
+    let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
+    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+}
+
+#[test]
+fn a_bad_intercept_value_is_named_once_and_all_layers_stay_on() {
+    let exe = prog("driver_frag");
+    let dir = common::scratch("drv-bad-intercept");
+    let report = dir.join("report.json");
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .arg("reuse")
+            .env("CUSHIM_INTERCEPT", "drivers")
+            .env("SIMCUDA_REPORT", &report),
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("CUSHIM_INTERCEPT=drivers").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(common::read_report(&report)["calls"]["cuMemAlloc_v2"], 8);
+}
+
+#[test]
+fn driver_api_expandable_segments_reserve_128_mib_in_both_orders() {
+    for mode in ["forward", "reverse"] {
+        let (m, _) = frag(
+            mode,
+            true,
+            &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
+        );
+        assert_eq!(num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+    }
+}
+
+#[test]
+fn driver_api_result_codes_match_the_bare_driver() {
+    let exe = prog("driver_errors");
+    let bare = common::run_ok(&mut common::sim_cmd(&exe));
+    let out = common::run(&mut common::shim_cmd(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, bare, "the same codes with and without the shim");
+    let m = kv(&stdout);
+    for (k, v) in [
+        ("null_out", 1),
+        ("zero_size", 1),
+        ("free_null", 0),
+        ("free_unknown", 1),
+        ("free_first", 0),
+        ("free_double", 1),
+        ("free_interior", 1),
+        ("host_null_out", 1),
+        ("host_alloc_null_out", 1),
+        ("host_free_unknown", 1),
+        ("meminfo_null", 1),
+        ("async_null_out", 1),
+        ("no_context", 201),
+        ("host_free_first", 0),
+    ] {
+        assert_eq!(num(&m, k), v, "{k}");
+    }
+    assert_eq!(
+        stderr.matches("double free").count(),
+        2,
+        "both invalid frees logged, once per call site: {stderr}"
+    );
+    assert!(stderr.contains("driver_errors.c"), "{stderr}");
+}
+
+fn load(path: &Path) -> serde_json::Value {
+    let script = common::artifacts::source_root().join("tests/py/snapshot_to_json.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python could not load {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("snapshot JSON")
+}
+
+/// The line of the first `cuMemAlloc(` after `fn_name(` in driver_trace.c.
+fn alloc_line(fn_name: &str) -> u64 {
+    let src =
+        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/driver_trace.c"))
+            .expect("reading driver_trace.c");
+    let start = src.find(&format!(" {fn_name}(")).expect("function");
+    let before = src[..start].lines().count() as u64;
+    let rel = src[start..]
+        .lines()
+        .position(|l| l.contains("cuMemAlloc("))
+        .expect("cuMemAlloc in function") as u64;
+    before + rel
+}
+
+fn is_site(f: &serde_json::Value, name: &str, line: u64) -> bool {
+    f["name"].as_str().is_some_and(|n| n.contains(name))
+        && f["filename"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("driver_trace.c"))
+        && f["line"].as_u64() == Some(line)
+}
+
+#[test]
+fn driver_api_snapshot_stacks_start_at_the_programs_call_site() {
+    let exe = prog("driver_trace");
+    for unwinder in ["dwarf", "fp"] {
+        let dir = common::scratch(&format!("drv-snap-{unwinder}"));
+        let snap = dir.join("snap.pickle");
+        common::run_ok(
+            common::shim_cmd(&exe)
+                .arg("sites")
+                .env("CUSHIM_SNAPSHOT", &snap)
+                .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
+        );
+        let v = load(&snap);
+        let weights = alloc_line("load_weights");
+        let live = v["segments"].as_array().expect("segments").iter().any(|s| {
+            s["blocks"].as_array().is_some_and(|bs| {
+                bs.iter().any(|b| {
+                    b["state"] == "active_allocated"
+                        && is_site(&b["frames"][0], "load_weights", weights)
+                })
+            })
+        });
+        assert!(
+            live,
+            "{unwinder}: no live block from load_weights:{weights}"
+        );
+        let act = alloc_line("make_activation");
+        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
+        let allocs: Vec<_> = traces.iter().filter(|t| t["action"] == "alloc").collect();
+        assert_eq!(allocs.len(), 12, "{unwinder}");
+        assert!(
+            allocs
+                .iter()
+                .filter(|t| is_site(&t["frames"][0], "make_activation", act))
+                .count()
+                == 11,
+            "{unwinder}: 11 allocs from make_activation:{act}, first frame"
+        );
+    }
+}
+
+#[test]
+fn driver_api_a_hundred_thousand_events_stay_under_10_mb() {
+    let dir = common::scratch("drv-snap-many");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&prog("driver_trace"))
+            .args(["many", "50000"])
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let size = std::fs::metadata(&snap).expect("snapshot written").len();
+    let v = load(&snap);
+    let n = v["device_traces"][0].as_array().map_or(0, |t| t.len());
+    assert!(n >= 100_000, "{n} events");
+    assert!(size < 10 << 20, "{size} bytes");
+}
+
+#[test]
+fn driver_api_live_snapshots_under_signals_parse_and_results_stay_correct() {
+    let dir = common::scratch("drv-signals");
+    let template = dir.join("live-%n.pickle");
+    let mut child = common::shim_cmd(&prog("driver_trace"))
+        .args(["threads", "50000"])
+        .env("CUSHIM_SNAPSHOT", &template)
+        .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the program");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
+    for _ in 0..20 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(child.wait().expect("waiting").success());
+    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("listing")
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    assert!(files.len() >= 2, "{files:?}");
+    for f in &files {
+        assert!(load(f)["segments"].is_array(), "{}", f.display());
+    }
+}

@@ -1,0 +1,323 @@
+//! The seed programs built as nvcc builds by default, with the static runtime (simcuda's
+//! `simcuda/static` stand-in, which reaches the driver only through `dlopen` + `dlsym` +
+//! `cuGetProcAddress`), run with the shim preloaded: the shim sees them only at the driver
+//! layer and must cache, report errors and record stacks exactly as for the dynamic build.
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+const MIB: u64 = 1 << 20;
+const HISTORY: &str = "enabled=all,context=all,stacks=native";
+
+fn kv(out: &str) -> HashMap<String, String> {
+    out.lines()
+        .flat_map(|l| l.split(' '))
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(m: &HashMap<String, String>, k: &str) -> i64 {
+    m.get(k)
+        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+fn frag_prog() -> std::path::PathBuf {
+    common::compile_static("shim_frag", &[])
+}
+
+/// Run the static fragmentation program; returns its key=value output and simcuda's report.
+fn frag(
+    mode: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+) -> (HashMap<String, String>, serde_json::Value) {
+    let exe = frag_prog();
+    let dir = common::scratch(&format!("static-frag-{mode}-{shim}-{}", env.len()));
+    let report = dir.join("report.json");
+    let mut cmd = if shim {
+        common::shim_cmd(&exe)
+    } else {
+        common::sim_cmd(&exe)
+    };
+    cmd.arg(mode).env("SIMCUDA_REPORT", &report);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = common::run_ok(&mut cmd);
+    (kv(&out), common::read_report(&report))
+}
+
+#[test]
+fn a_static_build_links_no_cuda_library() {
+    let out = common::run_ok(std::process::Command::new("ldd").arg(frag_prog()));
+    assert!(!out.contains("libcudart"), "{out}");
+    assert!(!out.contains("libcuda"), "{out}");
+    assert!(!out.contains("libsimcuda"), "{out}");
+}
+
+#[test]
+fn static_seed_fragmentation_forward_order_reserves_256_mib() {
+    let (m, report) = frag("forward", true, &[]);
+    assert_eq!(num(&m, "used_after") as u64, 256 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
+}
+
+#[test]
+fn static_seed_fragmentation_reverse_order_reserves_128_mib() {
+    let (m, report) = frag("reverse", true, &[]);
+    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+}
+
+#[test]
+fn static_build_reuses_freed_blocks_without_device_allocations() {
+    let (m, report) = frag("reuse", true, &[]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 8, "{report}");
+    assert_eq!(num(&m, "device_allocs"), 8);
+    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+}
+
+#[test]
+fn static_build_without_the_shim_reaches_the_device_for_every_malloc() {
+    let (_, report) = frag("reuse", false, &[]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
+    assert!(report["calls"]["cuGetProcAddress_v2"].as_u64().unwrap_or(0) > 20);
+}
+
+#[test]
+fn static_build_is_not_intercepted_with_runtime_only_interception() {
+    let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
+    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+}
+
+#[test]
+fn static_build_expandable_segments_reserve_128_mib_in_both_orders() {
+    for mode in ["forward", "reverse"] {
+        let (m, _) = frag(
+            mode,
+            true,
+            &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
+        );
+        assert_eq!(num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+    }
+}
+
+#[test]
+fn static_build_error_codes_match_the_bare_runtime() {
+    let exe = common::compile_static("shim_errors", &["-include", "stdint.h", "-lcuda"]);
+    let bare = common::run_ok(&mut common::sim_cmd(&exe));
+    let out = common::run(&mut common::shim_cmd(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, bare, "the same codes with and without the shim");
+    let m = kv(&stdout);
+    for (k, v) in [
+        ("null_out", 1),
+        ("zero_size", 0),
+        ("free_null", 0),
+        ("free_unknown", 1),
+        ("free_first", 0),
+        ("free_double", 1),
+        ("last_error", 1),
+        ("last_error_cleared", 0),
+        ("free_interior", 1),
+        ("host_null_out", 1),
+        ("host_free_unknown", 1),
+        ("meminfo_null", 1),
+        ("free_foreign", 0),
+        ("free_foreign_again", 1),
+    ] {
+        assert_eq!(num(&m, k), v, "{k}");
+    }
+    assert!(
+        stderr.contains("cushim: cuMemFree_v2") && stderr.contains("double free"),
+        "the shim caught the invalid free at the driver layer: {stderr}"
+    );
+}
+
+#[test]
+fn static_build_out_of_memory_releases_the_cache_and_retries() {
+    let exe = common::compile_static("shim_oom", &[]);
+    let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_MEM_MB", "1024"));
+    let m = kv(&out);
+    assert_eq!(num(&m, "retries"), 1, "{out}");
+    assert_eq!(num(&m, "beyond"), 2);
+    assert_eq!(num(&m, "null"), 1);
+    assert_eq!(num(&m, "last_error"), 2);
+    assert_eq!(num(&m, "ooms"), 1);
+    assert_eq!(m["after"], "ok");
+}
+
+#[test]
+fn static_build_pinned_blocks_are_reused_and_flags_kept_apart() {
+    let exe = common::compile_static("shim_pinned", &[]);
+    let dir = common::scratch("static-pinned");
+    let report = dir.join("report.json");
+    let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_REPORT", &report));
+    let m = kv(&out);
+    assert_eq!(num(&m, "reused"), 1);
+    assert_eq!(num(&m, "wc_kept_apart"), 1);
+    assert_eq!(num(&m, "default_reuses_default"), 1);
+    let r = common::read_report(&report);
+    assert_eq!(r["calls"]["cuMemHostAlloc"], 2, "{r}");
+}
+
+/// Load a snapshot with Python's standard library, as the viewers do.
+fn load(path: &Path) -> serde_json::Value {
+    let script = common::artifacts::source_root().join("tests/py/snapshot_to_json.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python could not load {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("snapshot JSON")
+}
+
+/// The line of the first `cudaMalloc(` after `fn_name(` in shim_trace.c.
+fn malloc_line(fn_name: &str) -> u64 {
+    let src =
+        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/shim_trace.c"))
+            .expect("reading shim_trace.c");
+    let start = src.find(&format!("*{fn_name}(")).expect("function");
+    let before = src[..start].lines().count() as u64;
+    let rel = src[start..]
+        .lines()
+        .position(|l| l.contains("cudaMalloc("))
+        .expect("cudaMalloc in function") as u64;
+    before + rel
+}
+
+fn frames_have(frames: &serde_json::Value, name: &str, line: u64) -> bool {
+    frames.as_array().is_some_and(|fs| {
+        fs.iter().any(|f| {
+            f["name"].as_str().is_some_and(|n| n.contains(name))
+                && f["filename"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("shim_trace.c"))
+                && f["line"].as_u64() == Some(line)
+        })
+    })
+}
+
+#[test]
+fn static_build_snapshot_frames_reach_the_programs_call_sites() {
+    let exe = common::compile_static("shim_trace", &[]);
+    for unwinder in ["dwarf", "fp"] {
+        let dir = common::scratch(&format!("static-snap-{unwinder}"));
+        let snap = dir.join("snap.pickle");
+        common::run_ok(
+            common::shim_cmd(&exe)
+                .arg("sites")
+                .env("CUSHIM_SNAPSHOT", &snap)
+                .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
+        );
+        let v = load(&snap);
+        let weights = malloc_line("load_weights");
+        let live = v["segments"].as_array().expect("segments").iter().any(|s| {
+            s["blocks"].as_array().is_some_and(|bs| {
+                bs.iter().any(|b| {
+                    b["state"] == "active_allocated"
+                        && frames_have(&b["frames"], "load_weights", weights)
+                })
+            })
+        });
+        assert!(
+            live,
+            "{unwinder}: no live block from load_weights:{weights}"
+        );
+        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
+        let act = malloc_line("make_activation");
+        assert!(
+            traces.iter().any(
+                |t| t["action"] == "alloc" && frames_have(&t["frames"], "make_activation", act)
+            ),
+            "{unwinder}: no alloc from make_activation:{act}"
+        );
+        // The shim's own frames are skipped: the stack starts in the program, at the static
+        // runtime's cudaMalloc (linked into the program) right above the program's call.
+        let frames = &traces
+            .iter()
+            .find(|t| t["action"] == "alloc")
+            .expect("an alloc")["frames"];
+        let first = &frames[0];
+        assert!(
+            first["filename"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("cudart_static.c")),
+            "{unwinder}: {first}"
+        );
+        assert_eq!(first["name"], "cudaMalloc", "{unwinder}");
+        assert!(
+            frames_have(&serde_json::json!([frames[1]]), "load_weights", weights),
+            "{unwinder}: the next frame is the program's call site: {}",
+            frames[1]
+        );
+    }
+}
+
+#[test]
+fn static_build_live_snapshots_under_signals_parse_and_results_stay_correct() {
+    let exe = common::compile_static("shim_trace", &[]);
+    let dir = common::scratch("static-signals");
+    let template = dir.join("live-%n.pickle");
+    let mut child = common::shim_cmd(&exe)
+        .args(["threads", "50000"])
+        .env("CUSHIM_SNAPSHOT", &template)
+        .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the program");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
+    for _ in 0..20 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(child.wait().expect("waiting").success());
+    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("listing")
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    assert!(files.len() >= 2, "{files:?}");
+    for f in &files {
+        let v = load(f);
+        assert!(v["segments"].is_array(), "{}", f.display());
+    }
+}
+
+#[test]
+fn the_static_runtime_asks_the_driver_through_cu_get_proc_address() {
+    let out = common::run(
+        common::shim_cmd(&frag_prog())
+            .arg("reuse")
+            .env("CUDART_STATIC_LOG", "1"),
+    );
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    for req in [
+        "cuMemAlloc 3020 0",
+        "cuMemFree 3020 0",
+        "cuMemAllocAsync 11020 2",
+    ] {
+        assert!(log.contains(req), "{req} not requested: {log}");
+    }
+}
