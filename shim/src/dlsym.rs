@@ -31,7 +31,8 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
         if !enabled(Layer::Driver) || inside() || in_shim(caller) {
             return None;
         }
-        let real = real_dlsym(handle, name);
+        // SAFETY: the program's own handle and name, as its dlsym call passed them.
+        let real = unsafe { real_dlsym(handle, name) };
         if real.is_null() {
             return None;
         }
@@ -51,6 +52,9 @@ extern "C" fn real_addr() -> usize {
 /// The exported `dlsym`. On x86-64 a naked entry passes the caller's return address to
 /// [`decide`] and tail-jumps into libc's `dlsym` with the original arguments and return
 /// address when it declines.
+///
+/// # Safety
+/// As libc's `dlsym`: a handle from `dlopen` (or a pseudo-handle) and a NUL-terminated name.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
@@ -82,6 +86,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 
 /// The exported `dlsym` elsewhere: without the caller's address, only the per-thread guard
 /// keeps the shim's own lookups real, and `RTLD_NEXT` is answered as if from libcushim.so.
+///
+/// # Safety
+/// As libc's `dlsym`.
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
@@ -89,5 +96,6 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     if !hook.is_null() {
         return hook;
     }
-    real_dlsym(handle, name)
+    // SAFETY: the caller's own arguments.
+    unsafe { real_dlsym(handle, name) }
 }

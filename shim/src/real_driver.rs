@@ -43,7 +43,10 @@ pub fn real_dlsym_addr() -> usize {
 }
 
 /// Call libc's `dlsym`.
-pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+///
+/// # Safety
+/// As `dlsym`: `handle` from `dlopen` (or a pseudo-handle), `name` NUL-terminated.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let a = real_dlsym_addr();
     // SAFETY: `a` is libc's dlsym (or `no_dlsym`), both of type `DlsymFn`.
     let f: DlsymFn = unsafe { std::mem::transmute::<usize, DlsymFn>(a) };
@@ -97,7 +100,8 @@ impl RealFn {
         if a != 0 {
             return Some(a);
         }
-        self.offer(real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) as usize);
+        // SAFETY: a pseudo-handle and a NUL-terminated name.
+        self.offer(unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize);
         if self.addr.load(Ordering::Acquire) == 0 {
             // A runtime that dlopen'ed the driver privately: look in that copy, never load.
             // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
@@ -108,7 +112,8 @@ impl RealFn {
                 )
             };
             if !h.is_null() {
-                self.offer(real_dlsym(h, self.name.as_ptr()) as usize);
+                // SAFETY: a live handle and a NUL-terminated name.
+                self.offer(unsafe { real_dlsym(h, self.name.as_ptr()) } as usize);
                 // SAFETY: balances the reference RTLD_NOLOAD took; the library stays loaded.
                 unsafe { libc::dlclose(h) };
             }
@@ -119,11 +124,13 @@ impl RealFn {
 }
 
 /// Call the real driver function `$real` (a [`RealFn`]) as type `$ty`, or return
-/// `CUDA_ERROR_NOT_FOUND` (500) when the driver has no such function.
+/// `CUDA_ERROR_NOT_FOUND` (500) when the driver has no such function. The arguments are
+/// plain variables holding the program's own arguments.
 #[macro_export]
 macro_rules! call_driver {
     ($real:expr, $ty:ty, ($($a:expr),*)) => {
         match $real.get() {
+            #[allow(clippy::macro_metavars_in_unsafe)]
             Some(addr) => {
                 // SAFETY: `addr` is the real driver function of this name, whose C type is
                 // `$ty`; the program's own arguments are forwarded unchanged.
