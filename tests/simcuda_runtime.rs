@@ -1,9 +1,17 @@
 //! simcuda's runtime API: allocation, copies, errors, devices, pointer attributes.
 mod common;
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The test program, compiled once per test binary (tests run in parallel).
+fn exe() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| common::compile("sim_runtime", &[]))
+}
+
 fn case(name: &str, env: &[(&str, &str)]) {
-    let exe = common::compile("sim_runtime", &[]);
-    let mut cmd = common::sim_cmd(&exe);
+    let mut cmd = common::sim_cmd(exe());
     cmd.arg(name).envs(env.iter().copied());
     let out = common::run_ok(&mut cmd);
     assert!(out.contains(&format!("PASS {name}")), "{out}");
