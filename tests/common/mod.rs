@@ -17,25 +17,13 @@ pub fn build_dir() -> &'static Path {
         let dir = artifacts::build_dir().expect("locating the cargo output directory");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(artifacts::source_root()).args([
-            "build",
-            "-p",
-            "cushim-shim",
-            "-p",
-            "simcuda",
-            "-p",
-            "cushim",
-        ]);
+        cmd.current_dir(artifacts::source_root())
+            .args(["build", "-p", "cushim-shim", "-p", "simcuda", "-p", "cushim"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let status = cmd
-            .status()
-            .expect("running cargo build for the shim and simcuda");
-        assert!(
-            status.success(),
-            "cargo build of the shim and simcuda failed"
-        );
+        let status = cmd.status().expect("running cargo build for the shim and simcuda");
+        assert!(status.success(), "cargo build of the shim and simcuda failed");
         dir
     })
 }
@@ -83,9 +71,7 @@ pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let tag: u64 = extra
         .iter()
         .flat_map(|s| s.bytes())
-        .fold(1469598103934665603u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(1099511628211)
-        });
+        .fold(1469598103934665603u64, |h, b| (h ^ b as u64).wrapping_mul(1099511628211));
     let bins = build_dir().join("test-bin");
     std::fs::create_dir_all(&bins).expect("creating test-bin");
     let out = bins.join(format!("{name}-{tag:x}-{}", std::process::id()));
