@@ -18,8 +18,13 @@ fn run(name: &str, env: &[(&str, &str)]) -> String {
 }
 
 fn codes(out: &str) -> Vec<u32> {
-    let line = out.lines().find_map(|l| l.strip_prefix("codes:")).expect("a codes line");
-    line.split_whitespace().map(|c| c.parse().unwrap()).collect()
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("codes:"))
+        .expect("a codes line");
+    line.split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect()
 }
 
 #[test]
@@ -42,7 +47,13 @@ fn after_k_fault_fails_every_later_call() {
 
 #[test]
 fn runtime_faults_set_the_last_error_and_combine_by_comma() {
-    let out = run("malloc_codes", &[("SIMCUDA_FAIL", "cudaMalloc@2,cudaMalloc@every:5,cudaFree@1=700")]);
+    let out = run(
+        "malloc_codes",
+        &[(
+            "SIMCUDA_FAIL",
+            "cudaMalloc@2,cudaMalloc@every:5,cudaFree@1=700",
+        )],
+    );
     assert_eq!(codes(&out), [0, 2, 0, 0, 2, 0]);
     let frees = out.lines().find_map(|l| l.strip_prefix("frees:")).unwrap();
     assert_eq!(frees.trim(), "700 0 0 0", "{out}");
@@ -57,7 +68,10 @@ fn no_fault_plan_means_no_failures() {
 
 fn malloc_ms(env: &[(&str, &str)]) -> f64 {
     let out = run("malloc_timing", env);
-    let line = out.lines().find_map(|l| l.strip_prefix("ms: ")).expect("a timing line");
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ms: "))
+        .expect("a timing line");
     line.trim().parse().unwrap()
 }
 
@@ -75,7 +89,10 @@ fn report_has_the_device_host_and_call_ledger() {
     let path = dir.join("report.json");
     let out = run(
         "report_workload",
-        &[("SIMCUDA_REPORT", path.to_str().unwrap()), ("SIMCUDA_MEM_MB", "100")],
+        &[
+            ("SIMCUDA_REPORT", path.to_str().unwrap()),
+            ("SIMCUDA_MEM_MB", "100"),
+        ],
     );
     assert!(out.contains("PASS"));
     let r = common::read_report(&path);
@@ -103,7 +120,8 @@ fn report_is_written_when_another_thread_calls_exit() {
     let dir = common::scratch("simcuda-report-exit");
     let path = dir.join("report.json");
     let mut cmd = common::sim_cmd(exe());
-    cmd.arg("exit_from_other_thread").env("SIMCUDA_REPORT", &path);
+    cmd.arg("exit_from_other_thread")
+        .env("SIMCUDA_REPORT", &path);
     let out = common::run(&mut cmd);
     assert_eq!(out.status.code(), Some(0));
     let r = common::read_report(&path);
@@ -117,7 +135,10 @@ fn report_of_two_devices_lists_both() {
     let path = dir.join("report.json");
     run(
         "report_workload",
-        &[("SIMCUDA_REPORT", path.to_str().unwrap()), ("SIMCUDA_DEVICES", "2")],
+        &[
+            ("SIMCUDA_REPORT", path.to_str().unwrap()),
+            ("SIMCUDA_DEVICES", "2"),
+        ],
     );
     let r = common::read_report(&path);
     assert_eq!(r["devices"].as_array().unwrap().len(), 2);

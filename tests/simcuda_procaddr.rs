@@ -58,10 +58,16 @@ fn every_entry_of_the_static_runtime_list_is_answered() {
     for (name, version, flags, rc, status, sym) in rows {
         if *rc == 0 {
             assert_eq!(*status, 0, "{name} {version} {flags}");
-            assert!(sym.starts_with(name.as_str()), "{name} {version} {flags} gave {sym}");
+            assert!(
+                sym.starts_with(name.as_str()),
+                "{name} {version} {flags} gave {sym}"
+            );
         } else {
             assert_eq!(*rc, 500, "{name} {version} {flags}");
-            assert_eq!(sym, "-", "{name} {version} {flags}: not found must give NULL");
+            assert_eq!(
+                sym, "-",
+                "{name} {version} {flags}: not found must give NULL"
+            );
             assert!(*status == 1 || *status == 2, "{name}: status {status}");
         }
     }
@@ -77,8 +83,14 @@ fn versioned_names_resolve_to_the_v2_entry_points() {
     assert_eq!(symbol("cuEventDestroy", 4000, 0), "cuEventDestroy_v2");
     assert_eq!(symbol("cuGetProcAddress", 11030, 0), "cuGetProcAddress");
     assert_eq!(symbol("cuGetProcAddress", 12000, 0), "cuGetProcAddress_v2");
-    assert_eq!(symbol("cuStreamBeginCapture", 10000, 0), "cuStreamBeginCapture");
-    assert_eq!(symbol("cuStreamBeginCapture", 10010, 0), "cuStreamBeginCapture_v2");
+    assert_eq!(
+        symbol("cuStreamBeginCapture", 10000, 0),
+        "cuStreamBeginCapture"
+    );
+    assert_eq!(
+        symbol("cuStreamBeginCapture", 10010, 0),
+        "cuStreamBeginCapture_v2"
+    );
 }
 
 #[test]
@@ -86,21 +98,42 @@ fn per_thread_flag_resolves_to_ptsz_and_ptds_variants() {
     assert_eq!(symbol("cuMemAllocAsync", 11020, 2), "cuMemAllocAsync_ptsz");
     assert_eq!(symbol("cuMemAllocAsync", 11020, 0), "cuMemAllocAsync");
     assert_eq!(symbol("cuMemFreeAsync", 11020, 2), "cuMemFreeAsync_ptsz");
-    assert_eq!(symbol("cuStreamSynchronize", 7000, 2), "cuStreamSynchronize_ptsz");
+    assert_eq!(
+        symbol("cuStreamSynchronize", 7000, 2),
+        "cuStreamSynchronize_ptsz"
+    );
     assert_eq!(symbol("cuMemcpyHtoD", 7000, 2), "cuMemcpyHtoD_v2_ptds");
-    assert_eq!(symbol("cuLaunchHostFunc", 10000, 2), "cuLaunchHostFunc_ptsz");
-    assert_eq!(symbol("cuStreamBeginCapture", 10010, 2), "cuStreamBeginCapture_v2_ptsz");
+    assert_eq!(
+        symbol("cuLaunchHostFunc", 10000, 2),
+        "cuLaunchHostFunc_ptsz"
+    );
+    assert_eq!(
+        symbol("cuStreamBeginCapture", 10010, 2),
+        "cuStreamBeginCapture_v2_ptsz"
+    );
 }
 
 #[test]
 fn unimplemented_entry_points_are_not_found_with_null() {
-    for (name, v) in [("", 0), ("cuModuleLoad", 2000), ("cuGraphCreate", 10000), ("cuCtxCreate", 3020)] {
+    for (name, v) in [
+        ("", 0),
+        ("cuModuleLoad", 2000),
+        ("cuGraphCreate", 10000),
+        ("cuCtxCreate", 3020),
+    ] {
         assert_eq!(symbol(name, v, 0), "-", "{name}");
     }
     let (rows, _) = answers();
-    let found: HashMap<&str, usize> = rows.iter().filter(|r| r.3 == 0).fold(HashMap::new(), |mut m, r| {
-        *m.entry(r.0.as_str()).or_default() += 1;
-        m
-    });
-    assert!(found.len() >= 40, "only {} names implemented: {found:?}", found.len());
+    let found: HashMap<&str, usize> =
+        rows.iter()
+            .filter(|r| r.3 == 0)
+            .fold(HashMap::new(), |mut m, r| {
+                *m.entry(r.0.as_str()).or_default() += 1;
+                m
+            });
+    assert!(
+        found.len() >= 40,
+        "only {} names implemented: {found:?}",
+        found.len()
+    );
 }

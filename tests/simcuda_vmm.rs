@@ -22,8 +22,16 @@ fn case(name: &str, env: &[(&str, &str)]) {
 fn dies_of_sigsegv(name: &str) {
     let out = common::run(common::sim_cmd(exe()).arg(name));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("touching"), "did not reach the touch: {stderr}");
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("touching"),
+        "did not reach the touch: {stderr}"
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{:?}: {stderr}",
+        out.status
+    );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("survived"));
 }
 
@@ -49,7 +57,10 @@ fn released_physical_memory_stays_charged_until_unmapped() {
 
 #[test]
 fn physical_memory_counts_against_device_capacity() {
-    case("physical_memory_counts_against_capacity", &[("SIMCUDA_MEM_MB", "5")]);
+    case(
+        "physical_memory_counts_against_capacity",
+        &[("SIMCUDA_MEM_MB", "5")],
+    );
 }
 
 #[test]
@@ -66,7 +77,10 @@ fn touching_an_unmapped_page_kills_the_process() {
 fn report_counts_live_reservations_handles_and_allocations() {
     let dir = common::scratch("simcuda-vmm-report");
     let report = dir.join("report.json");
-    case("leave_vmm_objects_live", &[("SIMCUDA_REPORT", report.to_str().unwrap())]);
+    case(
+        "leave_vmm_objects_live",
+        &[("SIMCUDA_REPORT", report.to_str().unwrap())],
+    );
     let r = common::read_report(&report);
     let d = &r["devices"][0];
     assert_eq!(d["live_reservations"], 1);
