@@ -89,6 +89,53 @@ struct Planned {
     donor: Option<(u32, DevPtr)>,
 }
 
+/// Fill `ranges` with pages: a donor page that fits the room (the smallest one covering the
+/// rest of the range, else the largest one within it), otherwise a new page of at most
+/// `max_page` bytes.
+fn plan_pages(
+    ranges: &[MapRange],
+    mut donors: Vec<(u32, DevPtr, u64)>,
+    max_page: u64,
+) -> Vec<Planned> {
+    let mut plan = Vec::new();
+    for &(from, len, room_end) in ranges {
+        let mut cursor = from;
+        let need_end = from + len;
+        while cursor < need_end {
+            let need = need_end - cursor;
+            let room = room_end - cursor;
+            let covering = donors
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.2 <= room && d.2 >= need)
+                .min_by_key(|(_, d)| d.2)
+                .map(|(i, _)| i);
+            let pick = covering.or_else(|| {
+                donors
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| d.2 <= need)
+                    .max_by_key(|(_, d)| d.2)
+                    .map(|(i, _)| i)
+            });
+            let (size, donor) = match pick {
+                Some(i) => {
+                    let (d, a, s) = donors.swap_remove(i);
+                    (s, Some((d, a)))
+                }
+                None => (need.min(max_page), None),
+            };
+            plan.push(Planned {
+                addr: cursor,
+                size,
+                donor,
+            });
+            cursor += size;
+        }
+    }
+    plan
+}
+
 impl DeviceState {
     fn max_page(&self, large: bool) -> u64 {
         round_up(if large { LARGE_PAGE } else { SMALL_PAGE }, self.exp.gran)
@@ -242,12 +289,10 @@ impl DeviceState {
         Some(page.handle)
     }
 
-    /// Choose where a request of `rounded` bytes goes in `r`: (start, ranges to map as
-    /// (addr, len, end of the unmapped block)).
-    fn plan_start(&self, r: u32, rounded: u64) -> Option<(u64, Vec<MapRange>)> {
-        let gran = self.exp.gran;
+    /// Runs of consecutive `Free`/`Unmapped` blocks of `r` that hold some unmapped space and
+    /// at least `rounded` bytes, as (addr, end, state) lists.
+    fn runs(&self, r: u32, rounded: u64) -> Vec<Vec<(u64, u64, State)>> {
         let res = &self.exp.list[r as usize];
-        // Collect runs of Free/Unmapped blocks as (addr, end, state) lists.
         let mut runs: Vec<Vec<(u64, u64, State)>> = Vec::new();
         let mut cur_run: Vec<(u64, u64, State)> = Vec::new();
         let mut cur = Some(res.head);
@@ -263,53 +308,68 @@ impl DeviceState {
         if !cur_run.is_empty() {
             runs.push(cur_run);
         }
-        let cost = |run: &[(u64, u64, State)], start: u64| -> u64 {
-            let end = start + rounded;
-            run.iter()
-                .filter(|&&(a, e, s)| s == State::Unmapped && a < end && e > start)
-                .map(|&(a, e, _)| round_up(end.min(e), gran) - (start.max(a) / gran * gran))
-                .sum()
-        };
-        let mut best: Option<(u64, u64)> = None; // (cost, start)
-        for run in &runs {
+        runs.retain(|run| {
+            run[run.len() - 1].1 - run[0].0 >= rounded && run.iter().any(|x| x.2 == State::Unmapped)
+        });
+        runs
+    }
+
+    /// Choose where a request of `rounded` bytes goes in `r` and plan its pages: the start
+    /// needing the fewest new physical bytes wins, then the fewest mapped bytes, then the
+    /// lowest address. `donors` are the device's whole free pages.
+    fn plan(
+        &self,
+        r: u32,
+        rounded: u64,
+        donors: &[(u32, DevPtr, u64)],
+    ) -> Option<(u64, Vec<Planned>)> {
+        let gran = self.exp.gran;
+        let max_page = self.max_page(self.exp.list[r as usize].large);
+        let mut best: Option<((u64, u64, u64), Vec<Planned>)> = None;
+        for run in self.runs(r, rounded) {
             let (lo, hi) = (run[0].0, run[run.len() - 1].1);
-            if hi - lo < rounded || !run.iter().any(|x| x.2 == State::Unmapped) {
-                continue;
-            }
             let mut starts: Vec<u64> = run.iter().map(|x| x.0).collect();
             starts.extend(
                 run.iter()
                     .filter(|x| x.2 == State::Free && x.1 >= lo + rounded)
                     .map(|x| x.1 - rounded),
             );
-            for s in starts {
-                if s < lo || s + rounded > hi {
+            for start in starts {
+                let end = start + rounded;
+                if start < lo || end > hi {
                     continue;
                 }
-                let c = cost(run, s);
-                let better = match best {
+                let ranges: Vec<MapRange> = run
+                    .iter()
+                    .filter(|&&(a, e, s)| s == State::Unmapped && a < end && e > start)
+                    .map(|&(a, e, _)| {
+                        let from = start.max(a) / gran * gran;
+                        (from, round_up(end.min(e), gran) - from, e)
+                    })
+                    .collect();
+                let usable: Vec<(u32, DevPtr, u64)> = donors
+                    .iter()
+                    .copied()
+                    .filter(|&(d, a, sz)| !(d == r && a < end && a + sz > start))
+                    .collect();
+                let plan = plan_pages(&ranges, usable, max_page);
+                let new: u64 = plan
+                    .iter()
+                    .filter(|p| p.donor.is_none())
+                    .map(|p| p.size)
+                    .sum();
+                let mapped: u64 = plan.iter().map(|p| p.size).sum();
+                let score = (new, mapped, start);
+                let better = match &best {
                     None => true,
-                    Some((bc, bs)) => c < bc || (c == bc && s < bs),
+                    Some((bs, _)) => score < *bs,
                 };
                 if better {
-                    best = Some((c, s));
+                    best = Some((score, plan));
                 }
             }
         }
-        let (_, start) = best?;
-        let end = start + rounded;
-        let run = runs
-            .iter()
-            .find(|run| run[0].0 <= start && run[run.len() - 1].1 >= end)?;
-        let ranges = run
-            .iter()
-            .filter(|&&(a, e, s)| s == State::Unmapped && a < end && e > start)
-            .map(|&(a, e, _)| {
-                let from = start.max(a) / gran * gran;
-                (from, round_up(end.min(e), gran) - from, e)
-            })
-            .collect();
-        Some((start, ranges))
+        best.map(|((_, _, start), plan)| (start, plan))
     }
 
     /// Grow reservation `r` so that a free block starts at the chosen address with at least
@@ -322,62 +382,12 @@ impl DeviceState {
         rounded: u64,
         stack: StackId,
     ) -> Option<BlockId> {
-        let (start, ranges) = self.plan_start(r, rounded)?;
-        let large = self.exp.list[r as usize].large;
-        let max_page = self.max_page(large);
-        // Donor pages: whole free pages anywhere on this device, outside the target.
         let mut donors: Vec<(u32, DevPtr, u64)> = Vec::new();
         for d in 0..self.exp.list.len() as u32 {
-            let (lo, hi) = if d == r {
-                (start, start + rounded)
-            } else {
-                (0, 0)
-            };
-            donors.extend(
-                self.free_pages(d, lo, hi)
-                    .into_iter()
-                    .map(|(a, s)| (d, a, s)),
-            );
+            donors.extend(self.free_pages(d, 0, 0).into_iter().map(|(a, s)| (d, a, s)));
         }
-        let mut plan: Vec<Planned> = Vec::new();
-        for &(from, len, room_end) in &ranges {
-            let mut cursor = from;
-            let need_end = from + len;
-            while cursor < need_end {
-                let need = need_end - cursor;
-                let room = room_end - cursor;
-                let pick = donors
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, d)| d.2 <= room && d.2 >= need)
-                    .min_by_key(|(_, d)| d.2)
-                    .or_else(|| {
-                        donors
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, d)| d.2 <= need)
-                            .max_by_key(|(_, d)| d.2)
-                    })
-                    .map(|(i, _)| i);
-                if let Some(i) = pick {
-                    let (d, a, s) = donors.swap_remove(i);
-                    plan.push(Planned {
-                        addr: cursor,
-                        size: s,
-                        donor: Some((d, a)),
-                    });
-                    cursor += s;
-                } else {
-                    let s = need.min(max_page);
-                    plan.push(Planned {
-                        addr: cursor,
-                        size: s,
-                        donor: None,
-                    });
-                    cursor += s;
-                }
-            }
-        }
+        let (start, plan) = self.plan(r, rounded, &donors)?;
+        let large = self.exp.list[r as usize].large;
         // Moved pages keep the reservation constant; only new pages count against the limit.
         let new_bytes: u64 = plan
             .iter()
