@@ -93,13 +93,15 @@ fn check(a: &CachingAllocator, dev: &FakeDevice, d: i32) -> u64 {
 }
 
 struct Peaks {
+    /// Segments freed or pages unmapped before the final `empty_cache`.
+    released: i64,
     reserved: i64,
     allocated: i64,
     device_calls: u64,
 }
 
-fn trace(conf: &str, ops: usize, seed: u64, check_each: bool) -> Peaks {
-    let (dev, a) = setup(conf, 1, 64 * GIB);
+fn trace(conf: &str, capacity: u64, ops: usize, seed: u64, check_each: bool) -> Peaks {
+    let (dev, a) = setup(conf, 1, capacity);
     let expandable = conf.contains("expandable_segments:True");
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut live: Vec<u64> = Vec::new();
@@ -128,11 +130,13 @@ fn trace(conf: &str, ops: usize, seed: u64, check_each: bool) -> Peaks {
     }
     let s = a.stats(0);
     assert_eq!(s["allocated_bytes.all.current"], 0);
+    let released = s["num_device_free"];
     a.empty_cache();
     assert_eq!(dev.used(0), 0);
     assert_eq!(dev.live_handles(), 0);
     let c = dev.counters();
     Peaks {
+        released,
         reserved: s["reserved_bytes.all.peak"],
         allocated: s["allocated_bytes.all.peak"],
         device_calls: c.malloc + c.map,
@@ -141,8 +145,8 @@ fn trace(conf: &str, ops: usize, seed: u64, check_each: bool) -> Peaks {
 
 #[test]
 fn expandable_segments_reserve_less_over_a_long_random_trace() {
-    let ordinary = trace("", 20_000, 7, false);
-    let expandable = trace("expandable_segments:True", 20_000, 7, false);
+    let ordinary = trace("", 64 * GIB, 20_000, 7, false);
+    let expandable = trace("expandable_segments:True", 64 * GIB, 20_000, 7, false);
     println!(
         "20000 ops: ordinary peak reserved {} MiB / peak allocated {} MiB ({} device allocs); \
          expandable peak reserved {} MiB / peak allocated {} MiB ({} maps)",
@@ -160,19 +164,19 @@ fn expandable_segments_reserve_less_over_a_long_random_trace() {
 
 #[test]
 fn listing_and_stats_stay_consistent_at_every_step() {
-    trace("", 2_000, 11, true);
-    trace("expandable_segments:True", 2_000, 11, true);
-    trace(
-        "max_split_size_mb:40,roundup_power2_divisions:[256:1,512:2,>:8]",
-        2_000,
-        12,
-        true,
-    );
-    trace(
-        "expandable_segments:True,garbage_collection_threshold:0.5",
-        2_000,
-        13,
-        true,
+    trace("", 64 * GIB, 2_000, 11, true);
+    trace("expandable_segments:True", 64 * GIB, 2_000, 11, true);
+    let split = "max_split_size_mb:40,roundup_power2_divisions:[256:1,512:2,>:8]";
+    trace(split, 64 * GIB, 2_000, 12, true);
+    // A 2 GiB device with a low threshold: garbage collection runs often.
+    let gc = trace("garbage_collection_threshold:0.2", 2 * GIB, 2_000, 13, true);
+    let gc_exp = "expandable_segments:True,garbage_collection_threshold:0.2";
+    let gc_exp = trace(gc_exp, 2 * GIB, 2_000, 13, true);
+    assert!(gc.released > 0, "garbage collection released segments");
+    println!(
+        "gc 0.2 on 2 GiB: ordinary peak reserved {} MiB, expandable {} MiB",
+        gc.reserved >> 20,
+        gc_exp.reserved >> 20
     );
 }
 

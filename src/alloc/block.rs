@@ -5,6 +5,8 @@
 //! address order with no gaps (`a.addr + a.size == a.next.addr`); a chain never crosses
 //! segments. Ids of removed blocks are reused, so an id is valid only while its block lives.
 
+use std::collections::BTreeMap;
+
 use crate::device::{DevPtr, Stream};
 use crate::trace::event::StackId;
 
@@ -77,26 +79,37 @@ impl Block {
     }
 }
 
-/// Storage for blocks, with id reuse.
+/// Storage for blocks, with id reuse, and an address index of expandable-reservation blocks
+/// (those with `res` set when inserted).
 #[derive(Debug, Default)]
 pub struct Arena {
     slots: Vec<Block>,
     vacant: Vec<BlockId>,
+    index: BTreeMap<DevPtr, BlockId>,
 }
 
 impl Arena {
     pub fn insert(&mut self, b: Block) -> BlockId {
-        if let Some(id) = self.vacant.pop() {
+        let (addr, indexed) = (b.addr, b.res.is_some());
+        let id = if let Some(id) = self.vacant.pop() {
             self.slots[id as usize] = b;
             id
         } else {
             self.slots.push(b);
             (self.slots.len() - 1) as BlockId
+        };
+        if indexed {
+            self.index.insert(addr, id);
         }
+        id
     }
 
     /// Forget a block (its neighbours must already be relinked).
     pub fn remove(&mut self, id: BlockId) {
+        let b = &self.slots[id as usize];
+        if b.res.is_some() && self.index.get(&b.addr) == Some(&id) {
+            self.index.remove(&b.addr);
+        }
         self.vacant.push(id);
     }
 
@@ -104,6 +117,13 @@ impl Arena {
     pub fn clear(&mut self) {
         self.slots.clear();
         self.vacant.clear();
+        self.index.clear();
+    }
+
+    /// The expandable-reservation block containing `addr`.
+    pub fn find(&self, addr: DevPtr) -> Option<BlockId> {
+        let (_, &id) = self.index.range(..=addr).next_back()?;
+        (self.slots[id as usize].end() > addr).then_some(id)
     }
 
     /// Split `id` at `at` bytes from its start; the new block (returned) takes the tail and

@@ -241,7 +241,16 @@ impl DeviceState {
             }
             None => self.alloc_sequence(ctx, size, rounded, large, stream, stack)?,
         };
-        Ok(self.take(ctx, id, rounded, size, stack))
+        let ptr = self.take(ctx, id, rounded, size, stack);
+        if found.is_none() && self.exp.enabled() {
+            // Expandable garbage collection: once the new block is taken, whole free pages
+            // the growth could not use go back while reserved memory is above the threshold.
+            let excess = self.gc_excess(ctx);
+            if excess > 0 {
+                self.expandable_gc(ctx, excess);
+            }
+        }
+        Ok(ptr)
     }
 
     /// Steps (4)-(9) of the malloc sequence; returns a free block not in any pool.
@@ -613,15 +622,24 @@ impl DeviceState {
     }
 
     /// Step (4): age-based release of whole cached large segments above the threshold.
+    /// Reserved bytes above `garbage_collection_threshold` of the allowed memory (0 when
+    /// collection is off or the device size is unknown).
+    fn gc_excess(&mut self, ctx: &Ctx) -> u64 {
+        let t = ctx.conf.garbage_collection_threshold;
+        let total = self.total_memory(ctx.device);
+        if t <= 0.0 || total == 0 {
+            return 0;
+        }
+        let allowed = (total as f64 * ctx.conf.per_process_memory_fraction) as u64;
+        let threshold = (t * allowed as f64) as u64;
+        (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
+    }
+
     fn garbage_collect(&mut self, ctx: &Ctx) {
-        let allowed =
-            (self.total_memory(ctx.device) as f64 * ctx.conf.per_process_memory_fraction) as u64;
-        let threshold = (ctx.conf.garbage_collection_threshold * allowed as f64) as u64;
-        let reserved = self.stats.reserved_bytes.all.current as u64;
-        if reserved <= threshold {
+        let target = self.gc_excess(ctx);
+        if target == 0 {
             return;
         }
-        let target = reserved - threshold;
         let now = self.large.lookups;
         let mut candidates: Vec<(u64, u64, BlockId)> = self
             .whole_free_segments(true)
@@ -647,9 +665,6 @@ impl DeviceState {
             if !freed_any {
                 break;
             }
-        }
-        if reclaimed < target {
-            self.expandable_gc(ctx, target - reclaimed);
         }
     }
 

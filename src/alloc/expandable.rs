@@ -164,8 +164,13 @@ impl DeviceState {
             let gran = ctx.device.granularity(self.dev).max(1);
             self.exp.gran = gran;
             let total = self.total_memory(ctx.device);
-            let size = round_up(total + total / 8, gran).max(gran);
-            match ctx.device.reserve(self.dev, size) {
+            let size = round_up(total + total / 8, gran);
+            let reserved = if total == 0 {
+                Err(crate::device::DeviceError::Driver(0))
+            } else {
+                ctx.device.reserve(self.dev, size)
+            };
+            match reserved {
                 Ok(base) => {
                     let mut b = Block::new(base, size, stream, large, State::Unmapped);
                     let idx = self.exp.list.len() as u32;
@@ -181,6 +186,7 @@ impl DeviceState {
                     });
                     return Some(idx);
                 }
+                Err(e) if total == 0 => Some(format!("the device size is unknown ({e})")),
                 Err(e) => Some(format!(
                     "reserving {size} bytes of address space failed ({e})"
                 )),
@@ -197,16 +203,11 @@ impl DeviceState {
         None
     }
 
-    /// The block of reservation `r` containing `addr`.
+    /// The block of reservation `r` containing `addr` (inside the reservation).
     fn block_at(&self, r: u32, addr: DevPtr) -> BlockId {
-        let mut id = self.exp.list[r as usize].head;
-        while self.blocks[id].end() <= addr {
-            match self.blocks[id].next {
-                Some(n) => id = n,
-                None => break,
-            }
-        }
-        id
+        self.blocks
+            .find(addr)
+            .unwrap_or(self.exp.list[r as usize].head)
     }
 
     /// Turn `[addr, addr+len)`, inside the single block `id` (state `Free` or `Unmapped`),
@@ -254,18 +255,17 @@ impl DeviceState {
     fn free_pages(&self, r: u32, lo: u64, hi: u64) -> Vec<(DevPtr, u64)> {
         let res = &self.exp.list[r as usize];
         let mut out = Vec::new();
-        let mut cur = Some(res.head);
-        while let Some(id) = cur {
-            let b = &self.blocks[id];
-            if b.state == State::Free {
-                for (&pa, p) in res.pages.range(b.addr..b.end()) {
-                    let overlaps = pa < hi && pa + p.size > lo;
-                    if pa + p.size <= b.end() && !overlaps {
-                        out.push((pa, p.size));
-                    }
-                }
+        for (&pa, p) in &res.pages {
+            if pa < hi && pa + p.size > lo {
+                continue;
             }
-            cur = b.next;
+            let Some(id) = self.blocks.find(pa) else {
+                continue;
+            };
+            let b = &self.blocks[id];
+            if b.state == State::Free && pa + p.size <= b.end() {
+                out.push((pa, p.size));
+            }
         }
         out
     }
@@ -293,24 +293,45 @@ impl DeviceState {
     /// at least `rounded` bytes, as (addr, end, state) lists.
     fn runs(&self, r: u32, rounded: u64) -> Vec<Vec<(u64, u64, State)>> {
         let res = &self.exp.list[r as usize];
+        // Every unmapped block starts at the reservation base or where a page ends.
+        let mut seeds: Vec<DevPtr> = vec![res.base];
+        seeds.extend(res.pages.iter().map(|(&a, p)| a + p.size));
         let mut runs: Vec<Vec<(u64, u64, State)>> = Vec::new();
-        let mut cur_run: Vec<(u64, u64, State)> = Vec::new();
-        let mut cur = Some(res.head);
-        while let Some(id) = cur {
-            let b = &self.blocks[id];
-            if matches!(b.state, State::Free | State::Unmapped) {
-                cur_run.push((b.addr, b.end(), b.state));
-            } else if !cur_run.is_empty() {
-                runs.push(std::mem::take(&mut cur_run));
+        let mut seen = std::collections::BTreeSet::new();
+        for at in seeds {
+            if at >= res.base + res.size {
+                continue;
             }
-            cur = b.next;
+            let Some(id) = self.blocks.find(at) else {
+                continue;
+            };
+            if self.blocks[id].state != State::Unmapped {
+                continue;
+            }
+            let mut first = id;
+            while let Some(p) = self.blocks[first].prev {
+                if !matches!(self.blocks[p].state, State::Free | State::Unmapped) {
+                    break;
+                }
+                first = p;
+            }
+            if !seen.insert(self.blocks[first].addr) {
+                continue;
+            }
+            let mut run = Vec::new();
+            let mut cur = Some(first);
+            while let Some(c) = cur {
+                let b = &self.blocks[c];
+                if !matches!(b.state, State::Free | State::Unmapped) {
+                    break;
+                }
+                run.push((b.addr, b.end(), b.state));
+                cur = b.next;
+            }
+            if run[run.len() - 1].1 - run[0].0 >= rounded {
+                runs.push(run);
+            }
         }
-        if !cur_run.is_empty() {
-            runs.push(cur_run);
-        }
-        runs.retain(|run| {
-            run[run.len() - 1].1 - run[0].0 >= rounded && run.iter().any(|x| x.2 == State::Unmapped)
-        });
         runs
     }
 
