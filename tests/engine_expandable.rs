@@ -266,3 +266,40 @@ fn streams_get_their_own_reservations() {
     let segs = check(&a, &dev);
     assert!(segs.iter().any(|s| s.stream == 0x77));
 }
+
+#[test]
+fn device_reset_releases_pages_and_reservations() {
+    let (dev, a) = setup("expandable_segments:True", 8 * GIB);
+    let _live = a.malloc(0, 30 * MIB, 0, 0).unwrap();
+    let small = a.malloc(0, 100, 0, 0).unwrap();
+    a.free(small, 0, 0).unwrap();
+    a.device_reset(0);
+    assert_eq!(dev.used(0), 0);
+    assert_eq!(dev.live_handles(), 0);
+    assert_eq!(dev.counters().release_reservation, 2);
+    assert!(a.segments(0).is_empty());
+    assert_eq!(stat(&a, "reserved_bytes.all.current"), 0);
+    assert!(a.malloc(0, 30 * MIB, 0, 0).is_ok());
+    check(&a, &dev);
+}
+
+#[test]
+fn pending_frees_keep_their_pages_mapped() {
+    let (dev, a) = setup("expandable_segments:True", 8 * GIB);
+    dev.set_auto_complete(false);
+    a.stream_created(0, 0x77, true);
+    let p = a.malloc(0, 20 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    dev.set_capturing(0x77, true); // nothing can be synchronized now
+    a.empty_cache();
+    assert_eq!(
+        stat(&a, "reserved_bytes.all.current"),
+        20 * MIB as i64,
+        "a pending page stays"
+    );
+    let segs = check(&a, &dev);
+    assert_eq!(segs[0].blocks[0].state, BlockState::ActivePendingFree);
+    dev.set_capturing(0x77, false);
+    a.empty_cache();
+    assert_eq!(dev.used(0), 0);
+}

@@ -552,13 +552,15 @@ impl DeviceState {
         self.release_pages(ctx, target);
     }
 
-    /// Give every reservation back (device reset; all pages must be free).
+    /// Give every reservation back (device reset). If a page could not be released, every
+    /// reservation stays (block indices refer to them) and is reused afterwards.
     pub(crate) fn expandable_release_reservations(&mut self, ctx: &Ctx) {
         self.release_pages(ctx, u64::MAX);
+        if self.exp.list.iter().any(|r| !r.pages.is_empty()) {
+            return;
+        }
         for res in std::mem::take(&mut self.exp.list) {
-            if !res.pages.is_empty() {
-                continue;
-            }
+            // Only the single unmapped block covering the reservation is left.
             let mut cur = Some(res.head);
             while let Some(id) = cur {
                 cur = self.blocks[id].next;

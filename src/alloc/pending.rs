@@ -168,10 +168,19 @@ impl Pending {
     pub fn sync_all(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
         self.cover(device, dev, out);
         while let Some(front) = self.batches.front() {
-            let ok = front.events.iter().all(|&(s, e)| {
-                !device.stream_is_capturing(dev, s) && device.event_sync(dev, e).is_ok()
-            });
-            if !ok {
+            if front
+                .events
+                .iter()
+                .any(|&(s, _)| device.stream_is_capturing(dev, s))
+            {
+                break;
+            }
+            let synced = front
+                .events
+                .iter()
+                .all(|&(_, e)| device.event_sync(dev, e).is_ok());
+            // A failing event falls back to waiting for the whole device.
+            if !synced && device.synchronize_device(dev).is_err() {
                 break;
             }
             if let Some(b) = self.batches.pop_front() {
