@@ -103,7 +103,7 @@ fn parse_fraction(key: &str, v: &str, lo_open: bool, hi_open: bool) -> Result<f6
 
 fn pow2_value(key: &str, v: &str) -> Result<u64, String> {
     match v.trim().parse::<u64>() {
-        Ok(n) if n.is_power_of_two() => Ok(n),
+        Ok(n) if n == 0 || n.is_power_of_two() => Ok(n),
         _ => Err(format!(
             "{key}: bad value '{v}' (accepted: a power of two, or a list like [256:1,512:2,>:8] \
              with power-of-two sizes in MB)"
@@ -111,10 +111,11 @@ fn pow2_value(key: &str, v: &str) -> Result<u64, String> {
     }
 }
 
-/// Parse `roundup_power2_divisions`: one power of two for every interval, or a list of
-/// `size_mb:divisions` entries (sizes are powers of two in MiB, ascending; `>` fills all
-/// intervals from the last named one to the end). As in PyTorch, the first entry also fills
-/// every interval below it.
+/// Parse `roundup_power2_divisions`: one power of two (or 0) for every interval, or a list
+/// of `size_mb:divisions` entries (sizes are powers of two in MiB, ascending). Exactly as
+/// PyTorch parses it: `S:D` sets the interval starting at S MiB, the first entry also fills
+/// every interval below it, and `>:D` fills from the last named interval (itself included)
+/// to the end, so in `[256:1,512:2,>:8]` the `>` entry overrides `512:2`.
 fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
     const KEY: &str = "roundup_power2_divisions";
     let mut out = [0u64; ROUNDUP_INTERVALS];
@@ -130,19 +131,21 @@ fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
             })?;
             let div = pow2_value(KEY, div)?;
             if size.trim() == ">" {
-                let from = last.map(|l| l + 1).unwrap_or(0);
+                // As PyTorch does: from the last named interval itself, to the end.
+                let from = last.unwrap_or(0);
                 for slot in out.iter_mut().skip(from) {
                     *slot = div;
                 }
                 continue;
             }
             let mb = pow2_value(KEY, size)?;
+            if mb == 0 {
+                return Err(format!(
+                    "{KEY}: interval sizes must be powers of two ('{entry}')"
+                ));
+            }
             let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
-            if let Some(l) = last {
-                if index <= l {
-                    return Err(format!("{KEY}: sizes must ascend ('{entry}')"));
-                }
-            } else {
+            if last.is_none() {
                 for slot in out.iter_mut().take(index) {
                     *slot = div;
                 }
@@ -335,11 +338,17 @@ mod tests {
         assert_eq!(c.free_sync, FreeSync::Event);
         assert!(c.free_includes_cache);
         assert_eq!(c.per_process_memory_fraction, 0.5);
-        // 256 MiB is interval 8: intervals 0..=8 get 1, 9 gets 2, 10.. get 8.
+        // 256 MiB is interval 8: intervals 0..=8 get 1; 512:2 sets 9, which `>` (from the
+        // last named interval on, as PyTorch fills it) overrides with 8.
         assert_eq!(c.roundup_power2_divisions[0], 1);
         assert_eq!(c.roundup_power2_divisions[8], 1);
-        assert_eq!(c.roundup_power2_divisions[9], 2);
+        assert_eq!(c.roundup_power2_divisions[9], 8);
         assert_eq!(c.roundup_power2_divisions[15], 8);
+        let (c, _) = parse("roundup_power2_divisions:[64:2,256:4,1024:8]");
+        assert_eq!(
+            &c.roundup_power2_divisions[..11],
+            &[2, 2, 2, 2, 2, 2, 2, 0, 4, 0, 8]
+        );
     }
 
     #[test]
