@@ -40,9 +40,16 @@ fn symlink_planted_at_the_target_is_replaced_never_followed() {
     let path = dir.join("snap.pickle");
     std::os::unix::fs::symlink(&victim, &path).unwrap();
     write_atomic(&path, b"snapshot").unwrap();
-    assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "the link's target is untouched");
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"precious",
+        "the link's target is untouched"
+    );
     let meta = std::fs::symlink_metadata(&path).unwrap();
-    assert!(meta.file_type().is_file(), "the link itself was replaced by a file");
+    assert!(
+        meta.file_type().is_file(),
+        "the link itself was replaced by a file"
+    );
     assert_eq!(std::fs::read(&path).unwrap(), b"snapshot");
 }
 
@@ -61,8 +68,14 @@ fn unwritable_directory_gives_an_error_naming_the_path() {
     }
     let missing = dir.join("no/such/dir/snap.pickle");
     let e = write_atomic(&missing, b"x").unwrap_err();
-    assert!(e.contains("no/such/dir/snap.pickle") && e.contains("creating"), "{e}");
-    assert!(write_atomic(&dir, b"x").is_err(), "a directory cannot be replaced by a file");
+    assert!(
+        e.contains("no/such/dir/snap.pickle") && e.contains("creating"),
+        "{e}"
+    );
+    assert!(
+        write_atomic(&dir, b"x").is_err(),
+        "a directory cannot be replaced by a file"
+    );
     assert!(leftovers(&dir).is_empty());
 }
 
@@ -83,7 +96,10 @@ fn concurrent_writers_to_one_path_leave_one_complete_file() {
     });
     let body = std::fs::read(&path).unwrap();
     assert_eq!(body.len(), 100_000);
-    assert!(body.iter().all(|&b| b == body[0]), "never a mix of two writes");
+    assert!(
+        body.iter().all(|&b| b == body[0]),
+        "never a mix of two writes"
+    );
     assert!(leftovers(&dir).is_empty());
 }
 
@@ -102,14 +118,22 @@ fn templates_rank_and_format_follow_the_environment() {
     let v = TemplateVars::current(4);
     assert_eq!(v.rank, 3);
     assert_eq!(v.pid, std::process::id());
-    assert_eq!(expand("s-%r-%n-%p.pickle", &v), format!("s-3-4-{}.pickle", std::process::id()));
+    assert_eq!(
+        expand("s-%r-%n-%p.pickle", &v),
+        format!("s-3-4-{}.pickle", std::process::id())
+    );
     let t = expand("%t", &v).parse::<u64>().unwrap();
     assert!(t > 1_600_000_000);
 
     let dir = scratch("format");
     let snap = build(&fixture("enabled=all"), StackTable::global());
     std::env::remove_var("CUSHIM_SNAPSHOT_FORMAT");
-    for (name, f) in [("a.pickle", Format::Pickle), ("a.json", Format::Json), ("a.msgpack", Format::Msgpack), ("a.bin", Format::Pickle)] {
+    for (name, f) in [
+        ("a.pickle", Format::Pickle),
+        ("a.json", Format::Json),
+        ("a.msgpack", Format::Msgpack),
+        ("a.bin", Format::Pickle),
+    ] {
         let p = dir.join(name);
         assert_eq!(write_snapshot(&snap, &p).unwrap(), (f, None));
         assert_eq!(reader::detect(&std::fs::read(&p).unwrap()), f, "{name}");

@@ -7,7 +7,9 @@ use cushim::alloc::info::{BlockInfo, BlockState, SegmentInfo};
 use cushim::config::history::{parse, HistoryConf, Unwinder};
 use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::trace::event::{Action, StackId, TraceEvent, NO_STACK};
+use cushim::trace::intern::StackTable;
 use cushim::trace::stack::{capture_id, SkipRange};
+use cushim::trace::symbolize::Symbolizer;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,16 +19,33 @@ pub const A: u64 = 0x7f00_0000_0000;
 pub const B: u64 = 0x7f00_1000_0000;
 pub const C: u64 = 0x7f10_0000_0000;
 
+/// The stack `id` without its leading frames up to the one naming `name` (the test's
+/// stand-in for skipping the shim's own frames).
+pub fn from_frame(id: StackId, name: &str) -> StackId {
+    let table = StackTable::global();
+    let ips = table.get(id).unwrap();
+    let mut sym = Symbolizer::new();
+    let at = ips
+        .iter()
+        .position(|&ip| {
+            let ids = sym.resolve(ip).to_vec();
+            ids.iter()
+                .any(|&i| sym.frames()[i as usize].name.contains(name))
+        })
+        .unwrap_or(0);
+    table.intern(&ips[at..])
+}
+
 #[inline(never)]
 pub fn site_a() -> StackId {
     let id = capture_id(64, Unwinder::Dwarf, &SkipRange::NONE);
-    std::hint::black_box(id) // not a tail call: this frame stays on the stack
+    from_frame(std::hint::black_box(id), "site_a") // not a tail call: this frame stays
 }
 
 #[inline(never)]
 pub fn site_b() -> StackId {
     let id = capture_id(64, Unwinder::Dwarf, &SkipRange::NONE);
-    std::hint::black_box(id)
+    from_frame(std::hint::black_box(id), "site_b")
 }
 
 /// A stack exactly `depth` frames deep below this call (recursion), capped at `max`.
@@ -43,6 +62,12 @@ pub fn deep_site(depth: usize, max: usize) -> StackId {
 pub struct Events {
     pub v: Vec<TraceEvent>,
     t: i64,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events::new()
+    }
 }
 
 impl Events {

@@ -13,6 +13,7 @@ use std::fmt::Write;
 pub struct DeviceSummary {
     pub segments: usize,
     pub reserved: u64,
+    /// Bytes in active blocks (allocated or pending free), as the viewer draws them.
     pub allocated: u64,
     pub peak_reserved: u64,
     pub peak_allocated: u64,
@@ -61,15 +62,16 @@ pub fn device_summary(segments: &[&Value], trace: &[Value]) -> DeviceSummary {
         for b in seg.get("blocks").and_then(Value::as_seq).unwrap_or(&[]) {
             let size = u(b.get("size"));
             match b.get("state").and_then(Value::as_str) {
-                Some("active_allocated") => {
+                Some("inactive") => s.largest_free_block = s.largest_free_block.max(size),
+                Some(_) => {
+                    // Active: allocated, or freed with work possibly still using it.
                     s.allocated += size;
                     live.insert(b.get("address").and_then(Value::as_i64).unwrap_or(0), size);
                     let e = sites.entry(site(b.get("frames"))).or_default();
                     e.0 += size;
                     e.1 += 1;
                 }
-                Some("inactive") => s.largest_free_block = s.largest_free_block.max(size),
-                _ => {}
+                None => {}
             }
         }
     }
