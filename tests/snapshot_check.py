@@ -159,17 +159,47 @@ def replay(device, segments, trace):
     return len(trace)
 
 
+def check_batches(data):
+    """Every APPENDS adds <= 1000 items and every SETITEMS <= 1000 pairs."""
+    import pickletools
+    counts = [0]
+    for op, _arg, pos in pickletools.genops(data):
+        name = op.name
+        if name == "MARK":
+            counts.append(0)
+        elif name in ("APPENDS", "SETITEMS"):
+            n = counts.pop()
+            items = n if name == "APPENDS" else n // 2
+            if items > 1000:
+                fail(f"{name} at byte {pos} carries {items} items (> 1000)")
+        elif name in ("TUPLE", "LIST", "DICT", "POP_MARK"):
+            counts.pop()
+            counts[-1] += 0 if name == "POP_MARK" else 1
+        else:
+            before = [x for x in op.stack_before if x is not pickletools.markobject]
+            counts[-1] += len(op.stack_after) - len(before)
+
+
 def main():
     args = sys.argv[1:]
-    path, expect = args[0], []
-    while len(args) > 1 and args[1] == "--expect-frame":
-        expect.append(args[2])
-        args = args[2:]
+    path, expect, batches = args[0], [], False
+    while len(args) > 1:
+        if args[1] == "--expect-frame":
+            expect.append(args[2])
+            args = args[2:]
+        elif args[1] == "--check-batches":
+            batches = True
+            args = args[1:]
+        else:
+            fail(f"unknown option {args[1]}")
     with open(path, "rb") as f:
         head = f.read(1)
         f.seek(0)
         is_pickle = head == b"\x80"
         snap = pickle.load(f) if is_pickle else json.load(f)
+    if batches and is_pickle:
+        with open(path, "rb") as f:
+            check_batches(f.read())
     for k in ("segments", "device_traces", "allocator_settings"):
         if k not in snap:
             fail(f"missing top-level key {k}")

@@ -32,13 +32,21 @@ fn untuple(v: &Value) -> Value {
 fn all_three_formats_round_trip_to_the_same_content() {
     let v = build(&fixture(FULL), StackTable::global());
     let p = reader::read_bytes(&encode(&v, Format::Pickle).unwrap()).unwrap();
-    assert!(p == v, "pickle round trip is exact, tuples included");
+    let v_plain = v.expanded();
+    assert!(
+        v_plain.get("device_traces").is_some(),
+        "expanded tree is inspectable"
+    );
+    assert!(p == v_plain, "pickle round trip is exact, tuples included");
     for f in [Format::Json, Format::Msgpack] {
         let bytes = encode(&v, f).unwrap();
         assert_eq!(reader::detect(&bytes), f);
+        let back = reader::read_bytes(&bytes).unwrap();
+        assert!(untuple(&back) == untuple(&v_plain), "{f:?} differs");
+        let seg = &back.get("segments").unwrap().as_seq().unwrap()[0];
         assert!(
-            untuple(&reader::read_bytes(&bytes).unwrap()) == untuple(&v),
-            "{f:?} differs"
+            matches!(seg.get("segment_pool_id"), Some(Value::Tuple(_))),
+            "{f:?}: pool id is a tuple again"
         );
     }
 }
@@ -174,7 +182,7 @@ print(first[1]); print(' '.join(sorted(ops)))
 
 #[test]
 fn oom_entries_carry_device_free_instead_of_addr() {
-    let v = build(&fixture(FULL), StackTable::global());
+    let v = build(&fixture(FULL), StackTable::global()).expanded();
     let trace = v.get("device_traces").unwrap().as_seq().unwrap()[0]
         .as_seq()
         .unwrap();
@@ -195,7 +203,7 @@ fn oom_entries_carry_device_free_instead_of_addr() {
 
 #[test]
 fn top_level_carries_settings_and_cushim_metadata() {
-    let v = build(&fixture(FULL), StackTable::global());
+    let v = build(&fixture(FULL), StackTable::global()).expanded();
     assert_eq!(
         v.get("allocator_settings")
             .unwrap()
@@ -223,7 +231,7 @@ fn frames_of(v: &Value) -> usize {
 
 #[test]
 fn enabled_state_records_no_history_but_blocks_carry_stacks() {
-    let v = build(&fixture("enabled=state"), StackTable::global());
+    let v = build(&fixture("enabled=state"), StackTable::global()).expanded();
     let traces = v.get("device_traces").unwrap().as_seq().unwrap();
     assert!(traces.iter().all(|t| t.as_seq().unwrap().is_empty()));
     let seg = &v.get("segments").unwrap().as_seq().unwrap()[0];
@@ -238,7 +246,7 @@ fn enabled_state_records_no_history_but_blocks_carry_stacks() {
 #[test]
 fn context_decides_which_entries_carry_frames() {
     let count = |h: &str| {
-        let v = build(&fixture(h), StackTable::global());
+        let v = build(&fixture(h), StackTable::global()).expanded();
         let t = v.get("device_traces").unwrap().as_seq().unwrap()[0]
             .as_seq()
             .unwrap()
@@ -294,7 +302,8 @@ fn skip_actions_leave_those_events_out_of_the_snapshot() {
     let v = build(
         &fixture("enabled=all,skip_actions=free_requested;oom"),
         StackTable::global(),
-    );
+    )
+    .expanded();
     let t = v.get("device_traces").unwrap().as_seq().unwrap()[0]
         .as_seq()
         .unwrap();
@@ -309,7 +318,7 @@ fn skip_actions_leave_those_events_out_of_the_snapshot() {
 fn device_traces_has_one_list_per_ordinal_even_when_a_device_is_missing() {
     let mut input = fixture(FULL);
     input.devices[1].device = 3;
-    let v = build(&input, StackTable::global());
+    let v = build(&input, StackTable::global()).expanded();
     let traces = v.get("device_traces").unwrap().as_seq().unwrap();
     assert_eq!(traces.len(), 4);
     assert!(traces[1..].iter().all(|t| t.as_seq().unwrap().is_empty()));
@@ -321,7 +330,7 @@ fn pinned_host_part_is_written_when_given() {
     let mut seg = input.devices[0].segments[0].clone();
     seg.device = -1;
     input.host = Some((vec![seg], Vec::new()));
-    let v = build(&input, StackTable::global());
+    let v = build(&input, StackTable::global()).expanded();
     assert_eq!(v.get("host_segments").unwrap().as_seq().unwrap().len(), 1);
     assert!(v.get("host_traces").unwrap().as_seq().unwrap().is_empty());
 }

@@ -72,7 +72,7 @@ fn hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
     let dir = scratch("scale-100k");
     let path = dir.join("s.pickle");
     std::fs::write(&path, &bytes).unwrap();
-    let (ok, out) = python_check(&path, &["--expect-frame", "deep_site"]);
+    let (ok, out) = python_check(&path, &["--expect-frame", "deep_site", "--check-batches"]);
     assert!(ok, "{out}");
     assert!(out.contains("\"distinct_trace_frame_lists\": 1"), "{out}");
 }

@@ -184,3 +184,55 @@ fn skip_range_drops_the_leading_frames_of_that_module() {
         "first frame is the call site: {frames:#?}"
     );
 }
+
+#[inline(never)]
+fn nest(depth: usize, f: &mut dyn FnMut()) {
+    if depth == 0 {
+        f();
+    } else {
+        nest(depth - 1, f);
+    }
+    std::hint::black_box(depth);
+}
+
+/// Cost of one capture + intern of a ~30-frame stack. Run with
+/// `cargo test --release -p cushim --test trace_capture -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_capture_cost() {
+    use cushim::trace::stack::capture_id;
+    for (name, unwinder) in [("dwarf", Unwinder::Dwarf), ("fp", Unwinder::Fp)] {
+        let mut frames = 0;
+        let mut per = 0.0;
+        nest(24, &mut || {
+            let n = 20_000;
+            let t = std::time::Instant::now();
+            let mut id = 0;
+            for _ in 0..n {
+                id = capture_id(64, unwinder, &SkipRange::NONE);
+            }
+            per = t.elapsed().as_nanos() as f64 / n as f64;
+            frames = cushim::trace::intern::StackTable::global()
+                .get(id)
+                .map_or(0, |s| s.len());
+        });
+        println!("{name}: {per:.0} ns per capture+intern of {frames} frames");
+    }
+    // The locked alternative, for comparison with trace_unsynchronized.
+    nest(24, &mut || {
+        let n = 20_000;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let mut k = 0;
+            backtrace::trace(|_| {
+                k += 1;
+                true
+            });
+            std::hint::black_box(k);
+        }
+        println!(
+            "backtrace::trace (locked): {:.0} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+    });
+}

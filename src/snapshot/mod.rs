@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod convert;
+pub mod events;
 pub mod json;
 pub mod model;
 pub mod msgpack;

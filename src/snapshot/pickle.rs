@@ -9,6 +9,7 @@
 //! Invariant: the output unpickles (Python's `pickle.loads`, our reader) to a tree equal
 //! to the input, with each shared node (same `Arc`) appearing as one shared object.
 
+use crate::snapshot::events::EventList;
 use crate::snapshot::value::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -123,6 +124,41 @@ impl Writer {
         self.out.extend_from_slice(b);
     }
 
+    /// A key or name string of an event list: memoized even when only the list holds it.
+    fn shared_str(&mut self, v: &Value) {
+        let Value::Str(s) = v else {
+            return self.value(v);
+        };
+        let k = Arc::as_ptr(s) as *const u8 as usize;
+        if let Some(&idx) = self.memo.get(&k) {
+            return self.get(idx);
+        }
+        self.string(s);
+        self.memoize(Some(k));
+    }
+
+    fn events(&mut self, list: &EventList) {
+        self.out.push(EMPTY_LIST);
+        let mut i = 0;
+        while i < list.len() {
+            let end = (i + BATCH).min(list.len());
+            self.out.push(MARK);
+            for j in i..end {
+                self.out.extend_from_slice(&[EMPTY_DICT, MARK]);
+                for (k, v) in list.pairs(j) {
+                    self.shared_str(k);
+                    match &v {
+                        Value::Str(_) => self.shared_str(&v),
+                        _ => self.value(&v),
+                    }
+                }
+                self.out.push(SETITEMS);
+            }
+            self.out.push(APPENDS);
+            i = end;
+        }
+    }
+
     fn value(&mut self, v: &Value) {
         let key = shared_id(v);
         if let Some(k) = key {
@@ -132,6 +168,7 @@ impl Writer {
             }
         }
         match v {
+            Value::Events(list) => self.events(list),
             Value::None => self.out.push(NONE),
             Value::Bool(b) => self.out.push(if *b { NEWTRUE } else { NEWFALSE }),
             Value::Int(i) => self.int(*i),

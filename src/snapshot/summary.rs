@@ -139,6 +139,7 @@ fn write_device(out: &mut String, title: &str, s: &DeviceSummary) {
 
 /// Summaries per device ordinal (segments' devices and `device_traces` indices).
 pub fn devices(v: &Value) -> Vec<(i64, DeviceSummary)> {
+    let v = &v.expanded();
     let segs = v.get("segments").and_then(Value::as_seq).unwrap_or(&[]);
     let traces = v
         .get("device_traces")
@@ -169,6 +170,7 @@ pub fn devices(v: &Value) -> Vec<(i64, DeviceSummary)> {
 
 /// The text `cushim summary` prints.
 pub fn summary(v: &Value) -> String {
+    let v = &v.expanded();
     let mut out = String::new();
     let devs = devices(v);
     if devs.is_empty() {
