@@ -12,6 +12,7 @@
 use crate::snapshot::events::EventList;
 use crate::snapshot::value::Value;
 use std::collections::HashMap;
+use std::io::Write;
 use std::sync::Arc;
 
 const PROTO: u8 = 0x80;
@@ -46,11 +47,17 @@ const LONG_BINGET: u8 = b'j';
 /// Most items per APPENDS / SETITEMS batch.
 pub const BATCH: usize = 1000;
 
-struct Writer {
+struct Writer<'w> {
     out: Vec<u8>,
     memo: HashMap<usize, u32>,
     next: u32,
+    /// Where full buffers go (None: everything stays in `out`).
+    sink: Option<&'w mut dyn Write>,
+    error: Option<std::io::Error>,
 }
+
+/// Buffer size at which a streaming writer hands bytes to its sink.
+const FLUSH_AT: usize = 1 << 20;
 
 /// Identity of a shared node: its `Arc`'s address, if more than one reference exists.
 fn shared_id(v: &Value) -> Option<usize> {
@@ -65,7 +72,20 @@ fn shared_id(v: &Value) -> Option<usize> {
     }
 }
 
-impl Writer {
+impl Writer<'_> {
+    /// Hand the buffer to the sink once it is large (between items, never mid-opcode).
+    fn maybe_flush(&mut self) {
+        if self.out.len() < FLUSH_AT || self.error.is_some() {
+            return;
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            if let Err(e) = sink.write_all(&self.out) {
+                self.error = Some(e);
+            }
+            self.out.clear();
+        }
+    }
+
     fn get(&mut self, idx: u32) {
         if let Ok(small) = u8::try_from(idx) {
             self.out.extend_from_slice(&[BINGET, small]);
@@ -155,6 +175,7 @@ impl Writer {
                 self.out.push(SETITEMS);
             }
             self.out.push(APPENDS);
+            self.maybe_flush();
             i = end;
         }
     }
@@ -191,6 +212,7 @@ impl Writer {
                         self.out.push(MARK);
                         chunk.iter().for_each(|x| self.value(x));
                         self.out.push(APPENDS);
+                        self.maybe_flush();
                     }
                 }
             }
@@ -237,11 +259,35 @@ pub fn to_bytes(v: &Value) -> Vec<u8> {
         out: Vec::with_capacity(1 << 16),
         memo: HashMap::new(),
         next: 0,
+        sink: None,
+        error: None,
     };
     w.out.extend_from_slice(&[PROTO, 4]);
     w.value(v);
     w.out.push(STOP);
     w.out
+}
+
+/// Stream `v` as a protocol-4 pickle into `sink`, about 1 MiB at a time.
+pub fn write_to(v: &Value, sink: &mut dyn Write) -> std::io::Result<()> {
+    let mut w = Writer {
+        out: Vec::with_capacity(FLUSH_AT + (1 << 16)),
+        memo: HashMap::new(),
+        next: 0,
+        sink: Some(sink),
+        error: None,
+    };
+    w.out.extend_from_slice(&[PROTO, 4]);
+    w.value(v);
+    w.out.push(STOP);
+    if let Some(e) = w.error.take() {
+        return Err(e);
+    }
+    let rest = std::mem::take(&mut w.out);
+    match w.sink.take() {
+        Some(sink) => sink.write_all(&rest),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +301,8 @@ mod tests {
                 out: Vec::new(),
                 memo: HashMap::new(),
                 next: 0,
+                sink: None,
+                error: None,
             };
             w.int(i);
             w.out
@@ -280,6 +328,16 @@ mod tests {
         let once = to_bytes(&Value::list(vec![list.clone()])).len();
         let many = to_bytes(&Value::list(vec![list.clone(); 1000])).len();
         assert!(many < once + 1000 * 6, "{once} {many}");
+    }
+
+    #[test]
+    fn streaming_output_equals_the_buffered_one() {
+        let big: Vec<Value> = (0..300_000).map(|i| Value::Int(i * 1_000_003)).collect();
+        let v = Value::dict(vec![(Value::str("xs"), Value::list(big))]);
+        let mut streamed = Vec::new();
+        write_to(&v, &mut streamed).unwrap();
+        assert!(streamed.len() > FLUSH_AT, "large enough to flush mid-way");
+        assert_eq!(streamed, to_bytes(&v));
     }
 
     #[test]
