@@ -147,3 +147,25 @@ fn templates_rank_and_format_follow_the_environment() {
     assert!(warn.unwrap().contains("yaml"));
     std::env::remove_var("CUSHIM_SNAPSHOT_FORMAT");
 }
+
+#[test]
+fn dump_builds_and_writes_a_loadable_snapshot_at_the_next_templated_path() {
+    let dir = scratch("dump");
+    let template = format!("{}/snap-%p-%n.pickle", dir.display());
+    let first = cushim::snapshot::output::next_path(&template);
+    let second = cushim::snapshot::output::next_path(&template);
+    assert_ne!(first, second, "%n counts dumps");
+    let input = fixture("enabled=all");
+    for p in [&first, &second] {
+        // (Another test in this binary may be varying CUSHIM_SNAPSHOT_FORMAT meanwhile; the
+        // checker reads any of the formats by content.)
+        cushim::snapshot::dump(&input, p).unwrap();
+        let (ok, out) = python_check(p, &["--expect-frame", "site_a"]);
+        assert!(ok, "{out}");
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(&format!("snap-{}-", std::process::id())),
+            "{name}"
+        );
+    }
+}
