@@ -26,11 +26,7 @@ fn num(m: &HashMap<String, String>, k: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{k}: {e}"))
 }
 
-/// Compile a driver-API program (serialized: `common::compile` checks for the output file
-/// before writing it, so parallel tests could run a half-written program).
 fn prog(name: &str) -> std::path::PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     common::compile(name, &["-lcuda"])
 }
 

@@ -5,15 +5,8 @@ mod common;
 
 use std::collections::HashMap;
 
-/// `common::compile`, serialized (it checks for the output file before writing it).
-fn compile(name: &str, extra: &[&str]) -> std::path::PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    common::compile(name, extra)
-}
-
 fn lookups(shim: bool, env: &[(&str, &str)]) -> HashMap<String, String> {
-    let exe = compile("driver_dlsym", &["-lcuda", "-lm"]);
+    let exe = common::compile("driver_dlsym", &["-lcuda", "-lm"]);
     let mut cmd = if shim {
         common::shim_cmd(&exe)
     } else {
@@ -157,7 +150,7 @@ fn runtime_only_interception_substitutes_nothing_in_dlsym() {
 }
 
 fn dynamic_reuse(env: &[(&str, &str)]) -> serde_json::Value {
-    let exe = compile("shim_frag", &[]);
+    let exe = common::compile("shim_frag", &[]);
     let dir = common::scratch(&format!("dyn-layers-{}", env.len()));
     let report = dir.join("report.json");
     let mut cmd = common::shim_cmd(&exe);
