@@ -306,19 +306,104 @@ fn static_build_live_snapshots_under_signals_parse_and_results_stay_correct() {
 }
 
 #[test]
-fn the_static_runtime_asks_the_driver_through_cu_get_proc_address() {
+fn the_static_runtime_asks_the_driver_through_cu_get_proc_address_and_gets_the_hooks() {
     let out = common::run(
         common::shim_cmd(&frag_prog())
             .arg("reuse")
-            .env("CUDART_STATIC_LOG", "1"),
+            .env("CUDART_STATIC_LOG", "1")
+            .env("CUSHIM_LOG_PROCADDR", "1"),
     );
     assert!(out.status.success());
     let log = String::from_utf8_lossy(&out.stderr);
     for req in [
-        "cuMemAlloc 3020 0",
-        "cuMemFree 3020 0",
-        "cuMemAllocAsync 11020 2",
+        "cudart_static: cuMemAlloc 3020 0",
+        "cudart_static: cuMemFree 3020 0",
+        "cudart_static: cuMemAllocAsync 11020 2",
+        "cushim: cuGetProcAddress cuMemAlloc 3020 0 -> 0 hook cuMemAlloc_v2\n",
+        "cushim: cuGetProcAddress cuMemAllocAsync 11020 2 -> 0 hook cuMemAllocAsync_ptsz\n",
+        "cushim: cuGetProcAddress cuStreamDestroy 4000 0 -> 0 hook cuStreamDestroy_v2\n",
+        "cushim: cuGetProcAddress cuDeviceGet 2000 0 -> 0\n",
+        "cushim: cuGetProcAddress cuMemcpyHtoD 3020 0 -> 0\n",
     ] {
-        assert!(log.contains(req), "{req} not requested: {log}");
+        assert!(log.contains(req), "{req:?} not in: {log}");
     }
+}
+
+/// The requests a static runtime's start-up made and the hook each got: (name version
+/// flags, hook) from `CUSHIM_LOG_PROCADDR` lines.
+fn procaddr_log(stderr: &str) -> Vec<(String, Option<String>)> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("cushim: cuGetProcAddress "))
+        .map(|l| {
+            let (req, rest) = l.split_once(" -> ").expect("a logged request");
+            let hook = rest.split_once(" hook ").map(|(_, h)| h.to_string());
+            (req.to_string(), hook)
+        })
+        .collect()
+}
+
+/// NVIDIA's own static runtime (`libcudart_static.a` from the PyPI wheel
+/// `nvidia-cuda-runtime-cu12`, named by `CUSHIM_CUDART_STATIC`) linked into a one-line
+/// cudaMalloc program. Over simcuda it stops at `cuGetExportTable` (cudaMalloc fails), but by
+/// then it has fetched all its driver entry points through `cuGetProcAddress_v2`: exactly
+/// the allocation and stream ones, at the versions it asks for, must get the shim's hooks.
+#[test]
+#[ignore = "needs CUSHIM_CUDART_STATIC=/path/to/libcudart_static.a (pip download nvidia-cuda-runtime-cu12)"]
+fn nvidias_static_runtime_gets_hooks_for_exactly_the_allocation_entry_points() {
+    let lib = std::env::var("CUSHIM_CUDART_STATIC").expect("CUSHIM_CUDART_STATIC");
+    let dir = common::scratch("nvidia-static");
+    let src = dir.join("one.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stddef.h>\nint cudaMalloc(void **p, size_t n);\n\
+         int main(void) { void *p = 0; printf(\"cudaMalloc=%d\\n\", cudaMalloc(&p, 1 << 20)); \
+         return 0; }\n",
+    )
+    .expect("writing the program");
+    let exe = dir.join("one");
+    let cc = common::run(
+        std::process::Command::new("cc")
+            .arg(&src)
+            .arg(&lib)
+            .arg("-o")
+            .arg(&exe)
+            .args(["-ldl", "-lpthread", "-lrt"]),
+    );
+    assert!(cc.status.success(), "{cc:?}");
+    let ldd = common::run_ok(std::process::Command::new("ldd").arg(&exe));
+    assert!(!ldd.contains("libcudart"), "{ldd}");
+    let out = common::run(common::shim_cmd(&exe).env("CUSHIM_LOG_PROCADDR", "1"));
+    let reqs = procaddr_log(&String::from_utf8_lossy(&out.stderr));
+    assert!(reqs.len() > 400, "{} requests", reqs.len());
+    let mut hooked: Vec<(String, String)> = reqs
+        .iter()
+        .filter_map(|(r, h)| h.clone().map(|h| (r.clone(), h)))
+        .collect();
+    hooked.sort();
+    hooked.dedup();
+    let mut expect: Vec<(String, String)> = [
+        ("cuGetProcAddress 11030 0", "cuGetProcAddress"),
+        ("cuGetProcAddress 12000 0", "cuGetProcAddress_v2"),
+        ("cuMemAlloc 3020 0", "cuMemAlloc_v2"),
+        ("cuMemAllocAsync 11020 0", "cuMemAllocAsync"),
+        ("cuMemAllocAsync 11020 2", "cuMemAllocAsync_ptsz"),
+        ("cuMemFree 3020 0", "cuMemFree_v2"),
+        ("cuMemFreeAsync 11020 0", "cuMemFreeAsync"),
+        ("cuMemFreeAsync 11020 2", "cuMemFreeAsync_ptsz"),
+        ("cuMemFreeHost 2000 0", "cuMemFreeHost"),
+        ("cuMemGetInfo 3020 0", "cuMemGetInfo_v2"),
+        ("cuMemHostAlloc 2020 0", "cuMemHostAlloc"),
+        ("cuStreamCreate 2000 0", "cuStreamCreate"),
+        (
+            "cuStreamCreateWithPriority 5050 0",
+            "cuStreamCreateWithPriority",
+        ),
+        ("cuStreamDestroy 4000 0", "cuStreamDestroy_v2"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    expect.sort();
+    assert_eq!(hooked, expect);
 }

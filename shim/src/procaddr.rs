@@ -8,7 +8,8 @@
 //! point), per-thread variant (`_ptsz`) when flag 2 asks for it or the driver answered with
 //! its `_ptsz` function. Then only the pointer is swapped, for the hook of the same ABI. The
 //! wrappers never initialize the shim or CUDA (`cuGetExportTable` is passed through
-//! untouched), and substitute nothing for calls from inside the shim.
+//! untouched), and substitute nothing for calls from inside the shim. With
+//! `CUSHIM_LOG_PROCADDR=1` each request is logged on stderr with the hook it got, if any.
 
 // C ABI exports: their pointer arguments follow the CUDA driver's contract, checked for NULL
 // where the driver checks them; they are not `unsafe fn` because C callers cannot see that.
@@ -16,6 +17,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::call_driver;
 use crate::exports_driver::{by_symbol as driver_hook, Hook};
@@ -85,18 +87,46 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
     }
 }
 
-/// After the real lookup succeeded: swap `*pfn` for our hook when the request is known.
-fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-    if !enabled(Layer::Driver) || inside() {
+static LOG: AtomicU8 = AtomicU8::new(0);
+
+/// Whether `CUSHIM_LOG_PROCADDR` asks for one stderr line per request (read once, getenv).
+fn logging() -> bool {
+    let v = LOG.load(Ordering::Relaxed);
+    if v != 0 {
+        return v == 2;
+    }
+    // SAFETY: getenv with a NUL-terminated name; the value is only tested for presence.
+    let p = unsafe { libc::getenv(c"CUSHIM_LOG_PROCADDR".as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string.
+    let on = !p.is_null() && !matches!(unsafe { CStr::from_ptr(p) }.to_bytes(), b"" | b"0");
+    LOG.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+    on
+}
+
+/// After the real lookup: swap `*pfn` for our hook when it succeeded for a known request.
+fn substitute(rc: c_int, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
+    if symbol.is_null() || pfn.is_null() {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the real function succeeded, so `symbol` and `pfn` are valid.
+        // SAFETY: the caller passed a NUL-terminated name and a valid out-pointer.
         let (name, got) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn as usize) };
-        if got == 0 {
-            return;
+        let hook = if rc == 0 && got != 0 && enabled(Layer::Driver) && !inside() {
+            hooked_symbol(name, version, flags, got)
+        } else {
+            None
+        };
+        if logging() {
+            eprintln!(
+                "cushim: cuGetProcAddress {} {version} {flags} -> {rc}{}",
+                String::from_utf8_lossy(name),
+                hook.map_or(String::new(), |h| format!(
+                    " hook {}",
+                    String::from_utf8_lossy(h)
+                ))
+            );
         }
-        let Some(hook) = hooked_symbol(name, version, flags, got).and_then(by_symbol) else {
+        let Some(hook) = hook.and_then(by_symbol) else {
             return;
         };
         hook.real.offer(got);
@@ -113,9 +143,7 @@ pub extern "C" fn cuGetProcAddress(
     flags: u64,
 ) -> c_int {
     let rc = call_driver!(REAL_GPA, GpaFn, (symbol, pfn, version, flags));
-    if rc == 0 && !symbol.is_null() && !pfn.is_null() {
-        substitute(symbol, pfn, version, flags);
-    }
+    substitute(rc, symbol, pfn, version, flags);
     rc
 }
 
@@ -128,9 +156,7 @@ pub extern "C" fn cuGetProcAddress_v2(
     status: *mut c_int,
 ) -> c_int {
     let rc = call_driver!(REAL_GPA_V2, GpaV2Fn, (symbol, pfn, version, flags, status));
-    if rc == 0 && !symbol.is_null() && !pfn.is_null() {
-        substitute(symbol, pfn, version, flags);
-    }
+    substitute(rc, symbol, pfn, version, flags);
     rc
 }
 
