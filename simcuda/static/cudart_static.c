@@ -13,7 +13,9 @@
  * context made current on each calling thread, cudaMalloc(&p, 0) succeeds with p = NULL
  * without a driver call, cudaFree(NULL) only initialises, a sticky per-thread last error
  * (cudaGetLastError returns and clears it). Driver result codes are returned as runtime
- * codes of the same number (true for every code this subset can produce). */
+ * codes of the same number (true for every code this subset can produce). Implemented: what
+ * the seed programs and examples/demo.c call (allocation, streams, copies, sets, host
+ * functions, errors). */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -332,6 +334,26 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
     READY();
     return rt(drv.MemsetD8((CUdeviceptr)(size_t)devPtr, (unsigned char)value, count));
+}
+
+/* The async copy and set run after the work already queued on the stream and complete
+ * before returning (CUDA allows an async call to be synchronous): simcuda's driver table has
+ * no async copy entry points. */
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    READY();
+    CUresult r = drv.StreamSynchronize((CUstream)stream);
+    if (r != CUDA_SUCCESS)
+        return rt(r);
+    return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
+    READY();
+    CUresult r = drv.StreamSynchronize((CUstream)stream);
+    if (r != CUDA_SUCCESS)
+        return rt(r);
+    return cudaMemset(devPtr, value, count);
 }
 
 cudaError_t cudaGetLastError(void) {
