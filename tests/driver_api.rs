@@ -284,3 +284,26 @@ fn driver_api_live_snapshots_under_signals_parse_and_results_stay_correct() {
         assert!(load(f)["segments"].is_array(), "{}", f.display());
     }
 }
+
+fn stream_safety(free_sync: &str) -> String {
+    common::run_ok(
+        common::shim_cmd(&prog("driver_stream_safety"))
+            .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
+    )
+}
+
+#[test]
+fn driver_api_streams_reach_the_cache_so_freed_blocks_wait_for_pending_work() {
+    // The stream came from the shim's cuStreamCreate hook; only because the cache knows of
+    // it are frees held back in auto mode.
+    let out = stream_safety("auto");
+    assert!(out.contains("intact=1"), "{out}");
+    assert!(out.contains("same_address=0"), "{out}");
+}
+
+#[test]
+fn driver_api_free_sync_none_really_races() {
+    let out = stream_safety("none");
+    assert!(out.contains("same_address=1"), "{out}");
+    assert!(out.contains("intact=0"), "{out}");
+}

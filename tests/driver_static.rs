@@ -407,3 +407,39 @@ fn nvidias_static_runtime_gets_hooks_for_exactly_the_allocation_entry_points() {
     expect.sort();
     assert_eq!(hooked, expect);
 }
+
+fn static_stream_safety(free_sync: &str) -> String {
+    let exe = common::compile_static("shim_stream_safety", &[]);
+    common::run_ok(
+        common::shim_cmd(&exe).env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
+    )
+}
+
+#[test]
+fn static_build_streams_reach_the_cache_so_freed_blocks_wait_for_pending_work() {
+    // The stream was created through the static runtime's cuStreamCreate, i.e. the shim's
+    // driver hook; only because the cache knows of it are frees held back in auto mode.
+    let out = static_stream_safety("auto");
+    assert!(out.contains("intact=1"), "{out}");
+    assert!(out.contains("same_address=0"), "{out}");
+}
+
+#[test]
+fn static_build_free_sync_none_really_races() {
+    let out = static_stream_safety("none");
+    assert!(out.contains("same_address=1"), "{out}");
+    assert!(out.contains("intact=0"), "{out}");
+}
+
+#[test]
+fn static_build_single_stream_program_makes_no_event_calls() {
+    let exe = common::compile_static("shim_single_stream", &[]);
+    let dir = common::scratch("static-single-stream");
+    let report = dir.join("report.json");
+    let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_REPORT", &report));
+    let r = common::read_report(&report);
+    for call in ["cuEventCreate", "cuEventRecord", "cuEventQuery"] {
+        assert_eq!(r["calls"][call].as_u64().unwrap_or(0), 0, "{call}: {r}");
+    }
+    assert!(out.contains("device_allocs="), "{out}");
+}

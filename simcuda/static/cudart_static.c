@@ -336,24 +336,57 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
     return rt(drv.MemsetD8((CUdeviceptr)(size_t)devPtr, (unsigned char)value, count));
 }
 
-/* The async copy and set run after the work already queued on the stream and complete
- * before returning (CUDA allows an async call to be synchronous): simcuda's driver table has
- * no async copy entry points. */
+/* Async copies and sets: simcuda's driver table has no async copy entry points, but its
+ * device memory is host memory, so a host function queued on the stream does the work in
+ * stream order, after the work queued before it, while the caller goes on (a host-to-device
+ * source is staged first, as CUDA stages pageable memory). Simcuda-specific by design. */
+struct job {
+    void *dst;
+    const void *src; /* NULL: set dst to value */
+    int value;
+    size_t n;
+    unsigned char staged[];
+};
+
+static void run_job(void *arg) {
+    struct job *j = arg;
+    if (j->src)
+        memmove(j->dst, j->src, j->n);
+    else
+        memset(j->dst, j->value, j->n);
+    free(j);
+}
+
+static cudaError_t enqueue(cudaStream_t stream, void *dst, const void *src, int value, size_t n,
+                           int stage) {
+    struct job *j = malloc(sizeof *j + (stage ? n : 0));
+    if (!j)
+        return fail(cudaErrorMemoryAllocation);
+    j->dst = dst;
+    j->value = value;
+    j->n = n;
+    j->src = src;
+    if (stage) {
+        memcpy(j->staged, src, n);
+        j->src = j->staged;
+    }
+    CUresult r = drv.LaunchHostFunc((CUstream)stream, run_job, j);
+    if (r != CUDA_SUCCESS)
+        free(j);
+    return rt(r);
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
     READY();
-    CUresult r = drv.StreamSynchronize((CUstream)stream);
-    if (r != CUDA_SUCCESS)
-        return rt(r);
-    return cudaMemcpy(dst, src, count, kind);
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
+        return fail(cudaErrorInvalidMemcpyDirection);
+    return enqueue(stream, dst, src, 0, count, kind == cudaMemcpyHostToDevice);
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
     READY();
-    CUresult r = drv.StreamSynchronize((CUstream)stream);
-    if (r != CUDA_SUCCESS)
-        return rt(r);
-    return cudaMemset(devPtr, value, count);
+    return enqueue(stream, devPtr, NULL, value, count, 0);
 }
 
 cudaError_t cudaGetLastError(void) {
