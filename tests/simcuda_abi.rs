@@ -34,6 +34,11 @@ fn nvidia_includes() -> Option<&'static (PathBuf, PathBuf)> {
             }
         }
         let out = wheels.join("headers");
+        let runtime_inc = out.join("nvidia/cuda_runtime/include");
+        let nvcc_inc = out.join("nvidia/cuda_nvcc/include");
+        if runtime_inc.join("cuda_runtime_api.h").exists() && nvcc_inc.join("crt").exists() {
+            return Some((runtime_inc, nvcc_inc));
+        }
         for w in [have("nvidia_cuda_runtime_cu12")?, have("nvidia_cuda_nvcc_cu12")?] {
             let script = "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1])\nfor n in z.namelist():\n    if '/include/' in n: z.extract(n, sys.argv[2])\n";
             let st = Command::new("python3").args(["-c", script]).arg(&w).arg(&out).status().unwrap();

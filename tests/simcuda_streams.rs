@@ -85,3 +85,13 @@ fn driver_streams_events_and_host_functions_work() {
 fn free_async_releases_memory_when_the_stream_reaches_it() {
     case("malloc_async_free_async_in_stream_order");
 }
+
+#[test]
+fn driver_async_copies_event_timing_and_context_push_pop_work() {
+    case("driver_async_copies_timing_and_context_stack");
+}
+
+#[test]
+fn runtime_event_elapsed_time_measures_stream_time() {
+    case("runtime_event_elapsed_time");
+}

@@ -28,6 +28,13 @@ extern "C" {
 #define cuStreamBeginCapture        cuStreamBeginCapture_v2
 #define cuDevicePrimaryCtxRelease   cuDevicePrimaryCtxRelease_v2
 #define cuGetProcAddress            cuGetProcAddress_v2
+#define cuMemcpyHtoDAsync           cuMemcpyHtoDAsync_v2
+#define cuMemcpyDtoHAsync           cuMemcpyDtoHAsync_v2
+#define cuMemcpyDtoDAsync           cuMemcpyDtoDAsync_v2
+#define cuMemsetD32                 cuMemsetD32_v2
+#define cuMemHostGetDevicePointer   cuMemHostGetDevicePointer_v2
+#define cuCtxPushCurrent            cuCtxPushCurrent_v2
+#define cuCtxPopCurrent             cuCtxPopCurrent_v2
 
 typedef unsigned int cuuint32_t;
 typedef unsigned long long cuuint64_t;
@@ -245,6 +252,20 @@ CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventDestroy(CUevent hEvent);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+CUresult cuStreamGetPriority(CUstream hStream, int *priority);
+CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *pctx);
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 
 #ifdef __cplusplus

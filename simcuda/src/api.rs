@@ -41,6 +41,10 @@ entry_points! {
     cuEventCreate, cuEventRecord, cuEventRecord_ptsz, cuEventQuery, cuEventSynchronize,
     cuEventDestroy, cuEventDestroy_v2, cuLaunchHostFunc, cuLaunchHostFunc_ptsz,
     cuGetErrorName, cuGetErrorString, cuGetProcAddress, cuGetProcAddress_v2, cuGetExportTable,
+    cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyDtoDAsync_v2, cuMemsetD8Async,
+    cuMemsetD32_v2, cuMemsetD32Async, cuMemHostGetDevicePointer_v2,
+    cuEventElapsedTime, cuEventElapsedTime_v2, cuCtxGetStreamPriorityRange, cuStreamGetPriority, cuStreamGetFlags,
+    cuCtxPushCurrent_v2, cuCtxPopCurrent_v2,
     cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaMallocAsync,
     cudaFreeAsync, cudaMemGetInfo, cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync,
     cudaDeviceSynchronize, cudaDeviceReset, cudaGetDevice, cudaSetDevice, cudaGetDeviceCount,
@@ -52,7 +56,8 @@ entry_points! {
     cudaEventCreate, cudaEventCreateWithFlags, cudaEventRecord, cudaEventQuery,
     cudaEventSynchronize, cudaEventDestroy, cudaLaunchHostFunc, cudaGetLastError,
     cudaPeekAtLastError, cudaGetErrorString, cudaGetErrorName, cudaPointerGetAttributes,
-    cudaDriverGetVersion, cudaRuntimeGetVersion,
+    cudaDriverGetVersion, cudaRuntimeGetVersion, cudaEventElapsedTime,
+    cudaDeviceGetStreamPriorityRange,
 }
 
 /// Number of entry points.

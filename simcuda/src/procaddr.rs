@@ -479,6 +479,84 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
             cuGetProcAddress_v2 as unsafe extern "C" fn(_, _, _, _, _) -> _
         ),
         e!(
+            "cuMemcpyHtoDAsync",
+            3020,
+            false,
+            cuMemcpyHtoDAsync_v2 as unsafe extern "C" fn(_, _, _, _) -> _
+        ),
+        e!(
+            "cuMemcpyDtoHAsync",
+            3020,
+            false,
+            cuMemcpyDtoHAsync_v2 as unsafe extern "C" fn(_, _, _, _) -> _
+        ),
+        e!(
+            "cuMemcpyDtoDAsync",
+            3020,
+            false,
+            cuMemcpyDtoDAsync_v2 as extern "C" fn(_, _, _, _) -> _
+        ),
+        e!(
+            "cuMemsetD8Async",
+            3020,
+            false,
+            cuMemsetD8Async as extern "C" fn(_, _, _, _) -> _
+        ),
+        e!(
+            "cuMemsetD32",
+            3020,
+            false,
+            cuMemsetD32_v2 as extern "C" fn(_, _, _) -> _
+        ),
+        e!(
+            "cuMemsetD32Async",
+            3020,
+            false,
+            cuMemsetD32Async as extern "C" fn(_, _, _, _) -> _
+        ),
+        e!(
+            "cuMemHostGetDevicePointer",
+            3020,
+            false,
+            cuMemHostGetDevicePointer_v2 as unsafe extern "C" fn(_, _, _) -> _
+        ),
+        e!(
+            "cuEventElapsedTime",
+            2000,
+            false,
+            cuEventElapsedTime as unsafe extern "C" fn(_, _, _) -> _
+        ),
+        e!(
+            "cuCtxGetStreamPriorityRange",
+            5050,
+            false,
+            cuCtxGetStreamPriorityRange as unsafe extern "C" fn(_, _) -> _
+        ),
+        e!(
+            "cuStreamGetPriority",
+            5050,
+            false,
+            cuStreamGetPriority as unsafe extern "C" fn(_, _) -> _
+        ),
+        e!(
+            "cuStreamGetFlags",
+            5050,
+            false,
+            cuStreamGetFlags as unsafe extern "C" fn(_, _) -> _
+        ),
+        e!(
+            "cuCtxPushCurrent",
+            4000,
+            false,
+            cuCtxPushCurrent_v2 as extern "C" fn(_) -> _
+        ),
+        e!(
+            "cuCtxPopCurrent",
+            4000,
+            false,
+            cuCtxPopCurrent_v2 as unsafe extern "C" fn(_) -> _
+        ),
+        e!(
             "cuGetExportTable",
             3000,
             false,

@@ -327,3 +327,36 @@ pub unsafe extern "C" fn cudaDriverGetVersion(v: *mut c_int) -> CUresult {
 pub unsafe extern "C" fn cudaRuntimeGetVersion(v: *mut c_int) -> CUresult {
     runtime(Api::cudaRuntimeGetVersion, || out(v, DRIVER_VERSION))
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaEventElapsedTime, || {
+        runtime_device()?;
+        if ms.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        out(ms, event::elapsed(start as usize, end as usize)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    runtime(Api::cudaDeviceGetStreamPriorityRange, || {
+        runtime_device()?;
+        let (l, g) = crate::driver_api::PRIORITY_RANGE;
+        if !least.is_null() {
+            out(least, l)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, g)?;
+        }
+        Ok(())
+    })
+}
