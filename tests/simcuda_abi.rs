@@ -150,7 +150,11 @@ fn vmm_program_built_with_nvidia_headers_runs_on_simcuda() {
 fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
     run_cases(
         "sim_streams",
-        &["event_readiness", "driver_streams_and_host_funcs"],
+        &[
+            "event_readiness",
+            "driver_streams_and_host_funcs",
+            "driver_async_copies_timing_and_context_stack",
+        ],
         &[],
     );
     run_cases(
