@@ -276,3 +276,25 @@ fn declared_constants_and_layouts_equal_nvidia_headers() {
     }
     assert_eq!(ours.lines().count(), theirs.lines().count());
 }
+
+#[test]
+fn per_thread_default_stream_builds_with_nvidia_headers_link_and_run_on_simcuda() {
+    let Some(inc) = nvidia_includes() else { return };
+    let ptds = ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"];
+    // every _ptds / _ptsz name NVIDIA's headers select for these programs must link
+    for prog in ["sim_driver", "sim_vmm", "sim_capture"] {
+        compile_nvidia(&test_c(prog), &format!("{prog}-ptds"), inc, &ptds);
+    }
+    let streams = compile_nvidia(&test_c("sim_streams"), "sim_streams-ptds", inc, &ptds);
+    for case in [
+        "event_readiness",
+        "driver_async_copies_timing_and_context_stack",
+        "work_runs_in_stream_order",
+    ] {
+        let out = common::run_ok(common::sim_cmd(&streams).arg(case));
+        assert!(out.contains(&format!("PASS {case}")), "{out}");
+    }
+    let exe = compile_nvidia(&test_c("sim_ptds"), "sim_ptds", inc, &ptds);
+    let out = common::run_ok(&mut common::sim_cmd(&exe));
+    assert!(out.contains("seen 0") && out.contains("PASS ptds"), "{out}");
+}

@@ -14,6 +14,23 @@ extern "C" {
 
 #define cudaGetDeviceProperties cudaGetDeviceProperties_v2
 
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define cudaMemcpy                  cudaMemcpy_ptds
+#define cudaMemset                  cudaMemset_ptds
+#define cudaMemcpyAsync             cudaMemcpyAsync_ptsz
+#define cudaMemsetAsync             cudaMemsetAsync_ptsz
+#define cudaStreamQuery             cudaStreamQuery_ptsz
+#define cudaStreamSynchronize       cudaStreamSynchronize_ptsz
+#define cudaStreamWaitEvent         cudaStreamWaitEvent_ptsz
+#define cudaEventRecord             cudaEventRecord_ptsz
+#define cudaLaunchHostFunc          cudaLaunchHostFunc_ptsz
+#define cudaStreamBeginCapture      cudaStreamBeginCapture_ptsz
+#define cudaStreamEndCapture        cudaStreamEndCapture_ptsz
+#define cudaStreamIsCapturing       cudaStreamIsCapturing_ptsz
+#define cudaMallocAsync             cudaMallocAsync_ptsz
+#define cudaFreeAsync               cudaFreeAsync_ptsz
+#endif
+
 enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,

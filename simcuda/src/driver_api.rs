@@ -538,3 +538,20 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut *mut Ctx) -> CUresult {
         Ok(())
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
+    h: *mut c_void,
+    priority: *mut c_int,
+) -> CUresult {
+    driver(Api::cuStreamGetPriority_ptsz, || {
+        out(priority, drv_stream(h, true)?.priority)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags_ptsz(h: *mut c_void, flags: *mut c_uint) -> CUresult {
+    driver(Api::cuStreamGetFlags_ptsz, || {
+        out(flags, drv_stream(h, true)?.flags)
+    })
+}

@@ -408,8 +408,9 @@ fn copy_async_c(
     n: usize,
     sides: (bool, bool),
     h: *mut c_void,
+    ptds: bool,
 ) -> Result<(), CUresult> {
-    let s = drv_stream(h, false)?;
+    let s = drv_stream(h, ptds)?;
     stream::run_async(&s, copy_job(dst, src, n, sides.0, sides.1)?)
 }
 
@@ -421,7 +422,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     h: *mut c_void,
 ) -> CUresult {
     driver(Api::cuMemcpyHtoDAsync_v2, || {
-        copy_async_c(dst as usize, src as usize, n, (true, false), h)
+        copy_async_c(dst as usize, src as usize, n, (true, false), h, false)
     })
 }
 
@@ -433,14 +434,14 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     h: *mut c_void,
 ) -> CUresult {
     driver(Api::cuMemcpyDtoHAsync_v2, || {
-        copy_async_c(dst as usize, src as usize, n, (false, true), h)
+        copy_async_c(dst as usize, src as usize, n, (false, true), h, false)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, h: *mut c_void) -> CUresult {
     driver(Api::cuMemcpyDtoDAsync_v2, || {
-        copy_async_c(dst as usize, src as usize, n, (true, true), h)
+        copy_async_c(dst as usize, src as usize, n, (true, true), h, false)
     })
 }
 
@@ -499,5 +500,70 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
         }
         host::find(p as usize).ok_or(INVALID_VALUE)?;
         out(pdptr, p as u64)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyHtoDAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (true, false), h, true)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyDtoHAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (false, true), h, true)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
+    dst: u64,
+    src: u64,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyDtoDAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (true, true), h, true)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async_ptsz(dst: u64, value: u8, n: usize, h: *mut c_void) -> CUresult {
+    driver(Api::cuMemsetD8Async_ptsz, || {
+        let s = drv_stream(h, true)?;
+        stream::run_async(&s, set_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32_v2_ptds(dst: u64, value: c_uint, n: usize) -> CUresult {
+    driver(Api::cuMemsetD32_v2_ptds, || {
+        let s = drv_stream(std::ptr::null_mut(), true)?;
+        stream::run_sync(&s, set32_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32Async_ptsz(
+    dst: u64,
+    value: c_uint,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemsetD32Async_ptsz, || {
+        let s = drv_stream(h, true)?;
+        stream::run_async(&s, set32_job(dst as usize, value, n)?)
     })
 }

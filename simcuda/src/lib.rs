@@ -40,6 +40,7 @@ pub mod procaddr;
 pub mod report;
 pub mod runtime_api;
 pub mod runtime_mem_api;
+pub mod runtime_ptsz_api;
 pub mod state;
 pub mod stream;
 pub mod types;

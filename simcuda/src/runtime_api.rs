@@ -19,6 +19,11 @@ pub fn rt_stream(h: *mut c_void) -> Result<Arc<Stream>, CUresult> {
     stream::resolve(runtime_device()?, h as usize, false)
 }
 
+/// The stream a `_ptsz` / `_ptds` runtime call names: 0 is the per-thread default stream.
+pub fn rt_stream_ptds(h: *mut c_void) -> Result<Arc<Stream>, CUresult> {
+    stream::resolve(runtime_device()?, h as usize, true)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> CUresult {
     runtime(Api::cudaGetDeviceCount, || {
