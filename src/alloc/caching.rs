@@ -65,7 +65,7 @@ use super::block::{Arena, Block, BlockId, State};
 use super::expandable::Expandable;
 use super::pending::Pending;
 use super::pool::Pool;
-use super::rounding::{is_small, round_size, segment_size, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE};
+use super::rounding::{is_small, round_size, segment_size, MIN_BLOCK, SMALL_SIZE};
 use super::stats::DeviceStats;
 use super::{AllocError, FreeError};
 use crate::config::alloc::{AllocConf, FreeSync};
@@ -323,7 +323,9 @@ impl DeviceState {
             if rounded < max_split && bsize >= max_split {
                 return None;
             }
-            if rounded >= max_split && bsize >= rounded.saturating_add(LARGE_BUFFER) {
+            if rounded >= max_split
+                && bsize >= rounded.saturating_add(ctx.conf.max_non_split_rounding_size)
+            {
                 return None;
             }
         }
