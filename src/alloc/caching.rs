@@ -210,7 +210,7 @@ impl DeviceState {
             return true;
         }
         let allowed = (self.total_memory(ctx.device) as f64 * f) as u64;
-        self.stats.reserved_bytes.all.current as u64 + extra <= allowed
+        (self.stats.reserved_bytes.all.current as u64).saturating_add(extra) <= allowed
     }
 
     // ----------------------------------------------------------------------------- malloc

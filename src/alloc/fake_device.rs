@@ -234,7 +234,7 @@ impl Inner {
     }
 
     fn charge(&mut self, d: usize, size: u64) -> DevResult<()> {
-        if self.used[d] + size > self.capacity {
+        if self.used[d].saturating_add(size) > self.capacity {
             return Err(DeviceError::OutOfMemory);
         }
         self.used[d] += size;
@@ -485,6 +485,9 @@ impl Device for FakeDevice {
         let mut g = self.inner.lock();
         g.counters.host_alloc += 1;
         if g.fault(Op::HostAlloc) {
+            return Err(DeviceError::OutOfMemory);
+        }
+        if size > 1 << 40 {
             return Err(DeviceError::OutOfMemory);
         }
         let p = g.next_host;
