@@ -32,9 +32,13 @@ fn size(rng: &mut fastrand::Rng) -> u64 {
     }
 }
 
-/// Check the listing of device `d`; return the bytes of pages touched by active blocks.
+/// Check the snapshot of device `d`; return the bytes of pages touched by active blocks.
 fn check(a: &CachingAllocator, dev: &FakeDevice, d: i32) -> u64 {
-    let segs = a.segments(d);
+    let snap = a.snapshot();
+    assert_eq!(snap.len(), a.device_count() + 1);
+    assert_eq!(snap.last().unwrap().device, -1);
+    let segs = snap[d as usize].segments.clone();
+    assert!(segs.iter().all(|s| s.device == d));
     let mut ranges = Vec::new();
     let mut active_ranges = Vec::new();
     for s in &segs {

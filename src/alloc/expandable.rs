@@ -445,8 +445,7 @@ impl DeviceState {
         for (i, p) in plan.iter().enumerate() {
             let Some((d, a)) = p.donor else { continue };
             if !synced.contains(&d) {
-                let s = self.exp.list[d as usize].stream;
-                if ctx.device.synchronize_stream(self.dev, s).is_err() {
+                if !self.sync_reservation(ctx, d) {
                     failed = true;
                     break;
                 }
@@ -513,7 +512,15 @@ impl DeviceState {
         Some(id)
     }
 
-    /// Unmap and release whole free pages, oldest blocks first, until `target` bytes (all of
+    /// Wait for the work queued on reservation `r`'s stream (the whole device if that
+    /// stream is gone), so that none of it can touch a page about to be unmapped.
+    fn sync_reservation(&self, ctx: &Ctx, r: u32) -> bool {
+        let s = self.exp.list[r as usize].stream;
+        ctx.device.synchronize_stream(self.dev, s).is_ok()
+            || ctx.device.synchronize_device(self.dev).is_ok()
+    }
+
+    /// Unmap and release whole free pages, in address order, until `target` bytes (all of
     /// them with `u64::MAX`). Returns the bytes released.
     fn release_pages(&mut self, ctx: &Ctx, target: u64) -> u64 {
         let mut released = 0;
@@ -525,8 +532,7 @@ impl DeviceState {
             if pages.is_empty() {
                 continue;
             }
-            let s = self.exp.list[r as usize].stream;
-            if ctx.device.synchronize_stream(self.dev, s).is_err() {
+            if !self.sync_reservation(ctx, r) {
                 continue;
             }
             for (a, size) in pages {

@@ -21,6 +21,7 @@ pub enum Op {
     Map,
     Unmap,
     RecordEvent,
+    SyncStream,
     HostAlloc,
 }
 
@@ -468,7 +469,11 @@ impl Device for FakeDevice {
     }
 
     fn synchronize_stream(&self, _dev: i32, _stream: Stream) -> DevResult<()> {
-        self.inner.lock().counters.sync_stream += 1;
+        let mut g = self.inner.lock();
+        g.counters.sync_stream += 1;
+        if g.fault(Op::SyncStream) {
+            return Err(DeviceError::Driver(400));
+        }
         Ok(())
     }
 
