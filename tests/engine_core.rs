@@ -434,3 +434,10 @@ fn absurd_sizes_fail_cleanly_with_out_of_memory() {
         assert!(a.host_alloc(u64::MAX, 0, 0).is_err());
     }
 }
+
+#[test]
+fn the_allocator_can_live_in_a_static_shared_by_threads() {
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<CachingAllocator>();
+    shared::<FakeDevice>();
+}

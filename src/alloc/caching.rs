@@ -378,7 +378,7 @@ impl DeviceState {
         stack: StackId,
     ) -> Result<Option<BlockId>, AllocError> {
         if self.exp.enabled() {
-            if let Some(r) = self.ensure_reservation(ctx, stream, large, stack) {
+            if let Some(r) = self.ensure_reservation(ctx, stream, large) {
                 return Ok(self.expandable_grow(ctx, r, rounded, stack));
             }
         }

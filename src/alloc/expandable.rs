@@ -148,7 +148,6 @@ impl DeviceState {
         ctx: &Ctx,
         stream: Stream,
         large: bool,
-        _stack: StackId,
     ) -> Option<u32> {
         if let Some(i) = self
             .exp
