@@ -236,3 +236,66 @@ fn four_threads_on_two_devices_never_share_bytes() {
         assert_eq!(dev.used(0) + dev.used(1), 0);
     }
 }
+
+#[test]
+fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
+    use cushim::alloc::fake_device::Op;
+    for conf in [
+        "expandable_segments:True",
+        "",
+        "free_sync:device,expandable_segments:True",
+    ] {
+        let (dev, a) = setup(conf, 1, 2 * GIB);
+        dev.set_auto_complete(false);
+        a.stream_created(0, 0x77, true);
+        let mut rng = fastrand::Rng::with_seed(99);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut failures = 0;
+        for step in 0..3_000 {
+            if rng.u8(..) < 8 {
+                let op = [
+                    Op::CreatePhysical,
+                    Op::Map,
+                    Op::Malloc,
+                    Op::RecordEvent,
+                    Op::Unmap,
+                ][rng.usize(..5)];
+                dev.fail_calls(op, rng.u64(1..4), rng.u64(1..3));
+            }
+            if step % 97 == 0 {
+                dev.complete_events();
+            }
+            if step % 501 == 0 {
+                a.empty_cache();
+            }
+            if live.len() < 4 || (live.len() < 200 && rng.bool()) {
+                let stream = if rng.u8(..) < 40 { 0x77 } else { 0 };
+                match a.malloc_async(0, size(&mut rng), stream, 0) {
+                    Ok(p) => live.push((p, stream)),
+                    Err(_) => failures += 1,
+                }
+            } else {
+                let (p, s) = live.swap_remove(rng.usize(..live.len()));
+                if rng.bool() {
+                    a.free_async(p, s, 0, 0).unwrap();
+                } else {
+                    a.free(p, 0, 0).unwrap();
+                }
+            }
+            check(&a, &dev, 0);
+            let pages = a.expandable_pages(0).len() as u64;
+            assert!(
+                dev.live_handles() as u64 == pages,
+                "no physical handle leaks"
+            );
+        }
+        for (p, _) in live {
+            a.free(p, 0, 0).unwrap();
+        }
+        dev.complete_events();
+        a.empty_cache();
+        check(&a, &dev, 0);
+        assert_eq!(dev.used(0), 0, "{conf}");
+        println!("{conf:?}: {failures} allocations failed under injected faults");
+    }
+}
