@@ -299,3 +299,87 @@ fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
         println!("{conf:?}: {failures} allocations failed under injected faults");
     }
 }
+
+#[derive(Clone, Default)]
+struct VecSink(Arc<Mutex<Vec<cushim::trace::event::TraceEvent>>>);
+
+impl cushim::trace::event::EventSink for VecSink {
+    fn enabled(&self) -> bool {
+        true
+    }
+    fn record(&mut self, ev: cushim::trace::event::TraceEvent) {
+        self.0.lock().unwrap().push(ev);
+    }
+    fn events(&self) -> Vec<cushim::trace::event::TraceEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn replaying_the_events_gives_the_snapshot_state() {
+    use cushim::trace::event::Action;
+    use std::collections::BTreeSet;
+    for conf in [
+        "",
+        "expandable_segments:True",
+        "free_sync:event,max_split_size_mb:30",
+    ] {
+        let dev = Arc::new(FakeDevice::new(1, 4 * GIB));
+        dev.set_auto_complete(false);
+        let sink = VecSink::default();
+        let s2 = sink.clone();
+        let a = CachingAllocator::new(dev.clone(), parse(conf).0, &move |_| Box::new(s2.clone()));
+        a.stream_created(0, 0x77, true);
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut live = Vec::new();
+        for step in 0..4_000 {
+            if step % 50 == 0 {
+                dev.complete_events();
+            }
+            if step % 1000 == 999 {
+                a.empty_cache();
+            }
+            if live.len() < 4 || (live.len() < 150 && rng.bool()) {
+                live.push(a.malloc(0, size(&mut rng), 0, 0).unwrap());
+            } else {
+                a.free(live.swap_remove(rng.usize(..live.len())), 0, 0)
+                    .unwrap();
+            }
+        }
+        let snap = a.snapshot();
+        let events = &snap[0].events;
+        assert_eq!(events.last().unwrap().action, Action::Snapshot);
+        let mut reserved: i64 = 0;
+        let mut allocated = BTreeSet::new();
+        let mut pending = BTreeSet::new();
+        for e in events {
+            match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i64,
+                Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i64,
+                Action::Alloc => assert!(allocated.insert(e.addr)),
+                Action::FreeRequested => {
+                    assert!(allocated.remove(&e.addr));
+                    assert!(pending.insert(e.addr));
+                }
+                Action::FreeCompleted => assert!(pending.remove(&e.addr)),
+                _ => {}
+            }
+        }
+        let segs = &snap[0].segments;
+        let listed_reserved: u64 = segs.iter().map(|s| s.total_size).sum();
+        assert_eq!(reserved as u64, listed_reserved, "{conf}");
+        let by_state = |st: BlockState| -> BTreeSet<u64> {
+            segs.iter()
+                .flat_map(|s| s.blocks.iter())
+                .filter(|b| b.state == st)
+                .map(|b| b.address)
+                .collect()
+        };
+        assert_eq!(allocated, by_state(BlockState::ActiveAllocated), "{conf}");
+        assert_eq!(pending, by_state(BlockState::ActivePendingFree), "{conf}");
+        assert!(
+            !pending.is_empty() || conf.is_empty(),
+            "the run exercised pending frees"
+        );
+    }
+}
