@@ -10,9 +10,19 @@ const HISTORY: &str = "enabled=all,context=all,stacks=native";
 
 /// Load a snapshot with Python's standard library, as the viewers do.
 fn load(path: &Path) -> serde_json::Value {
+    load_with(path, &[])
+}
+
+/// Load it and keep only the counts of events and segments (for big snapshots).
+fn load_counts(path: &Path) -> serde_json::Value {
+    load_with(path, &["--counts"])
+}
+
+fn load_with(path: &Path, args: &[&str]) -> serde_json::Value {
     let script = common::artifacts::source_root().join("tests/py/snapshot_to_json.py");
     let out = std::process::Command::new("python3")
         .arg(script)
+        .args(args)
         .arg(path)
         .output()
         .expect("running python3");
@@ -115,8 +125,8 @@ fn a_hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
             .env("CUSHIM_HISTORY", HISTORY),
     );
     let size = std::fs::metadata(&snap).expect("snapshot written").len();
-    let v = load(&snap);
-    let n = v["device_traces"][0].as_array().map_or(0, |t| t.len());
+    let v = load_counts(&snap);
+    let n = v["device_traces"][0].as_u64().unwrap_or(0);
     println!("{n} events in {size} bytes");
     assert!(n >= 100_000, "{n} events");
     assert!(size < 10 << 20, "{size} bytes");
@@ -127,7 +137,7 @@ fn a_hundred_signals_while_two_threads_allocate_leave_correct_results_and_parsab
     let dir = common::scratch("snap-signals");
     let template = dir.join("live-%n.pickle");
     let mut child = common::shim_cmd(&trace_prog())
-        .args(["threads", "200000"])
+        .args(["threads", "50000"])
         .env("CUSHIM_SNAPSHOT", &template)
         .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
         .stdout(Stdio::piped())
@@ -155,8 +165,8 @@ fn a_hundred_signals_while_two_threads_allocate_leave_correct_results_and_parsab
         "at least one live dump and the exit dump: {files:?}"
     );
     for f in &files {
-        let v = load(f);
-        assert!(v["segments"].is_array(), "{}", f.display());
+        let v = load_counts(f);
+        assert!(v["segments"].is_u64(), "{}", f.display());
     }
 }
 

@@ -70,7 +70,7 @@ use super::stats::DeviceStats;
 use super::{AllocError, FreeError};
 use crate::config::alloc::{AllocConf, FreeSync};
 use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STACK};
 
 /// What a device state needs from its allocator for one call.
 pub(crate) struct Ctx<'a> {
@@ -441,9 +441,9 @@ impl DeviceState {
                 FreeError::NotOurs
             });
         };
-        let (state, size, large, stream) = {
+        let (state, size, requested, large, stream, alloc_stack) = {
             let b = &self.blocks[id];
-            (b.state, b.size, b.large, b.stream)
+            (b.state, b.size, b.requested, b.large, b.stream, b.stack)
         };
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
@@ -453,7 +453,14 @@ impl DeviceState {
         if size >= ctx.conf.max_split_size {
             self.stats.oversize_allocations.update(-1);
         }
-        self.record(Action::FreeRequested, ptr, size, stream, stack);
+        // As PyTorch records it: the requested size, and the allocation's stack when the
+        // free itself carries none.
+        let stack = if stack == NO_STACK {
+            alloc_stack
+        } else {
+            stack
+        };
+        self.record(Action::FreeRequested, ptr, requested, stream, stack);
         let wait = match async_stream {
             Some(s) if s == stream => false,
             Some(_) => ctx.conf.free_sync != FreeSync::None,
@@ -483,7 +490,7 @@ impl DeviceState {
         s.active.update(large, -1);
         s.active_bytes.update(large, -(size as i64));
         s.requested_bytes.update(large, -(requested as i64));
-        self.record(Action::FreeCompleted, addr, size, stream, stack);
+        self.record(Action::FreeCompleted, addr, requested, stream, stack);
         let b = &mut self.blocks[id];
         b.state = State::Free;
         b.requested = 0;
