@@ -263,3 +263,46 @@ fn the_summary_command_reads_a_shim_snapshot() {
         assert_eq!(again, out, "{fmt} summary equals the pickle's");
     }
 }
+
+#[test]
+fn an_out_of_memory_with_dump_on_oom_writes_a_snapshot_holding_the_oom_event() {
+    let dir = common::scratch("snap-oom");
+    let exe = common::compile("shim_oom", &[]);
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .env("SIMCUDA_MEM_MB", "1024")
+            .env("CUSHIM_SNAPSHOT", dir.join("oom-%n.pickle"))
+            .env("CUSHIM_DUMP_ON_OOM", "1")
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of memory; snapshot written"));
+    let v = load(&dir.join("oom-0.pickle"));
+    let traces = v["device_traces"][0].as_array().expect("traces");
+    let oom = traces
+        .iter()
+        .find(|t| t["action"] == "oom")
+        .expect("an oom event");
+    assert_eq!(oom["size"], 2048u64 << 20);
+    assert!(oom["device_free"].as_u64().is_some(), "{oom}");
+}
+
+#[test]
+fn exit_called_from_another_thread_still_writes_the_snapshot() {
+    let dir = common::scratch("snap-exit-thread");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&trace_prog())
+            .arg("exit_thread")
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let v = load(&snap);
+    let live: u64 = v["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| s["allocated_size"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(live, 13 << 20, "both live blocks are in the exit snapshot");
+}
