@@ -13,10 +13,6 @@
 //! free of a cached pointer 1 (logged once per call site); a NULL or foreign pointer goes to
 //! the real free function. In the `_ptsz` variants stream 0 means the per-thread stream.
 
-// C ABI exports: their pointer arguments follow the CUDA driver's contract, checked for NULL
-// where the driver checks them; they are not `unsafe fn` because C callers cannot see that.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};

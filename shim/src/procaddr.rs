@@ -11,10 +11,6 @@
 //! untouched), and substitute nothing for calls from inside the shim. With
 //! `CUSHIM_LOG_PROCADDR=1` each request is logged on stderr with the hook it got, if any.
 
-// C ABI exports: their pointer arguments follow the CUDA driver's contract, checked for NULL
-// where the driver checks them; they are not `unsafe fn` because C callers cannot see that.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
