@@ -99,3 +99,47 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     // SAFETY: the caller's own arguments.
     unsafe { real_dlsym(handle, name) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decide_for(handle: *mut c_void, name: &CStr, caller: usize) -> *mut c_void {
+        decide(handle, name.as_ptr(), caller)
+    }
+
+    #[test]
+    fn the_shims_own_code_is_recognised_as_the_caller_to_answer_for_real() {
+        let ours = decide as *const () as usize;
+        assert!(in_shim(ours));
+        assert!(!in_shim(libc::malloc as *const () as usize));
+        assert!(!in_shim(0));
+    }
+
+    #[test]
+    fn pseudo_handles_and_unknown_names_go_to_libc() {
+        let foreign = libc::malloc as *const () as usize;
+        assert!(!in_shim(foreign));
+        for h in [libc::RTLD_NEXT, libc::RTLD_DEFAULT] {
+            assert!(decide_for(h, c"cuMemAlloc_v2", foreign).is_null());
+        }
+        // SAFETY: dlopen(NULL) returns the main program's handle.
+        let main = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_NOW) };
+        for n in [c"cudnnCreate", c"cuMemAlloc", c"malloc", c""] {
+            assert!(decide_for(main, n, foreign).is_null(), "{n:?}");
+        }
+        assert!(decide(main, std::ptr::null(), foreign).is_null());
+    }
+
+    #[test]
+    fn the_override_answers_like_libc_for_ordinary_names() {
+        // SAFETY: dlsym through the override with pseudo-handles and NUL-terminated names.
+        unsafe {
+            let ours = dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
+            let theirs = real_dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
+            assert!(!ours.is_null());
+            assert_eq!(ours, theirs);
+            assert!(dlsym(libc::RTLD_DEFAULT, c"no_such_symbol_anywhere".as_ptr()).is_null());
+        }
+    }
+}
