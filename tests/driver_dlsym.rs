@@ -174,3 +174,12 @@ fn driver_only_interception_leaves_the_dynamic_runtime_alone() {
     let r = dynamic_reuse(&[("CUSHIM_INTERCEPT", "driver")]);
     assert_eq!(r["calls"]["cudaMalloc"], 9, "{r}");
 }
+
+#[test]
+fn a_disabled_shim_substitutes_nothing() {
+    let m = lookups(true, &[("CUSHIM_DISABLE", "1")]);
+    for n in HOOKED {
+        assert_eq!(m[&format!("cuda:{n}")], format!("cuda:{n}"), "{n}");
+    }
+    assert_eq!(m["use_alloc"], "0");
+}

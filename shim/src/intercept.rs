@@ -3,7 +3,7 @@
 //!
 //! Invariants: the mode is read once, with `getenv` (no allocation, safe inside `dlsym`), and
 //! never changes afterwards; a bad value is named in one line on stderr and the default is
-//! kept. While a thread is inside a shim export that handles a call ([`Inside`]), the driver
+//! kept; `CUSHIM_DISABLE` turns both layers off (nothing is substituted anywhere). While a thread is inside a shim export that handles a call ([`Inside`]), the driver
 //! hooks and the `dlsym` / `cuGetProcAddress` substitutions on that thread pass straight to
 //! the real driver: one program call is intercepted once, never twice, and the shim's own
 //! driver calls always reach the real driver.
@@ -24,6 +24,8 @@ const UNREAD: u8 = 0;
 const RUNTIME: u8 = 1;
 const DRIVER: u8 = 2;
 const ALL: u8 = RUNTIME | DRIVER;
+/// Neither layer (`CUSHIM_DISABLE`): nonzero so it reads as "already read".
+const OFF: u8 = 4;
 
 static MODE: AtomicU8 = AtomicU8::new(UNREAD);
 
@@ -37,15 +39,23 @@ pub fn parse_mode(v: &[u8]) -> Option<u8> {
     }
 }
 
-fn read_mode() -> u8 {
+/// The value of environment variable `name`, if set.
+fn env(name: &std::ffi::CStr) -> Option<&'static [u8]> {
     // SAFETY: getenv with a NUL-terminated name; the result is read at once, before any
     // other environment call on this thread.
-    let p = unsafe { libc::getenv(c"CUSHIM_INTERCEPT".as_ptr()) };
-    if p.is_null() {
-        return ALL;
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string in the environment.
+    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+}
+
+fn read_mode() -> u8 {
+    // CUSHIM_DISABLE (as `state::disabled_by_env`): a pure pass-through, nothing substituted.
+    if env(c"CUSHIM_DISABLE").is_some_and(|v| !v.is_empty() && v != b"0") {
+        return OFF;
     }
-    // SAFETY: getenv returned a NUL-terminated string.
-    let v = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+    let Some(v) = env(c"CUSHIM_INTERCEPT") else {
+        return ALL;
+    };
     parse_mode(v).unwrap_or_else(|| {
         eprintln!(
             "cushim: CUSHIM_INTERCEPT={}: expected runtime, driver or all; using all",
