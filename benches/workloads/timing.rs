@@ -1,0 +1,64 @@
+//! Wall-clock medians for the quick mode: calibrated batches, median of several.
+//!
+//! Invariant: a figure is the median over `repeats` batches of the time per iteration,
+//! each batch long enough (about `batch`) that the clock's resolution does not matter.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Median nanoseconds per iteration of `f(iters)` (which must run `iters` iterations).
+pub fn median_ns(batch: Duration, repeats: usize, mut f: impl FnMut(u64)) -> f64 {
+    f(1);
+    let mut iters = 1u64;
+    loop {
+        let t = Instant::now();
+        f(iters);
+        let e = t.elapsed();
+        if e >= batch / 4 || iters >= 1 << 30 {
+            let per = e.as_secs_f64() / iters as f64;
+            iters = ((batch.as_secs_f64() / per.max(1e-12)) as u64).clamp(1, 1 << 32);
+            break;
+        }
+        iters *= 4;
+    }
+    let mut v: Vec<f64> = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f(black_box(iters));
+            t.elapsed().as_secs_f64() * 1e9 / iters as f64
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds of `repeats` runs of `f` (for long operations such as a dump).
+pub fn median_secs<T>(repeats: usize, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut last = None;
+    let mut v: Vec<f64> = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            last = Some(f());
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let out = last.unwrap_or_else(|| f());
+    (v[v.len() / 2], out)
+}
+
+/// Least-squares line through `(x, y)` points: `(slope, intercept)`.
+pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return (0.0, points.first().map_or(0.0, |p| p.1));
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |a, p| (a.0 + p.0, a.1 + p.1));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (slope, my - slope * mx)
+}
