@@ -1,3 +1,66 @@
-//! The caching allocator (see the policy comment in `caching.rs`).
+//! The caching allocator (the policy is described at the head of `caching.rs`).
+//!
+//! Invariant: the engine reaches memory only through [`crate::device::Device`]; every
+//! public entry point is on [`CachingAllocator`].
 
+mod allocator;
+pub mod block;
+pub mod caching;
+pub mod expandable;
+pub mod fake_device;
+pub mod host;
 pub mod info;
+mod listing;
+pub mod pending;
+pub mod pool;
+pub mod rounding;
+pub mod stats;
+
+pub use allocator::{CachingAllocator, DeviceSnapshot};
+
+use crate::device::DeviceError;
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocError {
+    /// Out of memory after the release-and-retry sequence (`cudaErrorMemoryAllocation`).
+    OutOfMemory,
+    /// Not allowed while the stream is capturing (`cudaErrorStreamCaptureUnsupported`).
+    Capturing,
+    /// Any other device failure.
+    Device(DeviceError),
+}
+
+impl std::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocError::OutOfMemory => f.write_str("out of memory"),
+            AllocError::Capturing => f.write_str("allocation not permitted while capturing"),
+            AllocError::Device(e) => write!(f, "device error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Why a free was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreeError {
+    /// Not allocated by us: forward to the real free.
+    NotOurs,
+    /// Ours but not a live block start (double free, interior pointer).
+    InvalidValue,
+}
+
+impl std::fmt::Display for FreeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FreeError::NotOurs => f.write_str("pointer not allocated by the cache"),
+            FreeError::InvalidValue => {
+                f.write_str("invalid pointer (double free or not a block start)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FreeError {}

@@ -1,1 +1,393 @@
 //! `CUSHIM_ALLOC_CONF`: PyTorch's `PYTORCH_CUDA_ALLOC_CONF` keys and syntax, plus shim keys.
+//!
+//! Invariant: parsing never fails. Every bad key or value yields one message naming it and
+//! the accepted values, and leaves that setting at its default; every other key still
+//! applies. The parsed [`AllocConf`] is immutable afterwards.
+
+use std::io::Write;
+
+/// Number of power-of-two size intervals for `roundup_power2_divisions` (1 MiB .. 64 GiB).
+pub const ROUNDUP_INTERVALS: usize = 16;
+
+const MIB: u64 = 1 << 20;
+
+/// When a freed block may be handed out again (see `alloc::pending`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreeSync {
+    /// Immediate reuse while no stream was ever created; event batches afterwards.
+    Auto,
+    /// Event batches from the first free.
+    Event,
+    /// Synchronize the device instead of recording events.
+    Device,
+    /// Always reuse at once (the program promises its own ordering).
+    None,
+}
+
+impl FreeSync {
+    pub fn name(self) -> &'static str {
+        match self {
+            FreeSync::Auto => "auto",
+            FreeSync::Event => "event",
+            FreeSync::Device => "device",
+            FreeSync::None => "none",
+        }
+    }
+}
+
+/// The allocator's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocConf {
+    /// The raw configuration string.
+    pub raw: String,
+    /// Blocks at least this large are never split; `u64::MAX` means unlimited.
+    pub max_split_size: u64,
+    /// Fraction of the allowed memory above which cached blocks are garbage collected
+    /// (0 = off).
+    pub garbage_collection_threshold: f64,
+    pub expandable_segments: bool,
+    /// Divisions per power-of-two interval (index 0 covers everything below 2 MiB,
+    /// index i covers [2^(20+i), 2^(21+i)) bytes, the last one everything above).
+    pub roundup_power2_divisions: [u64; ROUNDUP_INTERVALS],
+    /// Fraction of the device's total memory this process may reserve (1.0 = all).
+    pub per_process_memory_fraction: f64,
+    pub pinned_num_register_threads: u64,
+    pub pinned_use_cuda_host_register: bool,
+    pub release_lock_on_cudamalloc: bool,
+    pub free_sync: FreeSync,
+    pub free_includes_cache: bool,
+}
+
+impl Default for AllocConf {
+    fn default() -> Self {
+        AllocConf {
+            raw: String::new(),
+            max_split_size: u64::MAX,
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
+            per_process_memory_fraction: 1.0,
+            pinned_num_register_threads: 1,
+            pinned_use_cuda_host_register: false,
+            release_lock_on_cudamalloc: false,
+            free_sync: FreeSync::Auto,
+            free_includes_cache: false,
+        }
+    }
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "True" | "true" | "1" => Ok(true),
+        "False" | "false" | "0" => Ok(false),
+        _ => Err(format!("{key}: bad value '{v}' (accepted: True, False)")),
+    }
+}
+
+fn parse_fraction(key: &str, v: &str, lo_open: bool, hi_open: bool) -> Result<f64, String> {
+    let range = match (lo_open, hi_open) {
+        (true, true) => "0 < x < 1",
+        _ => "0 <= x <= 1",
+    };
+    let x: f64 = v
+        .parse()
+        .map_err(|_| format!("{key}: bad value '{v}' (accepted: a number, {range})"))?;
+    let lo_ok = if lo_open { x > 0.0 } else { x >= 0.0 };
+    let hi_ok = if hi_open { x < 1.0 } else { x <= 1.0 };
+    if lo_ok && hi_ok {
+        Ok(x)
+    } else {
+        Err(format!("{key}: value {v} out of range (accepted: {range})"))
+    }
+}
+
+fn pow2_value(key: &str, v: &str) -> Result<u64, String> {
+    match v.trim().parse::<u64>() {
+        Ok(n) if n == 0 || n.is_power_of_two() => Ok(n),
+        _ => Err(format!(
+            "{key}: bad value '{v}' (accepted: a power of two, or a list like [256:1,512:2,>:8] \
+             with power-of-two sizes in MB)"
+        )),
+    }
+}
+
+/// Parse `roundup_power2_divisions`: one power of two (or 0) for every interval, or a list
+/// of `size_mb:divisions` entries (sizes are powers of two in MiB, ascending). Exactly as
+/// PyTorch parses it: `S:D` sets the interval starting at S MiB, the first entry also fills
+/// every interval below it, and `>:D` fills from the last named interval (itself included)
+/// to the end, so in `[256:1,512:2,>:8]` the `>` entry overrides `512:2`.
+fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
+    const KEY: &str = "roundup_power2_divisions";
+    let mut out = [0u64; ROUNDUP_INTERVALS];
+    let v = v.trim();
+    if let Some(inner) = v.strip_prefix('[') {
+        let inner = inner
+            .strip_suffix(']')
+            .ok_or_else(|| format!("{KEY}: missing ']' in '{v}'"))?;
+        let mut last: Option<usize> = None;
+        for entry in inner.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (size, div) = entry.split_once(':').ok_or_else(|| {
+                format!("{KEY}: bad entry '{entry}' (accepted: SIZE_MB:DIV or >:DIV)")
+            })?;
+            let div = pow2_value(KEY, div)?;
+            if size.trim() == ">" {
+                // As PyTorch does: from the last named interval itself, to the end.
+                let from = last.unwrap_or(0);
+                for slot in out.iter_mut().skip(from) {
+                    *slot = div;
+                }
+                continue;
+            }
+            let mb = pow2_value(KEY, size)?;
+            if mb == 0 {
+                return Err(format!(
+                    "{KEY}: interval sizes must be powers of two ('{entry}')"
+                ));
+            }
+            let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+            if last.is_none() {
+                for slot in out.iter_mut().take(index) {
+                    *slot = div;
+                }
+            }
+            out[index] = div;
+            last = Some(index);
+        }
+        Ok(out)
+    } else {
+        let div = pow2_value(KEY, v)?;
+        Ok([div; ROUNDUP_INTERVALS])
+    }
+}
+
+/// Split `key:value,key:value` at top-level commas (commas inside `[...]` belong to a list).
+fn split_pairs(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth <= 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// Parse a configuration string. Returns the configuration (defaults for every bad setting)
+/// and one message per bad key or value.
+pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
+    let mut conf = AllocConf {
+        raw: s.to_string(),
+        ..AllocConf::default()
+    };
+    let mut errors = Vec::new();
+    for pair in split_pairs(s) {
+        let pair = pair.trim();
+        if pair.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = pair.split_once(':') else {
+            errors.push(format!("'{pair}': expected key:value"));
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let r: Result<(), String> = match key {
+            "max_split_size_mb" => match value.parse::<u64>() {
+                Ok(mb) if mb > 20 => {
+                    conf.max_split_size = mb.saturating_mul(MIB);
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "max_split_size_mb: bad value '{value}' (accepted: an integer > 20)"
+                )),
+            },
+            "garbage_collection_threshold" => {
+                parse_fraction(key, value, true, true).map(|x| conf.garbage_collection_threshold = x)
+            }
+            "per_process_memory_fraction" => {
+                parse_fraction(key, value, false, false).map(|x| conf.per_process_memory_fraction = x)
+            }
+            "expandable_segments" => parse_bool(key, value).map(|b| conf.expandable_segments = b),
+            "roundup_power2_divisions" => {
+                parse_roundup(value).map(|d| conf.roundup_power2_divisions = d)
+            }
+            "pinned_use_cuda_host_register" => {
+                parse_bool(key, value).map(|b| conf.pinned_use_cuda_host_register = b)
+            }
+            "release_lock_on_cudamalloc" => {
+                parse_bool(key, value).map(|b| conf.release_lock_on_cudamalloc = b)
+            }
+            "pinned_num_register_threads" => match value.parse::<u64>() {
+                Ok(n) if n.is_power_of_two() && n <= 128 => {
+                    conf.pinned_num_register_threads = n;
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "pinned_num_register_threads: bad value '{value}' (accepted: a power of two <= 128)"
+                )),
+            },
+            "pinned_use_background_threads" | "expandable_segments_handle_type" => Ok(()),
+            "backend" => match value {
+                "native" => Ok(()),
+                _ => Err(format!(
+                    "backend: '{value}' is not supported (accepted: native)"
+                )),
+            },
+            "free_sync" => match value {
+                "auto" => Some(FreeSync::Auto),
+                "event" => Some(FreeSync::Event),
+                "device" => Some(FreeSync::Device),
+                "none" => Some(FreeSync::None),
+                _ => None,
+            }
+            .map(|m| conf.free_sync = m)
+            .ok_or_else(|| {
+                format!("free_sync: bad value '{value}' (accepted: auto, event, device, none)")
+            }),
+            "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
+            _ => Err(format!(
+                "unknown key '{key}' (accepted: max_split_size_mb, garbage_collection_threshold, \
+                 expandable_segments, roundup_power2_divisions, per_process_memory_fraction, \
+                 pinned_use_cuda_host_register, pinned_num_register_threads, \
+                 release_lock_on_cudamalloc, backend, free_sync, free_includes_cache)"
+            )),
+        };
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    }
+    (conf, errors)
+}
+
+impl AllocConf {
+    /// Read `CUSHIM_ALLOC_CONF`; print each problem once on stderr (`cushim: ...`).
+    pub fn from_env() -> AllocConf {
+        let raw = std::env::var("CUSHIM_ALLOC_CONF").unwrap_or_default();
+        let (conf, errors) = parse(&raw);
+        let mut err = std::io::stderr().lock();
+        for e in errors {
+            let _ = writeln!(err, "cushim: CUSHIM_ALLOC_CONF: {e}; using the default");
+        }
+        conf
+    }
+
+    /// Divisions for a request of `size` bytes (0 or 1 = plain 512-byte rounding).
+    pub fn divisions_for(&self, size: u64) -> u64 {
+        let log = 63 - size.max(1).leading_zeros() as usize;
+        let index = log.saturating_sub(20).min(ROUNDUP_INTERVALS - 1);
+        self.roundup_power2_divisions[index]
+    }
+
+    /// PyTorch's `allocator_settings` snapshot dictionary, plus the shim keys.
+    pub fn settings_json(&self) -> serde_json::Value {
+        let mut roundup = serde_json::Map::new();
+        for (i, d) in self.roundup_power2_divisions.iter().enumerate() {
+            roundup.insert((1u64 << i).to_string(), serde_json::Value::from(*d));
+        }
+        let max_split: i64 = if self.max_split_size == u64::MAX {
+            -1
+        } else {
+            i64::try_from(self.max_split_size).unwrap_or(i64::MAX)
+        };
+        serde_json::json!({
+            "PYTORCH_CUDA_ALLOC_CONF": self.raw,
+            "max_split_size": max_split,
+            "garbage_collection_threshold": self.garbage_collection_threshold,
+            "expandable_segments": self.expandable_segments,
+            "roundup_power2_divisions": serde_json::Value::Object(roundup),
+            "pinned_num_register_threads": self.pinned_num_register_threads,
+            "release_lock_on_cudamalloc": self.release_lock_on_cudamalloc,
+            "pinned_use_host_register": self.pinned_use_cuda_host_register,
+            "per_process_memory_fraction": self.per_process_memory_fraction,
+            "free_sync": self.free_sync.name(),
+            "free_includes_cache": self.free_includes_cache,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_string_gives_defaults_without_messages() {
+        let (c, e) = parse("");
+        assert!(e.is_empty());
+        assert_eq!(c.max_split_size, u64::MAX);
+        assert_eq!(c.free_sync, FreeSync::Auto);
+    }
+
+    #[test]
+    fn full_configuration_parses_every_key() {
+        let (c, e) = parse(
+            "expandable_segments:True,max_split_size_mb:256,garbage_collection_threshold:0.8,\
+             roundup_power2_divisions:[256:1,512:2,>:8],free_sync:event,free_includes_cache:True,\
+             per_process_memory_fraction:0.5,backend:native,pinned_num_register_threads:8",
+        );
+        assert!(e.is_empty(), "{e:?}");
+        assert!(c.expandable_segments);
+        assert_eq!(c.max_split_size, 256 * MIB);
+        assert_eq!(c.garbage_collection_threshold, 0.8);
+        assert_eq!(c.free_sync, FreeSync::Event);
+        assert!(c.free_includes_cache);
+        assert_eq!(c.per_process_memory_fraction, 0.5);
+        // 256 MiB is interval 8: intervals 0..=8 get 1; 512:2 sets 9, which `>` (from the
+        // last named interval on, as PyTorch fills it) overrides with 8.
+        assert_eq!(c.roundup_power2_divisions[0], 1);
+        assert_eq!(c.roundup_power2_divisions[8], 1);
+        assert_eq!(c.roundup_power2_divisions[9], 8);
+        assert_eq!(c.roundup_power2_divisions[15], 8);
+        let (c, _) = parse("roundup_power2_divisions:[64:2,256:4,1024:8]");
+        assert_eq!(
+            &c.roundup_power2_divisions[..11],
+            &[2, 2, 2, 2, 2, 2, 2, 0, 4, 0, 8]
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_keep_defaults_for_it_only() {
+        let (c, e) =
+            parse("max_split_size_mb:10,free_sync:sometimes,bogus:1,expandable_segments:True");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(e[0].contains("max_split_size_mb"));
+        assert!(e[1].contains("auto, event, device, none"));
+        assert!(e[2].contains("bogus"));
+        assert_eq!(c.max_split_size, u64::MAX);
+        assert!(c.expandable_segments);
+    }
+
+    #[test]
+    fn gc_threshold_must_be_strictly_between_zero_and_one() {
+        assert_eq!(parse("garbage_collection_threshold:1.0").1.len(), 1);
+        assert_eq!(parse("garbage_collection_threshold:0").1.len(), 1);
+        assert!(parse("garbage_collection_threshold:0.5").1.is_empty());
+    }
+
+    #[test]
+    fn single_roundup_value_applies_everywhere_and_must_be_power_of_two() {
+        let (c, e) = parse("roundup_power2_divisions:4");
+        assert!(e.is_empty());
+        assert!(c.roundup_power2_divisions.iter().all(|&d| d == 4));
+        assert_eq!(parse("roundup_power2_divisions:3").1.len(), 1);
+    }
+
+    #[test]
+    fn settings_json_reports_unlimited_split_as_minus_one() {
+        let (c, _) = parse("garbage_collection_threshold:0.5");
+        let j = c.settings_json();
+        assert_eq!(j["max_split_size"], -1);
+        assert_eq!(
+            j["PYTORCH_CUDA_ALLOC_CONF"],
+            "garbage_collection_threshold:0.5"
+        );
+        assert_eq!(j["free_sync"], "auto");
+        assert_eq!(j["roundup_power2_divisions"]["1"], 0);
+    }
+}

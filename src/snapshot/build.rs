@@ -7,12 +7,14 @@
 
 use crate::alloc::info::SegmentInfo;
 use crate::config::history::HistoryConf;
+use crate::snapshot::events::{EventKeys, EventList};
 use crate::snapshot::model::SnapshotInput;
 use crate::snapshot::value::{Strings, Value};
-use crate::trace::event::{Action, StackId, TraceEvent, NO_STACK};
+use crate::trace::event::{StackId, TraceEvent, NO_STACK};
 use crate::trace::intern::StackTable;
 use crate::trace::symbolize::Symbolizer;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Shared frames and frame lists of one snapshot.
 struct Frames<'a> {
@@ -67,6 +69,7 @@ impl Frames<'_> {
 
 struct Builder<'a> {
     s: Strings,
+    keys: Option<EventKeys>,
     frames: Frames<'a>,
     history: &'a HistoryConf,
 }
@@ -115,7 +118,7 @@ impl Builder<'_> {
             (self.s.get("segment_type"), self.s.get(kind)),
             (
                 self.s.get("segment_pool_id"),
-                Value::Tuple(std::sync::Arc::new(vec![
+                Value::Tuple(Arc::new(vec![
                     Value::uint(seg.pool_id.0),
                     Value::uint(seg.pool_id.1),
                 ])),
@@ -126,36 +129,31 @@ impl Builder<'_> {
         ])
     }
 
-    fn event(&mut self, ev: &TraceEvent) -> Value {
-        let stack = if self.history.trace_frames_for(ev.action) {
-            ev.stack
-        } else {
-            NO_STACK
-        };
-        let frames = self.frames.list(&mut self.s, stack);
-        let (addr_key, addr) = if ev.action == Action::Oom {
-            ("device_free", ev.device_free)
-        } else {
-            ("addr", ev.addr)
-        };
-        Value::dict(vec![
-            (self.s.get("action"), self.s.get(ev.action.name())),
-            (self.s.get(addr_key), Value::uint(addr)),
-            (self.s.get("size"), Value::uint(ev.size)),
-            (self.s.get("stream"), Value::uint(ev.stream)),
-            (self.s.get("time_us"), Value::Int(ev.time_us)),
-            (self.s.get("frames"), frames),
-        ])
-    }
-
     fn segments<'s>(&mut self, segs: impl Iterator<Item = &'s SegmentInfo>) -> Value {
         let mut v: Vec<&SegmentInfo> = segs.collect();
         v.sort_by_key(|s| (s.device, s.address));
         Value::list(v.into_iter().map(|s| self.segment(s)).collect())
     }
 
-    fn trace(&mut self, events: &[TraceEvent]) -> Value {
-        Value::list(events.iter().map(|e| self.event(e)).collect())
+    /// The trace as a compact [`EventList`]: stacks filtered by `context`, each distinct
+    /// stack's frame list built once.
+    fn trace(&mut self, mut evs: Vec<TraceEvent>) -> Value {
+        let mut lists = HashMap::new();
+        for ev in &mut evs {
+            if !self.history.trace_frames_for(ev.action) {
+                ev.stack = NO_STACK;
+            }
+            if ev.stack != NO_STACK && !lists.contains_key(&ev.stack) {
+                let l = self.frames.list(&mut self.s, ev.stack);
+                lists.insert(ev.stack, l);
+            }
+        }
+        let keys = self
+            .keys
+            .get_or_insert_with(|| EventKeys::new(&mut self.s))
+            .clone();
+        let empty = self.frames.empty.clone();
+        Value::Events(Arc::new(EventList::new(evs, lists, empty, keys)))
     }
 }
 
@@ -163,6 +161,7 @@ impl Builder<'_> {
 pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
     let mut b = Builder {
         s: Strings::default(),
+        keys: None,
         frames: Frames {
             table: stacks,
             sym: Symbolizer::new(),
@@ -187,7 +186,7 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
             per_device[o].extend_from_slice(&d.events);
         }
     }
-    let device_traces = Value::list(per_device.iter().map(|evs| b.trace(evs)).collect());
+    let device_traces = Value::list(per_device.into_iter().map(|evs| b.trace(evs)).collect());
     let mut top = vec![
         (b.s.get("segments"), segments),
         (b.s.get("device_traces"), device_traces),
@@ -198,7 +197,7 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
     ];
     if let Some((segs, evs)) = &input.host {
         let hs = b.segments(segs.iter());
-        let ht = b.trace(evs);
+        let ht = b.trace(evs.clone());
         top.push((b.s.get("host_segments"), hs));
         top.push((b.s.get("host_traces"), ht));
     }

@@ -3,9 +3,9 @@
 //! Invariant: the output holds the same tree as the input (shared nodes stay shared in
 //! pickle output); the output is written atomically like any snapshot.
 
-use crate::snapshot::output::write_atomic;
+use crate::snapshot::output::write_atomic_with;
 use crate::snapshot::reader::read_file;
-use crate::snapshot::{encode, Format};
+use crate::snapshot::{encode_to, Format};
 use std::path::Path;
 
 /// Convert `input` to `output` in `format` (`None`: from `output`'s extension, else pickle).
@@ -14,7 +14,6 @@ pub fn convert(input: &Path, output: &Path, format: Option<Format>) -> Result<Fo
     let format = format
         .or_else(|| Format::from_extension(output))
         .unwrap_or(Format::Pickle);
-    let bytes = encode(&v, format)?;
-    write_atomic(output, &bytes)?;
+    write_atomic_with(output, |w| encode_to(&v, format, w))?;
     Ok(format)
 }

@@ -9,3 +9,8 @@ use crate::snapshot::value::Value;
 pub fn to_bytes(v: &Value) -> Result<Vec<u8>, String> {
     serde_json::to_vec(v).map_err(|e| format!("encoding JSON: {e}"))
 }
+
+/// Stream `v` as JSON into `w`.
+pub fn write_to(v: &Value, w: &mut dyn std::io::Write) -> Result<(), String> {
+    serde_json::to_writer(w, v).map_err(|e| format!("encoding JSON: {e}"))
+}

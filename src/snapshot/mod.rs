@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod convert;
+pub mod events;
 pub mod json;
 pub mod model;
 pub mod msgpack;
@@ -71,4 +72,22 @@ pub fn encode(v: &Value, format: Format) -> Result<Vec<u8>, String> {
         Format::Msgpack => msgpack::to_bytes(v),
         Format::Json => json::to_bytes(v),
     }
+}
+
+/// Stream a snapshot in `format` into `w` (JSON and msgpack expand shared frames, so a
+/// long history with deep stacks is far larger in them than in pickle).
+pub fn encode_to(v: &Value, format: Format, w: &mut dyn std::io::Write) -> Result<(), String> {
+    match format {
+        Format::Pickle => pickle::write_to(v, w).map_err(|e| format!("writing pickle: {e}")),
+        Format::Msgpack => msgpack::write_to(v, w),
+        Format::Json => json::write_to(v, w),
+    }
+}
+
+/// Build the snapshot of `input` (stacks from the global table) and write it to `path`
+/// (format from `CUSHIM_SNAPSHOT_FORMAT` or the extension), atomically. Returns the format
+/// and a warning to print about a bad `CUSHIM_SNAPSHOT_FORMAT`.
+pub fn dump(input: &model::SnapshotInput, path: &Path) -> Result<(Format, Option<String>), String> {
+    let v = build::build(input, crate::trace::intern::StackTable::global());
+    output::write_snapshot(&v, path)
 }

@@ -6,7 +6,7 @@
 //! never followed. Every error names the path and the step that failed; nothing panics.
 
 use crate::snapshot::value::Value;
-use crate::snapshot::{encode, Format};
+use crate::snapshot::{encode_to, Format};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -71,9 +71,24 @@ pub fn expand(template: &str, vars: &TemplateVars) -> String {
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+static DUMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The path of the next dump from `template`: `%n` counts dumps of this process from 0.
+pub fn next_path(template: &str) -> PathBuf {
+    let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(expand(template, &TemplateVars::current(seq)))
+}
 
 /// Write `bytes` to `path` atomically (see the module invariant).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    write_atomic_with(path, |w| w.write_all(bytes).map_err(|e| e.to_string()))
+}
+
+/// Write to `path` atomically, the contents produced by `fill` into a buffered writer.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> Result<(), String>,
+) -> Result<(), String> {
     let name = path
         .file_name()
         .ok_or_else(|| format!("snapshot path {} has no file name", path.display()))?;
@@ -100,8 +115,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 tmp.display()
             )
         })?;
-    let result = f
-        .write_all(bytes)
+    let mut buf = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+    let filled = fill(&mut buf).and_then(|()| buf.flush().map_err(|e| e.to_string()));
+    drop(buf);
+    let result = filled
         .map_err(|e| format!("writing {}: {e}", tmp.display()))
         .and_then(|()| {
             f.sync_all()
@@ -127,8 +144,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
 /// it atomically. Returns the format used and a warning about a bad format variable.
 pub fn write_snapshot(v: &Value, path: &Path) -> Result<(Format, Option<String>), String> {
     let (format, warning) = Format::for_path(path);
-    let bytes = encode(v, format)?;
-    write_atomic(path, &bytes)?;
+    write_atomic_with(path, |w| encode_to(v, format, w))?;
     Ok((format, warning))
 }
 

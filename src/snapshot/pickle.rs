@@ -9,8 +9,10 @@
 //! Invariant: the output unpickles (Python's `pickle.loads`, our reader) to a tree equal
 //! to the input, with each shared node (same `Arc`) appearing as one shared object.
 
+use crate::snapshot::events::EventList;
 use crate::snapshot::value::Value;
 use std::collections::HashMap;
+use std::io::Write;
 use std::sync::Arc;
 
 const PROTO: u8 = 0x80;
@@ -45,11 +47,17 @@ const LONG_BINGET: u8 = b'j';
 /// Most items per APPENDS / SETITEMS batch.
 pub const BATCH: usize = 1000;
 
-struct Writer {
+struct Writer<'w> {
     out: Vec<u8>,
     memo: HashMap<usize, u32>,
     next: u32,
+    /// Where full buffers go (None: everything stays in `out`).
+    sink: Option<&'w mut dyn Write>,
+    error: Option<std::io::Error>,
 }
+
+/// Buffer size at which a streaming writer hands bytes to its sink.
+const FLUSH_AT: usize = 1 << 20;
 
 /// Identity of a shared node: its `Arc`'s address, if more than one reference exists.
 fn shared_id(v: &Value) -> Option<usize> {
@@ -64,7 +72,20 @@ fn shared_id(v: &Value) -> Option<usize> {
     }
 }
 
-impl Writer {
+impl Writer<'_> {
+    /// Hand the buffer to the sink once it is large (between items, never mid-opcode).
+    fn maybe_flush(&mut self) {
+        if self.out.len() < FLUSH_AT || self.error.is_some() {
+            return;
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            if let Err(e) = sink.write_all(&self.out) {
+                self.error = Some(e);
+            }
+            self.out.clear();
+        }
+    }
+
     fn get(&mut self, idx: u32) {
         if let Ok(small) = u8::try_from(idx) {
             self.out.extend_from_slice(&[BINGET, small]);
@@ -123,6 +144,42 @@ impl Writer {
         self.out.extend_from_slice(b);
     }
 
+    /// A key or name string of an event list: memoized even when only the list holds it.
+    fn shared_str(&mut self, v: &Value) {
+        let Value::Str(s) = v else {
+            return self.value(v);
+        };
+        let k = Arc::as_ptr(s) as *const u8 as usize;
+        if let Some(&idx) = self.memo.get(&k) {
+            return self.get(idx);
+        }
+        self.string(s);
+        self.memoize(Some(k));
+    }
+
+    fn events(&mut self, list: &EventList) {
+        self.out.push(EMPTY_LIST);
+        let mut i = 0;
+        while i < list.len() {
+            let end = (i + BATCH).min(list.len());
+            self.out.push(MARK);
+            for j in i..end {
+                self.out.extend_from_slice(&[EMPTY_DICT, MARK]);
+                for (k, v) in list.pairs(j) {
+                    self.shared_str(k);
+                    match &v {
+                        Value::Str(_) => self.shared_str(&v),
+                        _ => self.value(&v),
+                    }
+                }
+                self.out.push(SETITEMS);
+            }
+            self.out.push(APPENDS);
+            self.maybe_flush();
+            i = end;
+        }
+    }
+
     fn value(&mut self, v: &Value) {
         let key = shared_id(v);
         if let Some(k) = key {
@@ -132,6 +189,7 @@ impl Writer {
             }
         }
         match v {
+            Value::Events(list) => self.events(list),
             Value::None => self.out.push(NONE),
             Value::Bool(b) => self.out.push(if *b { NEWTRUE } else { NEWFALSE }),
             Value::Int(i) => self.int(*i),
@@ -154,6 +212,7 @@ impl Writer {
                         self.out.push(MARK);
                         chunk.iter().for_each(|x| self.value(x));
                         self.out.push(APPENDS);
+                        self.maybe_flush();
                     }
                 }
             }
@@ -200,11 +259,35 @@ pub fn to_bytes(v: &Value) -> Vec<u8> {
         out: Vec::with_capacity(1 << 16),
         memo: HashMap::new(),
         next: 0,
+        sink: None,
+        error: None,
     };
     w.out.extend_from_slice(&[PROTO, 4]);
     w.value(v);
     w.out.push(STOP);
     w.out
+}
+
+/// Stream `v` as a protocol-4 pickle into `sink`, about 1 MiB at a time.
+pub fn write_to(v: &Value, sink: &mut dyn Write) -> std::io::Result<()> {
+    let mut w = Writer {
+        out: Vec::with_capacity(FLUSH_AT + (1 << 16)),
+        memo: HashMap::new(),
+        next: 0,
+        sink: Some(sink),
+        error: None,
+    };
+    w.out.extend_from_slice(&[PROTO, 4]);
+    w.value(v);
+    w.out.push(STOP);
+    if let Some(e) = w.error.take() {
+        return Err(e);
+    }
+    let rest = std::mem::take(&mut w.out);
+    match w.sink.take() {
+        Some(sink) => sink.write_all(&rest),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +301,8 @@ mod tests {
                 out: Vec::new(),
                 memo: HashMap::new(),
                 next: 0,
+                sink: None,
+                error: None,
             };
             w.int(i);
             w.out
@@ -243,6 +328,16 @@ mod tests {
         let once = to_bytes(&Value::list(vec![list.clone()])).len();
         let many = to_bytes(&Value::list(vec![list.clone(); 1000])).len();
         assert!(many < once + 1000 * 6, "{once} {many}");
+    }
+
+    #[test]
+    fn streaming_output_equals_the_buffered_one() {
+        let big: Vec<Value> = (0..300_000).map(|i| Value::Int(i * 1_000_003)).collect();
+        let v = Value::dict(vec![(Value::str("xs"), Value::list(big))]);
+        let mut streamed = Vec::new();
+        write_to(&v, &mut streamed).unwrap();
+        assert!(streamed.len() > FLUSH_AT, "large enough to flush mid-way");
+        assert_eq!(streamed, to_bytes(&v));
     }
 
     #[test]

@@ -24,14 +24,37 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
         Format::Json => {
             let j: serde_json::Value =
                 serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}"))?;
-            Ok(Value::from_json(&j))
+            Ok(restore_tuples(Value::from_json(&j)))
         }
         Format::Msgpack => {
             let j: serde_json::Value =
                 rmp_serde::from_slice(bytes).map_err(|e| format!("msgpack: {e}"))?;
-            Ok(Value::from_json(&j))
+            Ok(restore_tuples(Value::from_json(&j)))
         }
     }
+}
+
+/// JSON and msgpack have no tuples: turn the schema's tuple (`segment_pool_id`) back into
+/// one, so a converted snapshot is the same as the original.
+fn restore_tuples(mut v: Value) -> Value {
+    let Value::Dict(top) = &mut v else { return v };
+    for (k, segs) in Arc::make_mut(top).iter_mut() {
+        if !matches!(k.as_str(), Some("segments" | "host_segments")) {
+            continue;
+        }
+        let Value::List(segs) = segs else { continue };
+        for seg in Arc::make_mut(segs).iter_mut() {
+            let Value::Dict(seg) = seg else { continue };
+            for (k, pool) in Arc::make_mut(seg).iter_mut() {
+                if k.as_str() == Some("segment_pool_id") {
+                    if let Value::List(items) = pool {
+                        *pool = Value::Tuple(items.clone());
+                    }
+                }
+            }
+        }
+    }
+    v
 }
 
 /// The format of snapshot bytes, by their first byte.
@@ -76,15 +99,18 @@ impl Reader<'_> {
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
-    fn line(&mut self) -> Result<String, String> {
-        let rest = &self.b[self.pos..];
+    fn line_bytes(&mut self) -> Result<&'_ [u8], String> {
+        let b = self.b;
+        let rest = &b[self.pos..];
         let n = rest
             .iter()
             .position(|&c| c == b'\n')
             .ok_or("unterminated text opcode")?;
-        let s = String::from_utf8_lossy(&rest[..n]).into_owned();
         self.pos += n + 1;
-        Ok(s)
+        Ok(&rest[..n])
+    }
+    fn line(&mut self) -> Result<String, String> {
+        Ok(String::from_utf8_lossy(self.line_bytes()?).into_owned())
     }
     fn push(&mut self, v: Value) {
         self.stack.push(Item {
@@ -273,7 +299,7 @@ impl Reader<'_> {
                     self.push(v)
                 }
                 b'V' => {
-                    let l = self.line()?;
+                    let l = raw_unicode_escape(self.line_bytes()?);
                     self.push(Value::str(&l))
                 }
                 b']' => self.push(Value::list(Vec::new())),
@@ -371,6 +397,31 @@ impl Reader<'_> {
             }
         }
     }
+}
+
+/// Protocol 0's `raw-unicode-escape`: latin-1 bytes with `\uXXXX` / `\UXXXXXXXX` escapes.
+fn raw_unicode_escape(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() && (b[i + 1] == b'u' || b[i + 1] == b'U') {
+            let n = if b[i + 1] == b'u' { 4 } else { 8 };
+            let hex = b
+                .get(i + 2..i + 2 + n)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            if let Some(c) = hex
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+            {
+                out.push(c);
+                i += 2 + n;
+                continue;
+            }
+        }
+        out.push(char::from(b[i]));
+        i += 1;
+    }
+    out
 }
 
 /// Decode a pickle of plain data.

@@ -13,6 +13,7 @@ use std::fmt::Write;
 pub struct DeviceSummary {
     pub segments: usize,
     pub reserved: u64,
+    /// Bytes in active blocks (allocated or pending free), as the viewer draws them.
     pub allocated: u64,
     pub peak_reserved: u64,
     pub peak_allocated: u64,
@@ -61,15 +62,16 @@ pub fn device_summary(segments: &[&Value], trace: &[Value]) -> DeviceSummary {
         for b in seg.get("blocks").and_then(Value::as_seq).unwrap_or(&[]) {
             let size = u(b.get("size"));
             match b.get("state").and_then(Value::as_str) {
-                Some("active_allocated") => {
+                Some("inactive") => s.largest_free_block = s.largest_free_block.max(size),
+                Some(_) => {
+                    // Active: allocated, or freed with work possibly still using it.
                     s.allocated += size;
                     live.insert(b.get("address").and_then(Value::as_i64).unwrap_or(0), size);
                     let e = sites.entry(site(b.get("frames"))).or_default();
                     e.0 += size;
                     e.1 += 1;
                 }
-                Some("inactive") => s.largest_free_block = s.largest_free_block.max(size),
-                _ => {}
+                None => {}
             }
         }
     }
@@ -137,6 +139,7 @@ fn write_device(out: &mut String, title: &str, s: &DeviceSummary) {
 
 /// Summaries per device ordinal (segments' devices and `device_traces` indices).
 pub fn devices(v: &Value) -> Vec<(i64, DeviceSummary)> {
+    let v = &v.expanded();
     let segs = v.get("segments").and_then(Value::as_seq).unwrap_or(&[]);
     let traces = v
         .get("device_traces")
@@ -167,6 +170,7 @@ pub fn devices(v: &Value) -> Vec<(i64, DeviceSummary)> {
 
 /// The text `cushim summary` prints.
 pub fn summary(v: &Value) -> String {
+    let v = &v.expanded();
     let mut out = String::new();
     let devs = devices(v);
     if devs.is_empty() {

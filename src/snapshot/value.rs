@@ -5,6 +5,7 @@
 //! sub-tree used in many places (a frame, a stack's frame list, a key) exists once in
 //! memory; writers that can (pickle) write it once and refer to it afterwards.
 
+use crate::snapshot::events::EventList;
 use serde::ser::{SerializeMap, SerializeSeq};
 use std::sync::Arc;
 
@@ -19,6 +20,10 @@ pub enum Value {
     List(Arc<Vec<Value>>),
     Tuple(Arc<Vec<Value>>),
     Dict(Arc<Vec<(Value, Value)>>),
+    /// A list of trace entries kept compact (see [`EventList`]); it means the same as the
+    /// list of dicts [`EventList::to_list`] returns. Only the builder makes these; use
+    /// [`Value::expanded`] before inspecting a built tree with `as_seq`/`get`.
+    Events(Arc<EventList>),
 }
 
 impl Value {
@@ -90,6 +95,48 @@ impl Value {
         }
     }
 
+    /// The same tree with every [`Value::Events`] turned into its plain list of dicts.
+    /// Shares every sub-tree that contains none (cheap on trees the reader made).
+    pub fn expanded(&self) -> Value {
+        self.expand_inner().unwrap_or_else(|| self.clone())
+    }
+
+    fn expand_inner(&self) -> Option<Value> {
+        match self {
+            Value::Events(e) => Some(e.to_list()),
+            Value::List(items) | Value::Tuple(items) => {
+                let changed: Vec<Option<Value>> = items.iter().map(Value::expand_inner).collect();
+                if changed.iter().all(Option::is_none) {
+                    return None;
+                }
+                let new: Vec<Value> = changed
+                    .into_iter()
+                    .zip(items.iter())
+                    .map(|(c, old)| c.unwrap_or_else(|| old.clone()))
+                    .collect();
+                Some(match self {
+                    Value::Tuple(_) => Value::Tuple(Arc::new(new)),
+                    _ => Value::list(new),
+                })
+            }
+            Value::Dict(entries) => {
+                let changed: Vec<Option<Value>> =
+                    entries.iter().map(|(_, v)| v.expand_inner()).collect();
+                if changed.iter().all(Option::is_none) {
+                    return None;
+                }
+                Some(Value::dict(
+                    changed
+                        .into_iter()
+                        .zip(entries.iter())
+                        .map(|(c, (k, v))| (k.clone(), c.unwrap_or_else(|| v.clone())))
+                        .collect(),
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// From JSON (objects become dicts with string keys; integers beyond int64 saturate).
     pub fn from_json(j: &serde_json::Value) -> Value {
         match j {
@@ -126,6 +173,13 @@ impl serde::Serialize for Value {
                 }
                 seq.end()
             }
+            Value::Events(list) => {
+                let mut seq = s.serialize_seq(Some(list.len()))?;
+                for i in 0..list.len() {
+                    seq.serialize_element(&EntryRef(list, i))?;
+                }
+                seq.end()
+            }
             Value::Dict(entries) => {
                 let mut map = s.serialize_map(Some(entries.len()))?;
                 for (k, v) in entries.iter() {
@@ -137,6 +191,20 @@ impl serde::Serialize for Value {
                 map.end()
             }
         }
+    }
+}
+
+/// Entry `i` of an event list, serialized as its dict.
+struct EntryRef<'a>(&'a EventList, usize);
+
+impl serde::Serialize for EntryRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let pairs = self.0.pairs(self.1);
+        let mut map = s.serialize_map(Some(pairs.len()))?;
+        for (k, v) in &pairs {
+            map.serialize_entry(*k, v)?;
+        }
+        map.end()
     }
 }
 

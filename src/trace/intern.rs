@@ -206,6 +206,33 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_interning_agrees_on_ids() {
+        let t = StackTable::new();
+        let stacks: Vec<Vec<u64>> = (0..50u64)
+            .map(|i| (0..=i % 7).map(|j| i * 100 + j).collect())
+            .collect();
+        let results: Vec<Vec<StackId>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|k| {
+                    let (t, stacks) = (&t, &stacks);
+                    s.spawn(move || {
+                        (0..2000)
+                            .map(|i| t.intern(&stacks[(i * (k + 1)) % 50]))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(t.len(), 50);
+        for (k, r) in results.iter().enumerate() {
+            for (i, id) in r.iter().enumerate() {
+                assert_eq!(t.get(*id).unwrap(), stacks[(i * (k + 1)) % 50]);
+            }
+        }
+    }
+
+    #[test]
     fn prefixes_are_distinct_stacks() {
         let t = StackTable::new();
         let long = t.intern(&[1, 2, 3]);

@@ -95,7 +95,7 @@ fn dladdr(addr: usize) -> Option<(String, usize, Option<String>)> {
     let sym = (!info.dli_sname.is_null()).then(|| {
         // SAFETY: non-null, NUL-terminated, owned by the loader.
         let raw = unsafe { CStr::from_ptr(info.dli_sname) };
-        backtrace::SymbolName::new(raw.to_bytes()).to_string()
+        format!("{:#}", backtrace::SymbolName::new(raw.to_bytes()))
     });
     Some((module, info.dli_fbase as usize, sym))
 }
@@ -116,7 +116,7 @@ fn resolve_uncached(ip: u64) -> Vec<Frame> {
     let lookup = (ip as usize).saturating_sub(1);
     let mut out = Vec::new();
     backtrace::resolve(lookup as *mut libc::c_void, |sym| {
-        let name = sym.name().map(|n| n.to_string());
+        let name = sym.name().map(|n| format!("{n:#}")); // `#`: without the hash suffix
         let filename = sym.filename().map(|p| p.display().to_string());
         let line = sym.lineno().map(u64::from).unwrap_or(0);
         if name.is_none() && filename.is_none() {

@@ -75,6 +75,18 @@ pub fn walk_chain(mut fp: usize, lo: usize, hi: usize, buf: &mut [u64], skip: &S
     n
 }
 
+/// Walk the calling thread's chain from frame pointer `fp` (a frame of this thread that is
+/// still live, e.g. `__builtin_frame_address(0)` of a caller), within the thread's stack.
+#[inline(never)]
+pub fn capture_from(fp: usize, buf: &mut [u64], skip: &SkipRange) -> usize {
+    let Some(hi) = stack_top() else { return 0 };
+    let (_, sp) = registers();
+    if sp == 0 {
+        return 0;
+    }
+    walk_chain(fp, sp, hi, buf, skip)
+}
+
 /// See [`crate::trace::stack::capture`].
 #[inline(never)]
 pub fn capture(buf: &mut [u64], skip: &SkipRange) -> usize {

@@ -1,0 +1,89 @@
+//! The device-side ledger at exit (`SIMCUDA_REPORT=path`): registered with `atexit` when the
+//! library loads, so it is written by whichever thread calls `exit()`. Invariant: writing
+//! reads only atomics (never a lock a running stream worker could hold) and happens once.
+
+use crate::api::{count_of, NAMES};
+use crate::state::{state_if_created, Ledger};
+use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static WRITTEN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn at_exit() {
+    if WRITTEN.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(path) = std::env::var("SIMCUDA_REPORT") else {
+        return;
+    };
+    let text = render().to_string();
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("simcuda: writing report {path}: {e}");
+    }
+}
+
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(Ordering::Acquire)
+}
+
+fn device_json(ordinal: usize, l: &Ledger) -> Value {
+    json!({
+        "ordinal": ordinal,
+        "capacity_bytes": l.capacity,
+        "bytes_in_use": load(&l.in_use),
+        "peak_bytes_in_use": load(&l.peak),
+        "live_allocations": load(&l.live_allocations),
+        "live_physical_handles": load(&l.live_physical_handles),
+        "live_reservations": load(&l.live_reservations),
+    })
+}
+
+/// The report as JSON.
+pub fn render() -> Value {
+    let devices: Vec<Value> = match state_if_created() {
+        Some(st) => st
+            .devices
+            .iter()
+            .map(|d| device_json(d.ordinal, &d.ledger))
+            .collect(),
+        None => {
+            let cfg = crate::config::Config::from_env();
+            (0..cfg.devices)
+                .map(|i| {
+                    device_json(
+                        i,
+                        &Ledger {
+                            capacity: cfg.mem_bytes,
+                            ..Ledger::default()
+                        },
+                    )
+                })
+                .collect()
+        }
+    };
+    let h = &*crate::host::LEDGER;
+    let mut calls = Map::new();
+    for (i, name) in NAMES.iter().enumerate() {
+        calls.insert((*name).to_string(), json!(count_of(i)));
+    }
+    json!({
+        "devices": devices,
+        "host": {
+            "bytes_in_use": load(&h.in_use),
+            "peak_bytes_in_use": load(&h.peak),
+            "live_allocations": load(&h.live_allocations),
+        },
+        "calls": calls,
+    })
+}
+
+extern "C" fn on_load() {
+    if std::env::var_os("SIMCUDA_REPORT").is_some() {
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(at_exit) };
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

@@ -1,0 +1,237 @@
+//! Exported runtime entry points for memory: device, pinned and stream-ordered allocation,
+//! copies, sets, pointer attributes and memory info. Invariant: built on the same internal
+//! functions as the driver twins, with the runtime's rules on top (size 0 gives NULL and
+//! success; sync copies and sets are ordered on the legacy stream; free synchronises).
+#![allow(clippy::missing_safety_doc, non_snake_case)]
+
+use crate::api::{out, runtime, Api};
+use crate::driver_mem_api::{
+    alloc_async, copy_job, free_async, host_alloc, mem_alloc, mem_free, set_job,
+};
+use crate::error::*;
+use crate::runtime_api::rt_stream;
+use crate::state::runtime_device;
+use crate::stream;
+use crate::types::PointerAttributes;
+use crate::{capture, host, memory};
+use libc::{c_int, c_uint, c_void};
+
+fn malloc(p: *mut *mut c_void, size: usize) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let d = runtime_device()?;
+    if size == 0 {
+        capture::check_unsafe_call()?;
+        return out(p, std::ptr::null_mut());
+    }
+    out(p, mem_alloc(d, size)? as *mut c_void)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMalloc(p: *mut *mut c_void, size: usize) -> CUresult {
+    runtime(Api::cudaMalloc, || malloc(p, size))
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFree(p: *mut c_void) -> CUresult {
+    runtime(Api::cudaFree, || {
+        runtime_device()?;
+        mem_free(p as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocHost(p: *mut *mut c_void, size: usize) -> CUresult {
+    runtime(Api::cudaMallocHost, || {
+        runtime_device()?;
+        if size == 0 && !p.is_null() {
+            return out(p, std::ptr::null_mut());
+        }
+        host_alloc(p, size, 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostAlloc(
+    p: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> CUresult {
+    runtime(Api::cudaHostAlloc, || {
+        runtime_device()?;
+        if flags & !host::VALID_FLAGS != 0 {
+            return Err(INVALID_VALUE);
+        }
+        if size == 0 && !p.is_null() {
+            return out(p, std::ptr::null_mut());
+        }
+        host_alloc(p, size, flags)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeHost(p: *mut c_void) -> CUresult {
+    runtime(Api::cudaFreeHost, || {
+        runtime_device()?;
+        capture::check_unsafe_call()?;
+        if p.is_null() {
+            return Ok(());
+        }
+        host::free(p as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocAsync(
+    p: *mut *mut c_void,
+    size: usize,
+    h: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaMallocAsync, || {
+        if p.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let s = rt_stream(h)?;
+        if size == 0 {
+            return out(p, std::ptr::null_mut());
+        }
+        out(p, alloc_async(&s, size)? as *mut c_void)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeAsync(p: *mut c_void, h: *mut c_void) -> CUresult {
+    runtime(Api::cudaFreeAsync, || {
+        let s = rt_stream(h)?;
+        if p.is_null() {
+            return Ok(());
+        }
+        free_async(&s, p as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
+    runtime(Api::cudaMemGetInfo, || {
+        if free.is_null() || total.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let d = runtime_device()?;
+        out(free, d.ledger.free() as usize)?;
+        out(total, d.ledger.capacity as usize)
+    })
+}
+
+/// Which sides of a copy of `kind` must be device memory: (dst, src).
+fn copy_sides(kind: c_int) -> Result<(bool, bool), CUresult> {
+    match kind {
+        0 => Ok((false, false)),
+        1 => Ok((true, false)),
+        2 => Ok((false, true)),
+        3 => Ok((true, true)),
+        4 => Ok((false, false)),
+        _ => Err(INVALID_MEMCPY_DIRECTION),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+) -> CUresult {
+    runtime(Api::cudaMemcpy, || {
+        let (dd, sd) = copy_sides(kind)?;
+        let s = rt_stream(std::ptr::null_mut())?;
+        stream::run_sync(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+    h: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaMemcpyAsync, || {
+        let (dd, sd) = copy_sides(kind)?;
+        let s = rt_stream(h)?;
+        stream::run_async(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMemset(dst: *mut c_void, value: c_int, n: usize) -> CUresult {
+    runtime(Api::cudaMemset, || {
+        let s = rt_stream(std::ptr::null_mut())?;
+        stream::run_sync(&s, set_job(dst as usize, value as u8, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMemsetAsync(
+    dst: *mut c_void,
+    value: c_int,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaMemsetAsync, || {
+        let s = rt_stream(h)?;
+        stream::run_async(&s, set_job(dst as usize, value as u8, n)?)
+    })
+}
+
+/// `cudaMemoryType`.
+const MEMORY_TYPE_UNREGISTERED: c_int = 0;
+const MEMORY_TYPE_HOST: c_int = 1;
+const MEMORY_TYPE_DEVICE: c_int = 2;
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaPointerGetAttributes(
+    attr: *mut PointerAttributes,
+    ptr: *const c_void,
+) -> CUresult {
+    runtime(Api::cudaPointerGetAttributes, || {
+        if attr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let cur = runtime_device()?.ordinal as c_int;
+        let p = ptr as usize;
+        let a = if let Some((dev, _, _)) = memory::find(p) {
+            PointerAttributes {
+                type_: MEMORY_TYPE_DEVICE,
+                device: dev as c_int,
+                device_pointer: ptr as *mut c_void,
+                host_pointer: std::ptr::null_mut(),
+            }
+        } else if let Some(dev) =
+            crate::vmm::mapping_range(p).and_then(|_| crate::vmm::accessible(p, 1))
+        {
+            PointerAttributes {
+                type_: MEMORY_TYPE_DEVICE,
+                device: dev as c_int,
+                device_pointer: ptr as *mut c_void,
+                host_pointer: std::ptr::null_mut(),
+            }
+        } else if host::find(p).is_some() {
+            PointerAttributes {
+                type_: MEMORY_TYPE_HOST,
+                device: cur,
+                device_pointer: ptr as *mut c_void,
+                host_pointer: ptr as *mut c_void,
+            }
+        } else {
+            PointerAttributes {
+                type_: MEMORY_TYPE_UNREGISTERED,
+                device: -2,
+                device_pointer: std::ptr::null_mut(),
+                host_pointer: ptr as *mut c_void,
+            }
+        };
+        out(attr, a)
+    })
+}

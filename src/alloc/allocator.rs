@@ -1,0 +1,280 @@
+//! `CachingAllocator`: the process-wide front of the engine, one locked [`DeviceState`] per
+//! device ordinal plus one locked pinned-host cache.
+//!
+//! Invariant: every call takes exactly one lock in the common case (the device named by the
+//! caller, or the hinted device for frees); a lock is never held while taking another,
+//! except `snapshot`/`empty_cache`, which take them one after the other.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::caching::{Ctx, DeviceState};
+use super::host::HostCache;
+use super::info::SegmentInfo;
+use super::{AllocError, FreeError};
+use crate::config::alloc::AllocConf;
+use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
+use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+
+/// One device's (or the pinned host's, `device == -1`) segments and history.
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    pub device: i32,
+    pub segments: Vec<SegmentInfo>,
+    pub events: Vec<crate::trace::event::TraceEvent>,
+}
+
+/// The caching allocator of a process.
+pub struct CachingAllocator {
+    device: Arc<dyn Device>,
+    conf: AllocConf,
+    states: Vec<Mutex<DeviceState>>,
+    host: Mutex<HostCache>,
+    streams_seen: AtomicBool,
+}
+
+const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
+
+impl CachingAllocator {
+    /// `make_sink(d)` gives the event sink of device `d`, and `make_sink(-1)` the pinned
+    /// host's.
+    pub fn new(
+        device: Arc<dyn Device>,
+        conf: AllocConf,
+        make_sink: &dyn Fn(i32) -> Box<dyn EventSink>,
+    ) -> Self {
+        let n = device.device_count().max(1);
+        let states = (0..n as i32)
+            .map(|d| Mutex::new(DeviceState::new(d, &conf, make_sink(d))))
+            .collect();
+        CachingAllocator {
+            device,
+            host: Mutex::new(HostCache::new(make_sink(-1))),
+            conf,
+            states,
+            streams_seen: AtomicBool::new(false),
+        }
+    }
+
+    pub fn conf(&self) -> &AllocConf {
+        &self.conf
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.states.len()
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            device: &*self.device,
+            conf: &self.conf,
+            streams_seen: self.streams_seen.load(Ordering::Relaxed),
+        }
+    }
+
+    fn state(&self, dev: i32) -> Option<&Mutex<DeviceState>> {
+        usize::try_from(dev).ok().and_then(|d| self.states.get(d))
+    }
+
+    /// `cudaMalloc` (stream 0) and friends. Size 0 gives a null pointer.
+    pub fn malloc(
+        &self,
+        dev: i32,
+        size: u64,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<DevPtr, AllocError> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let st = self.state(dev).ok_or(AllocError::Device(INVALID_DEVICE))?;
+        st.lock().malloc(&self.ctx(), size, stream, stack)
+    }
+
+    /// `cudaMallocAsync`: the block belongs to `stream`.
+    pub fn malloc_async(
+        &self,
+        dev: i32,
+        size: u64,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<DevPtr, AllocError> {
+        self.malloc(dev, size, stream, stack)
+    }
+
+    fn free_inner(
+        &self,
+        ptr: DevPtr,
+        stream: Option<Stream>,
+        hint_dev: i32,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
+        let ctx = self.ctx();
+        if let Some(st) = self.state(hint_dev) {
+            match st.lock().free(&ctx, ptr, stream, stack) {
+                Err(FreeError::NotOurs) => {}
+                other => return other,
+            }
+        }
+        for (d, st) in self.states.iter().enumerate() {
+            if d as i32 == hint_dev {
+                continue;
+            }
+            match st.lock().free(&ctx, ptr, stream, stack) {
+                Err(FreeError::NotOurs) => {}
+                other => return other,
+            }
+        }
+        Err(FreeError::NotOurs)
+    }
+
+    /// `cudaFree`: `NotOurs` means the pointer should go to the real free.
+    pub fn free(&self, ptr: DevPtr, hint_dev: i32, stack: StackId) -> Result<(), FreeError> {
+        self.free_inner(ptr, None, hint_dev, stack)
+    }
+
+    /// `cudaFreeAsync`: reusable at once on the block's own stream.
+    pub fn free_async(
+        &self,
+        ptr: DevPtr,
+        stream: Stream,
+        hint_dev: i32,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
+        self.free_inner(ptr, Some(stream), hint_dev, stack)
+    }
+
+    /// Which device's allocator holds memory at `ptr`.
+    pub fn owner(&self, ptr: DevPtr) -> Option<i32> {
+        self.states
+            .iter()
+            .position(|st| st.lock().contains(ptr))
+            .map(|d| d as i32)
+    }
+
+    pub fn stream_created(&self, dev: i32, stream: Stream, non_blocking: bool) {
+        self.streams_seen.store(true, Ordering::Relaxed);
+        if non_blocking {
+            if let Some(st) = self.state(dev) {
+                st.lock().pending.stream_created(stream);
+            }
+        }
+    }
+
+    pub fn stream_destroyed(&self, dev: i32, stream: Stream) {
+        if let Some(st) = self.state(dev) {
+            st.lock().pending.stream_destroyed(stream);
+        }
+    }
+
+    /// Wait for pending frees and release every free segment and page of every device, and
+    /// every cached pinned block.
+    pub fn empty_cache(&self) {
+        let ctx = self.ctx();
+        for st in &self.states {
+            st.lock().release_cached(&ctx);
+        }
+        self.host.lock().release_free(&*self.device);
+    }
+
+    /// Forget device `dev`'s blocks and release its cache (before the real reset).
+    pub fn device_reset(&self, dev: i32) {
+        if let Some(st) = self.state(dev) {
+            st.lock().reset(&self.ctx());
+        }
+    }
+
+    pub fn mem_get_info(&self, dev: i32) -> DevResult<(u64, u64)> {
+        let st = self.state(dev).ok_or(INVALID_DEVICE)?;
+        st.lock().mem_get_info(&self.ctx())
+    }
+
+    /// PyTorch-named statistics of device `dev` (empty for an unknown device).
+    pub fn stats(&self, dev: i32) -> BTreeMap<String, i64> {
+        self.state(dev)
+            .map(|st| st.lock().stats.to_map())
+            .unwrap_or_default()
+    }
+
+    pub fn host_stats(&self) -> BTreeMap<String, i64> {
+        self.host.lock().stats_map()
+    }
+
+    pub fn reset_peak_stats(&self) {
+        for st in &self.states {
+            st.lock().stats.reset_peaks();
+        }
+        self.host.lock().reset_peaks();
+    }
+
+    pub fn host_alloc(&self, size: u64, flags: u32, stack: StackId) -> Result<DevPtr, AllocError> {
+        self.host.lock().alloc(&*self.device, size, flags, stack)
+    }
+
+    pub fn host_free(&self, ptr: DevPtr, stack: StackId) -> Result<(), FreeError> {
+        self.host.lock().free(self.conf.free_sync, ptr, stack)
+    }
+
+    /// Whether `ptr` is a pinned block of the cache.
+    pub fn host_owns(&self, ptr: DevPtr) -> bool {
+        self.host.lock().owns(ptr)
+    }
+
+    /// Segments of device `dev` (without recording a snapshot event).
+    pub fn segments(&self, dev: i32) -> Vec<SegmentInfo> {
+        self.state(dev)
+            .map(|st| st.lock().segments_info())
+            .unwrap_or_default()
+    }
+
+    /// Mapped expandable pages of device `dev` as (address, size).
+    pub fn expandable_pages(&self, dev: i32) -> Vec<(DevPtr, u64)> {
+        self.state(dev)
+            .map(|st| st.lock().expandable_pages())
+            .unwrap_or_default()
+    }
+
+    /// Events recorded for pending-free batches on device `dev` so far.
+    pub fn pending_events_recorded(&self, dev: i32) -> u64 {
+        self.state(dev)
+            .map(|st| st.lock().pending.events_recorded)
+            .unwrap_or(0)
+    }
+
+    /// One snapshot per device ordinal, then the pinned host (device -1), each under its
+    /// lock, each recording a `snapshot` event first.
+    pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
+        let mut out = Vec::with_capacity(self.states.len() + 1);
+        for st in &self.states {
+            let mut g = st.lock();
+            g.record(Action::Snapshot, 0, 0, 0, 0);
+            out.push(DeviceSnapshot {
+                device: g.dev,
+                segments: g.segments_info(),
+                events: g.sink.events(),
+            });
+        }
+        let mut h = self.host.lock();
+        if h.sink.enabled() {
+            h.sink.record(TraceEvent {
+                action: Action::Snapshot,
+                device: -1,
+                addr: 0,
+                size: 0,
+                stream: 0,
+                time_us: now_us(),
+                stack: 0,
+                device_free: 0,
+            });
+        }
+        out.push(DeviceSnapshot {
+            device: -1,
+            segments: h.segments_info(),
+            events: h.sink.events(),
+        });
+        out
+    }
+}

@@ -1,0 +1,707 @@
+//! The per-device caching allocator: PyTorch's CUDA caching-allocator policy over a
+//! [`Device`].
+//!
+//! Invariant (maintained by every method, under the device's lock): every byte of every
+//! segment and reservation belongs to exactly one block of its chain; a block is in a pool
+//! iff it is `Free`; `live` holds exactly the `Allocated` and `Pending` blocks by address;
+//! the statistics equal what the blocks and segments say.
+//!
+//! # The policy, in our words
+//!
+//! **Sizes.** A request is rounded to a multiple of 512 bytes (at least 512). When
+//! `roundup_power2_divisions` gives the request's power-of-two interval `d > 1` divisions
+//! (and the request is larger than `512 * d`), it is rounded instead to the next of `d`
+//! equal steps between the powers of two around it. Rounded sizes up to 1 MiB live in the
+//! small pool, larger ones in the large pool. A new segment is 2 MiB for small requests,
+//! 20 MiB for requests under 10 MiB, and the request rounded up to 2 MiB otherwise.
+//!
+//! **Finding a block.** Each pool is ordered by (stream, size, address); a request takes
+//! the smallest free block of its own stream that is big enough, lowest address first. A
+//! block is only ever reused by the stream that owns it (`cudaMalloc` uses the legacy
+//! stream 0). Blocks of `max_split_size` or more are "oversize": a request below
+//! `max_split_size` never takes one, and an oversize request takes one only if it wastes
+//! less than 20 MiB.
+//!
+//! **Splitting and merging.** After taking a block, the tail is split off as a new free
+//! block if at least 512 bytes remain (small pool, or any expandable segment), or, in the
+//! large pool, if the request is below `max_split_size` and more than 1 MiB remains. When
+//! a block becomes free it merges with free neighbours of its own segment (never across
+//! segments, never with unmapped address space).
+//!
+//! **The malloc sequence.** (1) Blocks whose pending frees completed return to the pools.
+//! (2) Best fit. (3) If nothing fits but freed blocks still wait, the waiting blocks are
+//! covered (one event per live stream, or a device synchronization) and (1)-(2) retried.
+//! (4) With `garbage_collection_threshold` set and reserved memory above that fraction of
+//! the allowed memory, whole cached large segments that have waited longest unused (age
+//! counted in pool lookups, at least the average age) are released until enough is under
+//! the threshold. (5) A new segment is allocated from the device (or an expandable
+//! reservation grows), refused without a device call if it would exceed
+//! `per_process_memory_fraction` of the device. (6) On failure, cached oversize blocks of
+//! the stream are released (the smallest one big enough, else the largest ones until enough
+//! is freed) and the allocation retried. (7) Then every pending free is synchronized and the
+//! best fit retried. (8) Then all cached memory is released (whole free segments, whole
+//! free expandable pages), `num_alloc_retries` counted, and the allocation retried. (9) Then
+//! an `oom` event is recorded with the device's free bytes, `num_ooms` counted, and the
+//! request fails with out-of-memory; the allocator stays usable.
+//!
+//! **Freeing.** A free decrements `allocation`/`allocated_bytes` at once. When the block
+//! may still be in use by queued work (see `pending.rs`) it becomes `Pending`; otherwise,
+//! or once its batch completes, it becomes `Free` (decrementing `active`, `active_bytes`,
+//! `requested_bytes`), merges, and returns to its pool. Cached memory goes back to the
+//! device only in the sequence above, on `empty_cache`, or at a device reset.
+//!
+//! **Statistics.** Named as PyTorch names them; `inactive_split` counts free blocks that
+//! share their segment; `oversize_*` count blocks/segments of at least `max_split_size`;
+//! with expandable segments `reserved_bytes` is mapped bytes and `num_device_alloc/free`
+//! count maps and unmaps.
+//!
+//! Deviation from PyTorch: PyTorch runs the garbage collector only after
+//! `set_per_process_memory_fraction`; here the fraction is a configuration key defaulting to
+//! 1.0, so the threshold alone enables it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::block::{Arena, Block, BlockId, State};
+use super::expandable::Expandable;
+use super::pending::Pending;
+use super::pool::Pool;
+use super::rounding::{is_small, round_size, segment_size, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE};
+use super::stats::DeviceStats;
+use super::{AllocError, FreeError};
+use crate::config::alloc::{AllocConf, FreeSync};
+use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
+use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+
+/// What a device state needs from its allocator for one call.
+pub(crate) struct Ctx<'a> {
+    pub device: &'a dyn Device,
+    pub conf: &'a AllocConf,
+    /// Whether the program ever created a stream (`free_sync:auto`).
+    pub streams_seen: bool,
+}
+
+/// An ordinary (`cuMemAlloc`) segment.
+pub(crate) struct Segment {
+    pub size: u64,
+    pub stream: Stream,
+    pub large: bool,
+    pub stack: StackId,
+    pub head: BlockId,
+}
+
+/// The locked state of one device's allocator.
+pub struct DeviceState {
+    pub(crate) dev: i32,
+    pub(crate) blocks: Arena,
+    pub(crate) small: Pool,
+    pub(crate) large: Pool,
+    pub(crate) live: HashMap<DevPtr, BlockId>,
+    pub(crate) segments: BTreeMap<DevPtr, Segment>,
+    pub(crate) exp: Expandable,
+    pub(crate) pending: Pending,
+    pub(crate) stats: DeviceStats,
+    pub(crate) sink: Box<dyn EventSink>,
+    scratch: Vec<BlockId>,
+    total_memory: u64,
+}
+
+fn map_dev_err(e: DeviceError) -> AllocError {
+    match e {
+        DeviceError::OutOfMemory => AllocError::OutOfMemory,
+        DeviceError::Capturing => AllocError::Capturing,
+        other => AllocError::Device(other),
+    }
+}
+
+impl DeviceState {
+    pub(crate) fn new(dev: i32, conf: &AllocConf, sink: Box<dyn EventSink>) -> DeviceState {
+        DeviceState {
+            dev,
+            blocks: Arena::default(),
+            small: Pool::default(),
+            large: Pool::default(),
+            live: HashMap::new(),
+            segments: BTreeMap::new(),
+            exp: Expandable::new(conf.expandable_segments),
+            pending: Pending::new(conf.free_sync),
+            stats: DeviceStats::default(),
+            sink,
+            scratch: Vec::new(),
+            total_memory: 0,
+        }
+    }
+
+    /// Record one event when history is on.
+    pub(crate) fn record(
+        &mut self,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stream: Stream,
+        stack: StackId,
+    ) {
+        if self.sink.enabled() {
+            self.sink.record(TraceEvent {
+                action,
+                device: self.dev,
+                addr,
+                size,
+                stream,
+                time_us: now_us(),
+                stack,
+                device_free: 0,
+            });
+        }
+    }
+
+    pub(crate) fn pool_mut(&mut self, large: bool) -> &mut Pool {
+        if large {
+            &mut self.large
+        } else {
+            &mut self.small
+        }
+    }
+
+    /// Put a `Free` block into its pool, counting it as an inactive split if it shares its
+    /// segment.
+    pub(crate) fn pool_insert(&mut self, id: BlockId) {
+        let (stream, size, addr, large, split) = {
+            let b = &self.blocks[id];
+            (b.stream, b.size, b.addr, b.large, b.is_split())
+        };
+        let lookups = self.pool_mut(large).lookups;
+        self.pool_mut(large).insert(stream, size, addr, id);
+        let b = &mut self.blocks[id];
+        b.gc_base = lookups;
+        b.counted_split = split;
+        if split {
+            self.stats.inactive_split.update(large, 1);
+            self.stats.inactive_split_bytes.update(large, size as i64);
+        }
+    }
+
+    /// Take a block out of its pool (undoing its inactive-split count).
+    pub(crate) fn pool_remove(&mut self, id: BlockId) {
+        let (stream, size, addr, large, counted) = {
+            let b = &self.blocks[id];
+            (b.stream, b.size, b.addr, b.large, b.counted_split)
+        };
+        if self.pool_mut(large).remove(stream, size, addr) && counted {
+            self.stats.inactive_split.update(large, -1);
+            self.stats
+                .inactive_split_bytes
+                .update(large, -(size as i64));
+        }
+        self.blocks[id].counted_split = false;
+    }
+
+    /// Total device memory (asked once).
+    pub(crate) fn total_memory(&mut self, device: &dyn Device) -> u64 {
+        if self.total_memory == 0 {
+            self.total_memory = device.mem_get_info(self.dev).map(|(_, t)| t).unwrap_or(0);
+        }
+        self.total_memory
+    }
+
+    /// Whether `extra` more reserved bytes stay within `per_process_memory_fraction`.
+    pub(crate) fn within_fraction(&mut self, ctx: &Ctx, extra: u64) -> bool {
+        let f = ctx.conf.per_process_memory_fraction;
+        if f >= 1.0 {
+            return true;
+        }
+        let allowed = (self.total_memory(ctx.device) as f64 * f) as u64;
+        self.stats.reserved_bytes.all.current as u64 + extra <= allowed
+    }
+
+    // ----------------------------------------------------------------------------- malloc
+
+    pub(crate) fn malloc(
+        &mut self,
+        ctx: &Ctx,
+        size: u64,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<DevPtr, AllocError> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let rounded = round_size(size, ctx.conf);
+        let large = !is_small(rounded);
+        self.complete_pending(ctx, false);
+        let mut found = self.best_fit(ctx, stream, rounded, large);
+        if found.is_none() && self.pending.has_unbatched() {
+            self.cover_pending(ctx);
+            self.complete_pending(ctx, false);
+            found = self.best_fit(ctx, stream, rounded, large);
+        }
+        let id = match found {
+            Some(id) => {
+                self.pool_remove(id);
+                id
+            }
+            None => self.alloc_sequence(ctx, size, rounded, large, stream, stack)?,
+        };
+        let ptr = self.take(ctx, id, rounded, size, stack);
+        if found.is_none() && self.exp.enabled() {
+            // Expandable garbage collection: once the new block is taken, whole free pages
+            // the growth could not use go back while reserved memory is above the threshold.
+            let excess = self.gc_excess(ctx);
+            if excess > 0 {
+                self.expandable_gc(ctx, excess);
+            }
+        }
+        Ok(ptr)
+    }
+
+    /// Steps (4)-(9) of the malloc sequence; returns a free block not in any pool.
+    fn alloc_sequence(
+        &mut self,
+        ctx: &Ctx,
+        size: u64,
+        rounded: u64,
+        large: bool,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<BlockId, AllocError> {
+        if ctx.conf.garbage_collection_threshold > 0.0 {
+            self.garbage_collect(ctx);
+        }
+        if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+            return Ok(id);
+        }
+        if self.release_oversize(ctx, stream, rounded, large) {
+            if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+                return Ok(id);
+            }
+        }
+        if self.pending.any() {
+            self.complete_pending(ctx, true);
+            if let Some(id) = self.best_fit(ctx, stream, rounded, large) {
+                self.pool_remove(id);
+                return Ok(id);
+            }
+        }
+        self.release_cached(ctx);
+        self.stats.num_alloc_retries += 1;
+        if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+            return Ok(id);
+        }
+        self.stats.num_ooms += 1;
+        if self.sink.enabled() {
+            let device_free = ctx
+                .device
+                .mem_get_info(self.dev)
+                .map(|(f, _)| f)
+                .unwrap_or(0);
+            self.sink.record(TraceEvent {
+                action: Action::Oom,
+                device: self.dev,
+                addr: 0,
+                size,
+                stream,
+                time_us: now_us(),
+                stack,
+                device_free,
+            });
+        }
+        Err(AllocError::OutOfMemory)
+    }
+
+    /// Best fit in the pool, honouring the oversize rules. Leaves the block in the pool.
+    fn best_fit(
+        &mut self,
+        ctx: &Ctx,
+        stream: Stream,
+        rounded: u64,
+        large: bool,
+    ) -> Option<BlockId> {
+        let max_split = ctx.conf.max_split_size;
+        let pool = self.pool_mut(large);
+        pool.lookups += 1;
+        let (bsize, id) = pool.best_fit(stream, rounded)?;
+        if self.blocks[id].res.is_none() {
+            if rounded < max_split && bsize >= max_split {
+                return None;
+            }
+            if rounded >= max_split && bsize >= rounded.saturating_add(LARGE_BUFFER) {
+                return None;
+            }
+        }
+        Some(id)
+    }
+
+    /// Hand out `id` (a free block not in any pool) for a request, splitting off the tail.
+    fn take(&mut self, ctx: &Ctx, id: BlockId, rounded: u64, size: u64, stack: StackId) -> DevPtr {
+        let (bsize, large, expandable) = {
+            let b = &self.blocks[id];
+            (b.size, b.large, b.res.is_some())
+        };
+        let remaining = bsize - rounded;
+        let split = if !large || expandable {
+            remaining >= MIN_BLOCK
+        } else {
+            rounded < ctx.conf.max_split_size && remaining > SMALL_SIZE
+        };
+        if split {
+            let tail = self.blocks.split(id, rounded);
+            self.pool_insert(tail);
+        }
+        let b = &mut self.blocks[id];
+        b.state = State::Allocated;
+        b.requested = size;
+        b.stack = stack;
+        let (addr, bsize, stream) = (b.addr, b.size, b.stream);
+        self.live.insert(addr, id);
+        let s = &mut self.stats;
+        s.allocation.update(large, 1);
+        s.allocated_bytes.update(large, bsize as i64);
+        s.active.update(large, 1);
+        s.active_bytes.update(large, bsize as i64);
+        s.requested_bytes.update(large, size as i64);
+        if bsize >= ctx.conf.max_split_size {
+            s.oversize_allocations.update(1);
+        }
+        self.record(Action::Alloc, addr, size, stream, stack);
+        addr
+    }
+
+    /// A new segment or an expandable growth for the request: a free block not in any pool
+    /// whose first `rounded` bytes serve it. `Ok(None)` means out of memory.
+    fn grow(
+        &mut self,
+        ctx: &Ctx,
+        rounded: u64,
+        large: bool,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<Option<BlockId>, AllocError> {
+        if self.exp.enabled() {
+            if let Some(r) = self.ensure_reservation(ctx, stream, large, stack) {
+                return Ok(self.expandable_grow(ctx, r, rounded, stack));
+            }
+        }
+        let alloc_size = segment_size(rounded);
+        if !self.within_fraction(ctx, alloc_size) {
+            return Ok(None);
+        }
+        let ptr = match ctx.device.malloc(self.dev, alloc_size) {
+            Ok(p) => p,
+            Err(DeviceError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(map_dev_err(e)),
+        };
+        let id = self
+            .blocks
+            .insert(Block::new(ptr, alloc_size, stream, large, State::Free));
+        self.segments.insert(
+            ptr,
+            Segment {
+                size: alloc_size,
+                stream,
+                large,
+                stack,
+                head: id,
+            },
+        );
+        self.stats.segment.update(large, 1);
+        self.stats.reserved_bytes.update(large, alloc_size as i64);
+        if alloc_size >= ctx.conf.max_split_size {
+            self.stats.oversize_segments.update(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.record(Action::SegmentAlloc, ptr, alloc_size, stream, stack);
+        Ok(Some(id))
+    }
+
+    // ------------------------------------------------------------------------------- free
+
+    /// Whether `ptr` lies inside memory this allocator holds.
+    pub(crate) fn contains(&self, ptr: DevPtr) -> bool {
+        if let Some((&a, s)) = self.segments.range(..=ptr).next_back() {
+            if ptr < a + s.size {
+                return true;
+            }
+        }
+        self.exp.contains(ptr)
+    }
+
+    /// The program frees `ptr`. `async_stream` is the stream of `cudaFreeAsync`.
+    pub(crate) fn free(
+        &mut self,
+        ctx: &Ctx,
+        ptr: DevPtr,
+        async_stream: Option<Stream>,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
+        let Some(&id) = self.live.get(&ptr) else {
+            return Err(if self.contains(ptr) {
+                FreeError::InvalidValue
+            } else {
+                FreeError::NotOurs
+            });
+        };
+        let (state, size, large, stream) = {
+            let b = &self.blocks[id];
+            (b.state, b.size, b.large, b.stream)
+        };
+        if state != State::Allocated {
+            return Err(FreeError::InvalidValue);
+        }
+        self.stats.allocation.update(large, -1);
+        self.stats.allocated_bytes.update(large, -(size as i64));
+        if size >= ctx.conf.max_split_size {
+            self.stats.oversize_allocations.update(-1);
+        }
+        self.record(Action::FreeRequested, ptr, size, stream, stack);
+        let wait = match async_stream {
+            Some(s) if s == stream => false,
+            Some(_) => ctx.conf.free_sync != FreeSync::None,
+            None => match ctx.conf.free_sync {
+                FreeSync::None => false,
+                FreeSync::Auto => ctx.streams_seen,
+                FreeSync::Event | FreeSync::Device => true,
+            },
+        };
+        if wait {
+            self.blocks[id].state = State::Pending;
+            self.pending.push(id, async_stream);
+        } else {
+            self.complete_free(id);
+        }
+        Ok(())
+    }
+
+    /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.
+    fn complete_free(&mut self, id: BlockId) {
+        let (addr, size, requested, large, stream, stack) = {
+            let b = &self.blocks[id];
+            (b.addr, b.size, b.requested, b.large, b.stream, b.stack)
+        };
+        self.live.remove(&addr);
+        let s = &mut self.stats;
+        s.active.update(large, -1);
+        s.active_bytes.update(large, -(size as i64));
+        s.requested_bytes.update(large, -(requested as i64));
+        self.record(Action::FreeCompleted, addr, size, stream, stack);
+        let b = &mut self.blocks[id];
+        b.state = State::Free;
+        b.requested = 0;
+        self.merge_and_pool(id);
+    }
+
+    /// Merge a `Free` block (not in a pool) with free neighbours and put it in its pool.
+    pub(crate) fn merge_and_pool(&mut self, mut id: BlockId) {
+        if let Some(p) = self.blocks[id].prev {
+            if self.blocks[p].state == State::Free {
+                self.pool_remove(p);
+                self.blocks.absorb_next(p);
+                id = p;
+            }
+        }
+        if let Some(n) = self.blocks[id].next {
+            if self.blocks[n].state == State::Free {
+                self.pool_remove(n);
+                self.blocks.absorb_next(id);
+            }
+        }
+        self.pool_insert(id);
+    }
+
+    // ---------------------------------------------------------------------- pending frees
+
+    /// Return completed pending frees to the pools; with `wait`, synchronize them all.
+    pub(crate) fn complete_pending(&mut self, ctx: &Ctx, wait: bool) {
+        if !self.pending.any() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.scratch);
+        if wait {
+            self.pending.sync_all(ctx.device, self.dev, &mut done);
+        } else {
+            self.pending.poll(ctx.device, self.dev, &mut done);
+        }
+        for id in done.drain(..) {
+            self.complete_free(id);
+        }
+        self.scratch = done;
+    }
+
+    fn cover_pending(&mut self, ctx: &Ctx) {
+        let mut done = std::mem::take(&mut self.scratch);
+        self.pending.cover(ctx.device, self.dev, &mut done);
+        if self.pending.mode() == FreeSync::Device && !done.is_empty() {
+            self.stats.num_sync_all_streams += 1;
+        }
+        for id in done.drain(..) {
+            self.complete_free(id);
+        }
+        self.scratch = done;
+    }
+
+    /// Synchronize the device and complete every pending free (`empty_cache`, reset).
+    pub(crate) fn drain_pending(&mut self, ctx: &Ctx) {
+        if self.pending.any() {
+            self.complete_pending(ctx, true);
+        }
+    }
+
+    // ------------------------------------------------------------------------- releasing
+
+    /// Give a whole free ordinary segment (a free block without neighbours, in its pool)
+    /// back to the device.
+    fn release_segment(&mut self, ctx: &Ctx, id: BlockId) -> bool {
+        let (addr, size, large, stream) = {
+            let b = &self.blocks[id];
+            (b.addr, b.size, b.large, b.stream)
+        };
+        if ctx.device.free(self.dev, addr).is_err() {
+            return false;
+        }
+        self.pool_remove(id);
+        let stack = self.segments.remove(&addr).map(|s| s.stack).unwrap_or(0);
+        self.blocks.remove(id);
+        self.stats.segment.update(large, -1);
+        self.stats.reserved_bytes.update(large, -(size as i64));
+        if size >= ctx.conf.max_split_size {
+            self.stats.oversize_segments.update(-1);
+        }
+        self.stats.num_device_free += 1;
+        self.record(Action::SegmentFree, addr, size, stream, stack);
+        true
+    }
+
+    fn whole_free_segments(&self, large: bool) -> Vec<BlockId> {
+        let pool = if large { &self.large } else { &self.small };
+        pool.ids()
+            .into_iter()
+            .filter(|&id| {
+                let b = &self.blocks[id];
+                b.res.is_none() && !b.is_split()
+            })
+            .collect()
+    }
+
+    /// Step (6): release cached oversize blocks of `stream` (only with `max_split_size`).
+    fn release_oversize(&mut self, ctx: &Ctx, stream: Stream, rounded: u64, large: bool) -> bool {
+        let max_split = ctx.conf.max_split_size;
+        if max_split == u64::MAX || !large {
+            return false;
+        }
+        let want = rounded.max(max_split);
+        let candidates: Vec<(u64, BlockId)> = self
+            .large
+            .largest_first(stream)
+            .filter(|&(sz, id)| {
+                sz >= max_split && self.blocks[id].res.is_none() && !self.blocks[id].is_split()
+            })
+            .collect();
+        // The smallest single block that is big enough.
+        if let Some(&(_, id)) = candidates.iter().rev().find(|&&(sz, _)| sz >= want) {
+            return self.release_segment(ctx, id);
+        }
+        let mut released = 0;
+        for (sz, id) in candidates {
+            if released >= want {
+                break;
+            }
+            if self.release_segment(ctx, id) {
+                released += sz;
+            }
+        }
+        released >= want
+    }
+
+    /// Step (8) and `empty_cache`: release every whole free segment and free page.
+    pub(crate) fn release_cached(&mut self, ctx: &Ctx) {
+        self.complete_pending(ctx, true);
+        for large in [false, true] {
+            for id in self.whole_free_segments(large) {
+                self.release_segment(ctx, id);
+            }
+        }
+        self.expandable_release_free(ctx);
+    }
+
+    /// Step (4): age-based release of whole cached large segments above the threshold.
+    /// Reserved bytes above `garbage_collection_threshold` of the allowed memory (0 when
+    /// collection is off or the device size is unknown).
+    fn gc_excess(&mut self, ctx: &Ctx) -> u64 {
+        let t = ctx.conf.garbage_collection_threshold;
+        let total = self.total_memory(ctx.device);
+        if t <= 0.0 || total == 0 {
+            return 0;
+        }
+        let allowed = (total as f64 * ctx.conf.per_process_memory_fraction) as u64;
+        let threshold = (t * allowed as f64) as u64;
+        (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
+    }
+
+    fn garbage_collect(&mut self, ctx: &Ctx) {
+        let target = self.gc_excess(ctx);
+        if target == 0 {
+            return;
+        }
+        let now = self.large.lookups;
+        let mut candidates: Vec<(u64, u64, BlockId)> = self
+            .whole_free_segments(true)
+            .into_iter()
+            .map(|id| (now - self.blocks[id].gc_base, self.blocks[id].size, id))
+            .collect();
+        let mut total_age: u64 = candidates.iter().map(|c| c.0).sum();
+        let mut reclaimed = 0;
+        while reclaimed < target && !candidates.is_empty() {
+            let avg = total_age / candidates.len() as u64;
+            let mut freed_any = false;
+            let mut keep = Vec::with_capacity(candidates.len());
+            for (age, size, id) in candidates {
+                if age >= avg && self.release_segment(ctx, id) {
+                    freed_any = true;
+                    reclaimed += size;
+                    total_age -= age;
+                } else {
+                    keep.push((age, size, id));
+                }
+            }
+            candidates = keep;
+            if !freed_any {
+                break;
+            }
+        }
+    }
+
+    /// Forget every block (device reset): complete frees, release everything we can.
+    pub(crate) fn reset(&mut self, ctx: &Ctx) {
+        let _ = ctx.device.synchronize_device(self.dev);
+        self.drain_pending(ctx);
+        let live: Vec<BlockId> = self.live.values().copied().collect();
+        for id in live {
+            let (addr, size, large, stream) = {
+                let b = &self.blocks[id];
+                (b.addr, b.size, b.large, b.stream)
+            };
+            if self.blocks[id].state == State::Allocated {
+                self.stats.allocation.update(large, -1);
+                self.stats.allocated_bytes.update(large, -(size as i64));
+                if size >= ctx.conf.max_split_size {
+                    self.stats.oversize_allocations.update(-1);
+                }
+                self.record(Action::FreeRequested, addr, size, stream, 0);
+            }
+            self.complete_free(id);
+        }
+        self.pending.clear(ctx.device, self.dev);
+        self.release_cached(ctx);
+        self.expandable_release_reservations(ctx);
+    }
+
+    /// `(free, total)` with cached free bytes optionally counted as free.
+    pub(crate) fn mem_get_info(&self, ctx: &Ctx) -> DevResult<(u64, u64)> {
+        let (free, total) = ctx.device.mem_get_info(self.dev)?;
+        if ctx.conf.free_includes_cache {
+            let cached =
+                self.stats.reserved_bytes.all.current - self.stats.active_bytes.all.current;
+            Ok(((free + cached.max(0) as u64).min(total), total))
+        } else {
+            Ok((free, total))
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Stream safety of freed blocks: pending frees, covered lazily in batches by events.
+//!
+//! Invariant: a block handed in by [`Pending::push`] is returned (by `poll`, `cover` or
+//! `sync_all`) only after every stream that may still touch it has passed the point of the
+//! free: an event recorded after the free on the legacy stream (which orders after all
+//! blocking streams) and on every tracked non-blocking stream has completed, or the device
+//! was synchronized. No event is recorded or queried on a capturing stream. Events are
+//! reused through a pool; a batch costs one event per live stream, never one per free.
+
+use std::collections::VecDeque;
+
+use super::block::BlockId;
+use crate::config::alloc::FreeSync;
+use crate::device::{Device, Event, Stream, LEGACY_STREAM};
+
+struct Batch {
+    events: Vec<(Stream, Event)>,
+    blocks: Vec<BlockId>,
+}
+
+/// Pending frees of one device.
+pub struct Pending {
+    mode: FreeSync,
+    unbatched: Vec<BlockId>,
+    /// Streams named by `free_async` that are not tracked (covered with the next batch).
+    extra: Vec<Stream>,
+    batches: VecDeque<Batch>,
+    event_pool: Vec<Event>,
+    spare: Vec<Vec<BlockId>>,
+    /// Tracked live non-blocking streams of this device.
+    streams: Vec<Stream>,
+    /// Events recorded so far (for tests and stats).
+    pub events_recorded: u64,
+}
+
+impl Pending {
+    pub fn new(mode: FreeSync) -> Pending {
+        Pending {
+            mode,
+            unbatched: Vec::new(),
+            extra: Vec::new(),
+            batches: VecDeque::new(),
+            event_pool: Vec::new(),
+            spare: Vec::new(),
+            streams: Vec::new(),
+            events_recorded: 0,
+        }
+    }
+
+    pub fn mode(&self) -> FreeSync {
+        self.mode
+    }
+
+    pub fn stream_created(&mut self, s: Stream) {
+        if !self.streams.contains(&s) {
+            self.streams.push(s);
+        }
+    }
+
+    pub fn stream_destroyed(&mut self, s: Stream) {
+        self.streams.retain(|&x| x != s);
+        self.extra.retain(|&x| x != s);
+    }
+
+    /// A freed block whose reuse must wait; `stream` is the stream of the free, if it is one
+    /// that the next batch must cover beyond the legacy and tracked streams.
+    pub fn push(&mut self, id: BlockId, stream: Option<Stream>) {
+        self.unbatched.push(id);
+        if let Some(s) = stream {
+            if s != LEGACY_STREAM && !self.streams.contains(&s) && !self.extra.contains(&s) {
+                self.extra.push(s);
+            }
+        }
+    }
+
+    /// Whether any block is waiting.
+    pub fn any(&self) -> bool {
+        !self.unbatched.is_empty() || !self.batches.is_empty()
+    }
+
+    pub fn has_unbatched(&self) -> bool {
+        !self.unbatched.is_empty()
+    }
+
+    fn live_streams(&self) -> impl Iterator<Item = Stream> + '_ {
+        std::iter::once(LEGACY_STREAM)
+            .chain(self.streams.iter().copied())
+            .chain(self.extra.iter().copied())
+    }
+
+    fn any_capturing(&self, device: &dyn Device, dev: i32) -> bool {
+        self.live_streams()
+            .any(|s| device.stream_is_capturing(dev, s))
+    }
+
+    fn recycle(&mut self, mut v: Vec<BlockId>, out: &mut Vec<BlockId>) {
+        out.append(&mut v);
+        self.spare.push(v);
+    }
+
+    /// Move the blocks of completed batches (oldest first, stopping at the first incomplete
+    /// one) into `out`.
+    pub fn poll(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+        while let Some(front) = self.batches.front() {
+            let done = front.events.iter().all(|&(s, e)| {
+                !device.stream_is_capturing(dev, s) && device.event_done(dev, e).unwrap_or(false)
+            });
+            if !done {
+                break;
+            }
+            if let Some(b) = self.batches.pop_front() {
+                self.event_pool.extend(b.events.iter().map(|&(_, e)| e));
+                self.recycle(b.blocks, out);
+            }
+        }
+    }
+
+    /// Cover every unbatched block: record a batch of events (`event`/`auto`), or
+    /// synchronize the device and release them into `out` (`device`). Does nothing while a
+    /// live stream is capturing. A failing event call falls back to synchronizing.
+    pub fn cover(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+        if self.unbatched.is_empty() || self.any_capturing(device, dev) {
+            return;
+        }
+        let blocks = std::mem::replace(&mut self.unbatched, self.spare.pop().unwrap_or_default());
+        if self.mode == FreeSync::Device {
+            if device.synchronize_device(dev).is_ok() {
+                self.recycle(blocks, out);
+            } else {
+                self.unbatched = blocks;
+            }
+            return;
+        }
+        let streams: Vec<Stream> = self.live_streams().collect();
+        let mut events = Vec::with_capacity(streams.len());
+        let mut failed = false;
+        for s in streams {
+            let ev = match self.event_pool.pop() {
+                Some(e) => Ok(e),
+                None => device.create_event(dev),
+            };
+            match ev.and_then(|e| device.record_event(dev, e, s).map(|_| e)) {
+                Ok(e) => {
+                    self.events_recorded += 1;
+                    events.push((s, e));
+                }
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        self.extra.clear();
+        if failed {
+            self.event_pool.extend(events.iter().map(|&(_, e)| e));
+            if device.synchronize_device(dev).is_ok() {
+                self.recycle(blocks, out);
+            } else {
+                self.unbatched = blocks;
+            }
+            return;
+        }
+        self.batches.push_back(Batch { events, blocks });
+    }
+
+    /// Wait for everything: cover the unbatched blocks, then synchronize every batch's
+    /// events; all blocks go to `out` (unless a stream is capturing).
+    pub fn sync_all(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+        self.cover(device, dev, out);
+        while let Some(front) = self.batches.front() {
+            if front
+                .events
+                .iter()
+                .any(|&(s, _)| device.stream_is_capturing(dev, s))
+            {
+                break;
+            }
+            let synced = front
+                .events
+                .iter()
+                .all(|&(_, e)| device.event_sync(dev, e).is_ok());
+            // A failing event falls back to waiting for the whole device.
+            if !synced && device.synchronize_device(dev).is_err() {
+                break;
+            }
+            if let Some(b) = self.batches.pop_front() {
+                self.event_pool.extend(b.events.iter().map(|&(_, e)| e));
+                self.recycle(b.blocks, out);
+            }
+        }
+    }
+
+    /// Forget every pending block and destroy every event (device reset).
+    pub fn clear(&mut self, device: &dyn Device, dev: i32) {
+        self.unbatched.clear();
+        self.extra.clear();
+        for b in self.batches.drain(..) {
+            for (_, e) in b.events {
+                device.destroy_event(dev, e);
+            }
+        }
+        for e in self.event_pool.drain(..) {
+            device.destroy_event(dev, e);
+        }
+    }
+}

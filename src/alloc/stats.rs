@@ -1,0 +1,163 @@
+//! Allocator statistics with PyTorch's key names (`allocated_bytes.all.current`, ...).
+//!
+//! Invariant: `current` is the sum of all updates, `allocated`/`freed` the sums of the
+//! positive/negative ones, and `peak` the largest `current` since the last peak reset. The
+//! `all` entry of a [`StatArray`] always equals `small_pool + large_pool`.
+
+use std::collections::BTreeMap;
+
+/// One counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+impl Stat {
+    pub fn update(&mut self, amount: i64) {
+        self.current += amount;
+        if amount > 0 {
+            self.allocated += amount;
+        } else {
+            self.freed -= amount;
+        }
+        self.peak = self.peak.max(self.current);
+    }
+
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+
+    fn put(&self, out: &mut BTreeMap<String, i64>, prefix: &str) {
+        out.insert(format!("{prefix}.current"), self.current);
+        out.insert(format!("{prefix}.peak"), self.peak);
+        out.insert(format!("{prefix}.allocated"), self.allocated);
+        out.insert(format!("{prefix}.freed"), self.freed);
+    }
+}
+
+/// A counter split by pool: `all`, `small_pool`, `large_pool`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatArray {
+    pub all: Stat,
+    pub small: Stat,
+    pub large: Stat,
+}
+
+impl StatArray {
+    pub fn update(&mut self, large: bool, amount: i64) {
+        self.all.update(amount);
+        if large {
+            self.large.update(amount);
+        } else {
+            self.small.update(amount);
+        }
+    }
+
+    fn reset_peak(&mut self) {
+        self.all.reset_peak();
+        self.small.reset_peak();
+        self.large.reset_peak();
+    }
+
+    fn put(&self, out: &mut BTreeMap<String, i64>, name: &str) {
+        self.all.put(out, &format!("{name}.all"));
+        self.small.put(out, &format!("{name}.small_pool"));
+        self.large.put(out, &format!("{name}.large_pool"));
+    }
+}
+
+/// Every statistic of one device allocator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub allocation: StatArray,
+    pub segment: StatArray,
+    pub active: StatArray,
+    pub inactive_split: StatArray,
+    pub allocated_bytes: StatArray,
+    pub reserved_bytes: StatArray,
+    pub active_bytes: StatArray,
+    pub inactive_split_bytes: StatArray,
+    pub requested_bytes: StatArray,
+    pub oversize_allocations: Stat,
+    pub oversize_segments: Stat,
+    pub num_alloc_retries: i64,
+    pub num_ooms: i64,
+    pub num_device_alloc: i64,
+    pub num_device_free: i64,
+    pub num_sync_all_streams: i64,
+}
+
+impl DeviceStats {
+    pub fn reset_peaks(&mut self) {
+        for a in [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ] {
+            a.reset_peak();
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    /// The flat `key -> value` map PyTorch's `memory_stats()` returns.
+    pub fn to_map(&self) -> BTreeMap<String, i64> {
+        let mut m = BTreeMap::new();
+        self.allocation.put(&mut m, "allocation");
+        self.segment.put(&mut m, "segment");
+        self.active.put(&mut m, "active");
+        self.inactive_split.put(&mut m, "inactive_split");
+        self.allocated_bytes.put(&mut m, "allocated_bytes");
+        self.reserved_bytes.put(&mut m, "reserved_bytes");
+        self.active_bytes.put(&mut m, "active_bytes");
+        self.inactive_split_bytes
+            .put(&mut m, "inactive_split_bytes");
+        self.requested_bytes.put(&mut m, "requested_bytes");
+        self.oversize_allocations
+            .put(&mut m, "oversize_allocations");
+        self.oversize_segments.put(&mut m, "oversize_segments");
+        m.insert("num_alloc_retries".into(), self.num_alloc_retries);
+        m.insert("num_ooms".into(), self.num_ooms);
+        m.insert("num_device_alloc".into(), self.num_device_alloc);
+        m.insert("num_device_free".into(), self.num_device_free);
+        m.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_tracks_current_peak_and_totals() {
+        let mut s = Stat::default();
+        s.update(10);
+        s.update(-4);
+        s.update(2);
+        assert_eq!((s.current, s.peak, s.allocated, s.freed), (8, 10, 12, 4));
+        s.reset_peak();
+        assert_eq!(s.peak, 8);
+    }
+
+    #[test]
+    fn map_uses_pytorch_key_names() {
+        let mut d = DeviceStats::default();
+        d.allocated_bytes.update(true, 4096);
+        let m = d.to_map();
+        assert_eq!(m["allocated_bytes.all.current"], 4096);
+        assert_eq!(m["allocated_bytes.large_pool.peak"], 4096);
+        assert_eq!(m["allocated_bytes.small_pool.current"], 0);
+        assert!(m.contains_key("oversize_segments.current"));
+        assert!(m.contains_key("num_device_free"));
+    }
+}

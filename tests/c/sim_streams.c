@@ -1,0 +1,202 @@
+/* simcuda stream, event and host-function behaviours, one case per argv[1]; prints
+ * "PASS <case>" on success. A "slow kernel" is a host function that sleeps, then writes. */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <unistd.h>
+#include "sim_check.h"
+
+static volatile int flag;
+static void slow_set(void *p) { usleep(300 * 1000); *(volatile int *)p = 1; }
+static void read_flag(void *p) { *(int *)p = flag; }
+
+static int order[16];
+static int order_n;
+static void push(void *p) { order[order_n++] = (int)(size_t)p; }
+
+static cudaStream_t pt_stream_result;
+static void *ptds_thread(void *arg) {
+    (void)arg;
+    cudaEvent_t ev;
+    EXPECT(cudaSuccess, cudaEventCreate(&ev));
+    EXPECT(cudaSuccess, cudaEventRecord(ev, cudaStreamPerThread));
+    EXPECT(cudaSuccess, cudaEventSynchronize(ev));
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    cudaStream_t s;
+    cudaEvent_t ev;
+    int seen = -1;
+    CASE("legacy_does_not_wait_for_non_blocking") {
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaEventCreate(&ev));
+        EXPECT(cudaSuccess, cudaEventRecord(ev, 0));
+        EXPECT(cudaSuccess, cudaEventSynchronize(ev));
+        REQUIRE(flag == 0 && seen == 0);
+        EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+        REQUIRE(flag == 1);
+    }
+    CASE("legacy_waits_for_blocking") {
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaEventCreate(&ev));
+        EXPECT(cudaSuccess, cudaEventRecord(ev, 0));
+        EXPECT(cudaSuccess, cudaEventSynchronize(ev));
+        REQUIRE(flag == 1 && seen == 1);
+    }
+    CASE("blocking_stream_waits_for_legacy") {
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+        REQUIRE(seen == 1);
+    }
+    CASE("non_blocking_stream_does_not_wait_for_legacy") {
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+        REQUIRE(seen == 0);
+        EXPECT(cudaSuccess, cudaDeviceSynchronize());
+        REQUIRE(flag == 1);
+    }
+    CASE("per_thread_stream_syncs_with_legacy_only") {
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        /* another thread's per-thread stream does not wait for a blocking user stream */
+        pthread_t t;
+        REQUIRE(pthread_create(&t, NULL, ptds_thread, NULL) == 0);
+        pthread_join(t, NULL);
+        REQUIRE(flag == 0);
+        EXPECT(cudaSuccess, cudaDeviceSynchronize());
+        flag = 0;
+        /* but it does wait for the legacy stream */
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(cudaStreamPerThread, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaStreamSynchronize(cudaStreamPerThread));
+        REQUIRE(seen == 1);
+        (void)pt_stream_result;
+    }
+    CASE("event_readiness") {
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaEventCreate(&ev));
+        EXPECT(cudaSuccess, cudaEventQuery(ev)); /* never recorded: complete */
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaEventRecord(ev, s));
+        EXPECT(cudaErrorNotReady, cudaEventQuery(ev));
+        EXPECT(cudaErrorNotReady, cudaStreamQuery(s));
+        EXPECT(cudaSuccess, cudaEventSynchronize(ev));
+        REQUIRE(flag == 1);
+        EXPECT(cudaSuccess, cudaEventQuery(ev));
+        EXPECT(cudaSuccess, cudaStreamQuery(s));
+        EXPECT(cudaSuccess, cudaEventDestroy(ev));
+        EXPECT(cudaErrorInvalidResourceHandle, cudaEventDestroy(ev));
+        EXPECT(cudaErrorInvalidValue, cudaEventCreateWithFlags(&ev, 0x100));
+    }
+    CASE("work_runs_in_stream_order") {
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        int *h;
+        void *dbuf;
+        EXPECT(cudaSuccess, cudaMallocHost((void **)&h, 4096));
+        EXPECT(cudaSuccess, cudaMalloc(&dbuf, 4096));
+        for (int i = 0; i < 1024; i++) h[i] = i;
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, push, (void *)1));
+        EXPECT(cudaSuccess, cudaMemcpyAsync(dbuf, h, 4096, cudaMemcpyHostToDevice, s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, push, (void *)2));
+        EXPECT(cudaSuccess, cudaMemsetAsync(dbuf, 0, 2048, s));
+        EXPECT(cudaSuccess, cudaMemcpyAsync(h, dbuf, 4096, cudaMemcpyDeviceToHost, s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, push, (void *)3));
+        EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+        REQUIRE(order_n == 3 && order[0] == 1 && order[1] == 2 && order[2] == 3);
+        REQUIRE(h[0] == 0 && h[511] == 0 && h[512] == 512 && h[1023] == 1023);
+    }
+    CASE("free_synchronizes_the_device") {
+        void *a, *b;
+        EXPECT(cudaSuccess, cudaMalloc(&a, 256));
+        EXPECT(cudaSuccess, cudaMalloc(&b, 256));
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, a));
+        EXPECT(cudaSuccess, cudaFree(b));
+        REQUIRE(*(volatile int *)a == 1);
+    }
+    CASE("device_synchronize_waits_for_all_streams") {
+        cudaStream_t t;
+        static int f2;
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaStreamCreate(&t));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(t, slow_set, &f2));
+        EXPECT(cudaSuccess, cudaDeviceSynchronize());
+        REQUIRE(flag == 1 && f2 == 1);
+    }
+    CASE("stream_wait_event_orders_streams") {
+        cudaStream_t t;
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaEventCreate(&ev));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaEventRecord(ev, s));
+        EXPECT(cudaSuccess, cudaStreamWaitEvent(t, ev, 0));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(t, read_flag, &seen));
+        EXPECT(cudaSuccess, cudaStreamSynchronize(t));
+        REQUIRE(seen == 1);
+    }
+    CASE("bad_stream_handles") {
+        EXPECT(cudaErrorInvalidResourceHandle, cudaStreamDestroy((cudaStream_t)0x4321));
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        EXPECT(cudaSuccess, cudaStreamDestroy(s));
+        EXPECT(cudaErrorInvalidResourceHandle, cudaStreamDestroy(s));
+        EXPECT(cudaErrorInvalidResourceHandle, cudaStreamSynchronize(s));
+        EXPECT(cudaErrorInvalidValue, cudaStreamCreateWithFlags(&s, 0x10));
+        EXPECT(cudaErrorInvalidValue, cudaLaunchHostFunc(0, NULL, NULL));
+    }
+    CASE("destroyed_stream_finishes_its_work") {
+        EXPECT(cudaSuccess, cudaStreamCreate(&s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaStreamDestroy(s));
+        EXPECT(cudaSuccess, cudaDeviceSynchronize());
+        REQUIRE(flag == 1);
+    }
+    CASE("driver_streams_and_host_funcs") {
+        CUcontext ctx;
+        CUstream cs;
+        CUevent ce;
+        EXPECT(CUDA_SUCCESS, cuInit(0));
+        EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&ctx, 0));
+        EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(ctx));
+        EXPECT(CUDA_SUCCESS, cuStreamCreateWithPriority(&cs, CU_STREAM_NON_BLOCKING, -1));
+        EXPECT(CUDA_SUCCESS, cuEventCreate(&ce, CU_EVENT_DISABLE_TIMING));
+        EXPECT(CUDA_SUCCESS, cuLaunchHostFunc(cs, slow_set, (void *)&flag));
+        EXPECT(CUDA_SUCCESS, cuEventRecord(ce, cs));
+        EXPECT(CUDA_ERROR_NOT_READY, cuEventQuery(ce));
+        EXPECT(CUDA_ERROR_NOT_READY, cuStreamQuery(cs));
+        EXPECT(CUDA_SUCCESS, cuStreamSynchronize(cs));
+        REQUIRE(flag == 1);
+        EXPECT(CUDA_SUCCESS, cuEventQuery(ce));
+        EXPECT(CUDA_SUCCESS, cuEventDestroy(ce));
+        EXPECT(CUDA_SUCCESS, cuStreamDestroy(cs));
+        EXPECT(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(cs));
+    }
+    CASE("malloc_async_free_async_in_stream_order") {
+        void *p;
+        size_t f0, f, t;
+        EXPECT(cudaSuccess, cudaMemGetInfo(&f0, &t));
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaMallocAsync(&p, 1 << 20, s));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(s, slow_set, p));
+        EXPECT(cudaSuccess, cudaFreeAsync(p, s));
+        EXPECT(cudaSuccess, cudaMemGetInfo(&f, &t));
+        REQUIRE(f == f0 - (1 << 20)); /* not yet freed: the stream has not got there */
+        EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+        EXPECT(cudaSuccess, cudaMemGetInfo(&f, &t));
+        REQUIRE(f == f0);
+        EXPECT(cudaErrorInvalidValue, cudaFreeAsync((void *)0x999, s));
+    }
+    printf("PASS %s\n", argv[1]);
+    return 0;
+}

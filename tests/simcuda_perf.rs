@@ -1,0 +1,19 @@
+//! The cost of a `cuMemAlloc_v2` + `cuMemFree_v2` pair on simcuda (no latency model). The
+//! figure is printed; only a very loose bound is asserted, since timing targets belong in
+//! benchmarks (run with `--nocapture` to see it).
+mod common;
+
+#[test]
+fn alloc_free_pair_is_cheap() {
+    let exe = common::compile("sim_perf", &["-O2"]);
+    let out = common::run_ok(common::sim_cmd(&exe).args(["200000", "4096"]));
+    let ns: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ns_per_pair: "))
+        .expect("a ns_per_pair line")
+        .trim()
+        .parse()
+        .unwrap();
+    println!("simcuda cuMemAlloc_v2+cuMemFree_v2: {ns:.1} ns per pair");
+    assert!(ns < 50_000.0, "{ns} ns per pair");
+}

@@ -1,0 +1,131 @@
+//! `summary` figures from a snapshot with a known history, the same from every format;
+//! `convert` keeps the content across formats.
+
+#[path = "snapshot_support.rs"]
+mod support;
+
+use cushim::snapshot::build::build;
+use cushim::snapshot::convert::convert;
+use cushim::snapshot::reader::{read_bytes, read_file};
+use cushim::snapshot::summary::{devices, summary};
+use cushim::snapshot::value::Value;
+use cushim::snapshot::{encode, Format};
+use cushim::trace::intern::StackTable;
+use std::sync::Arc;
+use support::*;
+
+#[test]
+fn summary_reports_current_peak_fragmentation_and_sites() {
+    let v = build(&fixture("enabled=all"), StackTable::global());
+    let d = devices(&v);
+    assert_eq!(d.len(), 2);
+    let (ord, s) = &d[0];
+    assert_eq!(*ord, 0);
+    assert_eq!(
+        (s.segments, s.reserved, s.allocated),
+        (3, 24 * MIB, 6 * MIB)
+    );
+    assert_eq!(
+        (s.peak_reserved, s.peak_allocated),
+        (26 * MIB, 15 * MIB / 2)
+    );
+    assert_eq!(s.largest_free_block, 16 * MIB);
+    assert!((s.fragmentation() - 0.75).abs() < 1e-9);
+    assert!(s.sites[0].0.contains("site_b"), "{:?}", s.sites);
+    assert_eq!((s.sites[0].1, s.sites[0].2), (5 * MIB, 3));
+    assert!(s.sites[1].0.contains("site_a") && s.sites[1].1 == MIB);
+    assert_eq!(d[1].1.reserved, 0);
+    let text = summary(&v);
+    for want in [
+        "device 0:",
+        "allocated: 6.00 MiB (peak 7.50 MiB)",
+        "reserved:  24.00 MiB (peak 26.00 MiB)",
+        "fragmentation: 75.0%",
+        "segments: 3",
+        "largest free block: 16.00 MiB",
+        "top allocation sites by live bytes:",
+        "top allocation sites by count:",
+        "device 1:",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    assert!(
+        text.contains("snapshot_support.rs:"),
+        "sites show file:line\n{text}"
+    );
+}
+
+#[test]
+fn peak_comes_from_the_trace_not_only_the_final_state() {
+    let mut input = fixture("enabled=all");
+    input.devices[0].events.clear();
+    let v = build(&input, StackTable::global());
+    let s = &devices(&v)[0].1;
+    assert_eq!(
+        (s.peak_allocated, s.peak_reserved),
+        (s.allocated, s.reserved)
+    );
+}
+
+#[test]
+fn summary_is_the_same_from_every_format() {
+    let v = build(&fixture("enabled=all"), StackTable::global());
+    let want = summary(&v);
+    for f in [Format::Pickle, Format::Json, Format::Msgpack] {
+        let back = read_bytes(&encode(&v, f).unwrap()).unwrap();
+        assert_eq!(summary(&back), want, "{f:?}");
+    }
+}
+
+fn normalize(v: &Value) -> Value {
+    match v {
+        Value::Tuple(t) | Value::List(t) => {
+            Value::List(Arc::new(t.iter().map(normalize).collect()))
+        }
+        Value::Dict(d) => {
+            let mut e: Vec<(Value, Value)> = d
+                .iter()
+                .map(|(k, x)| (normalize(k), normalize(x)))
+                .collect();
+            e.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+            Value::dict(e)
+        }
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn convert_round_trips_pickle_json_msgpack_pickle() {
+    let dir = scratch("convert");
+    let v = build(&fixture("enabled=all"), StackTable::global());
+    let p0 = dir.join("a.pickle");
+    std::fs::write(&p0, encode(&v, Format::Pickle).unwrap()).unwrap();
+    assert_eq!(
+        convert(&p0, &dir.join("b.json"), None).unwrap(),
+        Format::Json
+    );
+    assert_eq!(
+        convert(&dir.join("b.json"), &dir.join("c.msgpack"), None).unwrap(),
+        Format::Msgpack
+    );
+    assert_eq!(
+        convert(
+            &dir.join("c.msgpack"),
+            &dir.join("d.out"),
+            Some(Format::Pickle)
+        )
+        .unwrap(),
+        Format::Pickle
+    );
+    let back = read_file(&dir.join("d.out")).unwrap();
+    assert!(
+        normalize(&back) == normalize(&v.expanded()),
+        "content survives the chain"
+    );
+    for f in ["b.json", "d.out"] {
+        let (ok, out) = python_check(&dir.join(f), &["--expect-frame", "site_a"]);
+        assert!(ok, "{f}: {out}");
+    }
+    let e = convert(&dir.join("missing.pickle"), &dir.join("x.json"), None).unwrap_err();
+    assert!(e.contains("missing.pickle"), "{e}");
+}
