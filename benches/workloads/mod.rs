@@ -7,6 +7,7 @@
 //! same run.
 #![allow(dead_code)]
 
+pub mod engine;
 pub mod procs;
 pub mod snapshot;
 pub mod table;

@@ -32,19 +32,24 @@ pub fn median_ns(batch: Duration, repeats: usize, mut f: impl FnMut(u64)) -> f64
     v[v.len() / 2]
 }
 
-/// Median seconds of `repeats` runs of `f` (for long operations such as a dump).
+/// Median seconds of `repeats` runs of `f` (for long operations such as a dump), and the
+/// last run's result.
 pub fn median_secs<T>(repeats: usize, mut f: impl FnMut() -> T) -> (f64, T) {
-    let mut last = None;
-    let mut v: Vec<f64> = (0..repeats.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            last = Some(f());
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
+    let mut v = Vec::with_capacity(repeats.max(1));
+    let mut run = || {
+        let t = Instant::now();
+        let out = f();
+        (t.elapsed().as_secs_f64(), out)
+    };
+    let (secs, mut last) = run();
+    v.push(secs);
+    for _ in 1..repeats.max(1) {
+        let (secs, out) = run();
+        v.push(secs);
+        last = out;
+    }
     v.sort_by(f64::total_cmp);
-    let out = last.unwrap_or_else(|| f());
-    (v[v.len() / 2], out)
+    (v[v.len() / 2], last)
 }
 
 /// Least-squares line through `(x, y)` points: `(slope, intercept)`.

@@ -17,7 +17,7 @@ use cushim::config::history::Unwinder;
 use cushim::snapshot::Format;
 use workloads::procs::{self, ProcEnv};
 use workloads::table::{markdown, Row};
-use workloads::{snapshot, timing, trace};
+use workloads::{engine, snapshot, timing, trace};
 
 const MIB: u64 = 1 << 20;
 const SIZES: [u64; 3] = [512, MIB, 64 * MIB];
@@ -52,15 +52,19 @@ pub fn bench(quick: bool, out: Option<&Path>) -> Result<i32, String> {
     let mut rows = Vec::new();
     let procs = ProcEnv::new(&dir);
     eprintln!("cushim bench: 1/5 allocation pairs");
+    rows.extend(engine_pair_rows(&effort));
     rows.extend(pair_rows(&procs, &effort));
     eprintln!("cushim bench: 2/5 event recording");
     rows.extend(event_rows(&effort));
     eprintln!("cushim bench: 3/5 snapshot dumps");
     rows.extend(dump_rows(&effort));
     eprintln!("cushim bench: 4/5 two threads");
+    rows.extend(engine_thread_rows(&effort));
     rows.extend(thread_rows(&procs, &effort));
     eprintln!("cushim bench: 5/5 fragmentation");
+    rows.extend(engine_frag_rows());
     rows.extend(frag_rows(&procs));
+    rows.sort_by_key(|r| r.group); // stable: keeps the order within a group
     let table = markdown(&rows);
     let machine = machine(&dir);
     let command = format!("cushim bench{}", if quick { "" } else { " --full" });
@@ -112,6 +116,149 @@ fn size_name(s: u64) -> String {
     }
 }
 
+/// 1. Cached pair through the engine directly (FakeDevice), and 2. what history adds to it.
+fn engine_pair_rows(e: &Effort) -> Vec<Row> {
+    const G: &str = "1 pair";
+    const HIST: &str = "enabled=all,stacks=none,max_entries=100000";
+    let (off, on) = match (
+        engine::allocator("", None),
+        engine::allocator("", Some(HIST)),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(err), _) | (_, Err(err)) => return vec![Row::skipped(G, "engine pair", err)],
+    };
+    let mut rows = Vec::new();
+    for s in SIZES {
+        let name = format!(
+            "engine malloc+free {} (FakeDevice, history off)",
+            size_name(s)
+        );
+        if engine::pairs(&off, s, 2) != 0 {
+            rows.push(Row::skipped(G, name, "a cached pair failed"));
+            continue;
+        }
+        let ours = timing::median_ns(e.batch, e.repeats, |n| {
+            engine::pairs(&off, s, n);
+        });
+        let glibc = timing::median_ns(e.batch, e.repeats, |n| engine::glibc_pairs(s, n));
+        rows.push(
+            Row::new(G, name, ours, "ns")
+                .baseline("glibc malloc+free", glibc)
+                .target(
+                    "<= 100 ns and <= 5x glibc",
+                    ours <= 100.0 && ours <= 5.0 * glibc,
+                ),
+        );
+        engine::pairs(&on, s, 2);
+        let hist = timing::median_ns(e.batch, e.repeats, |n| {
+            engine::pairs(&on, s, n);
+        });
+        match engine::events_per_pair(HIST) {
+            Ok(k) if k > 0.0 => {
+                let added = (hist - ours) / k;
+                rows.push(
+                    Row::new("2 event", format!("engine pair {} with history on, no stacks: added per event ({k} events/pair)", size_name(s)), added, "ns")
+                        .target("adds <= 50 ns", added <= 50.0),
+                );
+            }
+            Ok(_) => rows.push(Row::skipped("2 event", "history on", "no events recorded")),
+            Err(err) => rows.push(Row::skipped("2 event", "history on", err)),
+        }
+    }
+    rows
+}
+
+/// 4. Two threads against one, engine directly.
+fn engine_thread_rows(e: &Effort) -> Vec<Row> {
+    const G: &str = "4 threads";
+    let a = match engine::allocator("", None) {
+        Ok(a) => a,
+        Err(err) => return vec![Row::skipped(G, "engine threads", err)],
+    };
+    let per = (e.batch.as_secs_f64() * 1e7) as u64; // about batch at 100 ns per pair
+    let best = |t: usize| {
+        let mut v: Vec<f64> = (0..e.repeats)
+            .map(|_| engine::threaded_pairs_per_s(&a, MIB, t, per))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let one = best(1);
+    let two = best(2);
+    vec![Row::new(
+        G,
+        "engine malloc+free 1 MiB, 2 threads (pairs/s)",
+        two,
+        "pairs/s",
+    )
+    .baseline("1 thread", one)]
+}
+
+/// 5. Peak reserved / peak allocated, engine directly (FakeDevice).
+fn engine_frag_rows() -> Vec<Row> {
+    const G: &str = "5 frag";
+    let mut rows = Vec::new();
+    let mut last = None;
+    for (scenario, expandable) in [
+        ("seed", false),
+        ("seed", true),
+        ("reverse", false),
+        ("reverse", true),
+        ("serving", false),
+        ("serving", true),
+    ] {
+        let conf = if expandable {
+            "expandable_segments:True"
+        } else {
+            ""
+        };
+        let name = format!(
+            "engine {scenario}{} (peak reserved / peak allocated)",
+            if expandable { " + expandable" } else { "" }
+        );
+        let res = engine::allocator(conf, None).and_then(|a| {
+            match scenario {
+                "seed" => engine::two_phase(&a, 8, 16 * MIB, 4, 32 * MIB),
+                "reverse" => engine::two_phase(&a, 4, 32 * MIB, 8, 16 * MIB),
+                _ => engine::serving(&a, 200),
+            }?;
+            engine::peaks(&a)
+        });
+        match res {
+            Ok((reserved, allocated)) => {
+                let ratio = if allocated > 0 {
+                    reserved as f64 / allocated as f64
+                } else {
+                    0.0
+                };
+                let without = if expandable { last } else { None };
+                last = Some(ratio);
+                let mut row = Row::new(
+                    G,
+                    format!("{name}; reserved {} MiB", reserved / MIB),
+                    ratio,
+                    "",
+                );
+                if let Some(w) = without {
+                    row = row.baseline("without expandable segments", w);
+                }
+                if scenario == "seed" && expandable {
+                    row = row.target("128 MiB reserved (design)", reserved == 128 * MIB);
+                }
+                if scenario == "seed" && !expandable {
+                    row = row.target(
+                        "256 MiB reserved (design, PyTorch rules)",
+                        reserved == 256 * MIB,
+                    );
+                }
+                rows.push(row);
+            }
+            Err(err) => rows.push(Row::skipped(G, name, err)),
+        }
+    }
+    rows
+}
+
 /// 1. Cached pair through the preloaded exports in a real process on simcuda.
 fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
     const G: &str = "1 pair";
@@ -120,16 +267,37 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
         let exe = p.compile("bench_alloc")?;
         p.run(&exe, &e.alloc_args, shim, &[], Duration::from_secs(60))
     };
-    let (plain, shimmed) = match (run(false), run(true)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
-            return vec![Row::skipped(G, "cudaMalloc+cudaFree, preloaded shim", e)]
+    let plain = match run(false) {
+        Ok(out) => out,
+        Err(e) => {
+            return vec![Row::skipped(
+                G,
+                "cudaMalloc+cudaFree in a process on simcuda",
+                e,
+            )]
         }
     };
-    let (base, ours) = (procs::pairs(&plain), procs::pairs(&shimmed));
-    let intercepted = procs::shim_allocs(&shimmed).is_some_and(|n| n > 0);
+    let base = procs::pairs(&plain);
+    let shimmed = run(true);
+    let ours = shimmed.as_deref().map(procs::pairs).unwrap_or_default();
+    let intercepted = shimmed
+        .as_deref()
+        .ok()
+        .and_then(procs::shim_allocs)
+        .is_some_and(|n| n > 0);
     let mut rows = Vec::new();
     for s in SIZES {
+        let (Some(glibc), Some(raw)) = (
+            procs::find(&base, "glibc", s),
+            procs::find(&base, "driver", s),
+        ) else {
+            rows.push(Row::skipped(
+                G,
+                format!("pairs of {}", size_name(s)),
+                "bench_alloc printed no figure",
+            ));
+            continue;
+        };
         let name = format!(
             "cudaMalloc+cudaFree {} via preloaded shim{}",
             size_name(s),
@@ -139,27 +307,25 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
                 " (NOT intercepted)"
             }
         );
-        let (Some(shim), Some(glibc), Some(raw)) = (
-            procs::find(&ours, "runtime", s),
-            procs::find(&base, "glibc", s),
-            procs::find(&base, "driver", s),
-        ) else {
-            rows.push(Row::skipped(G, name, "bench_alloc printed no figure"));
-            continue;
-        };
-        let v = shim.ns_per_pair;
-        rows.push(
-            Row::new(G, name.clone(), v, "ns")
-                .baseline("glibc malloc+free", glibc.ns_per_pair)
-                .target(
-                    "<= 100 ns and <= 5x glibc",
-                    v <= 100.0 && v <= 5.0 * glibc.ns_per_pair,
-                ),
-        );
-        rows.push(
-            Row::new(G, name, v, "ns")
-                .baseline("simcuda cuMemAlloc_v2+cuMemFree_v2", raw.ns_per_pair),
-        );
+        match (&shimmed, procs::find(&ours, "runtime", s)) {
+            (Ok(_), Some(shim)) => {
+                let v = shim.ns_per_pair;
+                rows.push(
+                    Row::new(G, name.clone(), v, "ns")
+                        .baseline("glibc malloc+free", glibc.ns_per_pair)
+                        .target(
+                            "<= 100 ns and <= 5x glibc",
+                            v <= 100.0 && v <= 5.0 * glibc.ns_per_pair,
+                        ),
+                );
+                rows.push(
+                    Row::new(G, name, v, "ns")
+                        .baseline("simcuda cuMemAlloc_v2+cuMemFree_v2", raw.ns_per_pair),
+                );
+            }
+            (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
+            (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
+        }
         if let Some(rt) = procs::find(&base, "runtime", s) {
             rows.push(
                 Row::new(
@@ -328,7 +494,7 @@ fn thread_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
         let exe = p.compile("bench_alloc")?;
         let mut args = vec!["-m", mode, "-s", "1048576", "-t", threads];
         args.extend_from_slice(&e.alloc_args);
-        let out = p.run(&exe, &args, true, &[], Duration::from_secs(60))?;
+        let out = p.run(&exe, &args, mode == "runtime", &[], Duration::from_secs(60))?;
         procs::pairs(&out)
             .first()
             .map(|p| p.pairs_per_s)
