@@ -159,7 +159,7 @@ run() {
 intercepted() {
   local snap=$R/snap/$1.pickle
   if [ ! -e "$snap" ]; then
-    echo "no (no exit snapshot: shim not loaded or not initialized)"
+    echo "no (no exit snapshot)"
   elif [ "$HAVE_PY" = 0 ]; then
     echo "? (snapshot written, no python to read it)"
   else
@@ -178,7 +178,8 @@ intercepted() {
 compile() {
   local name=$1 src=$2 variant=$3 out=$R/bin/$1.$3
   if [ "$SIM" = 1 ]; then
-    timeout -k 5 "$STEP_TIMEOUT" "$CC" -O1 -g -fno-omit-frame-pointer -Wall -pthread \
+    # CUDART_CB is empty on Linux; simcuda's headers may not define it.
+    timeout -k 5 "$STEP_TIMEOUT" "$CC" -O1 -g -fno-omit-frame-pointer -Wall -pthread -DCUDART_CB= \
       -I "$REPO/simcuda/include" -I "$REPO/shim/include" -I "$(dirname "$src")" \
       "$src" -o "$out" -L "$SIMLIB" -lcudart -ldl >"$R/logs/cc-$name.$variant.log" 2>&1
   else
