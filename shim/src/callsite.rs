@@ -25,7 +25,7 @@ pub fn module_base(addr: usize) -> Option<usize> {
 
 /// The program's call site: the first return address outside this library.
 fn caller() -> usize {
-    let ours = module_base(caller as usize);
+    let ours = module_base(caller as *const () as usize);
     let mut site = 0;
     backtrace::trace(|frame| {
         let ip = frame.ip() as usize;

@@ -133,7 +133,7 @@ pub fn install(_shim: &Shim) {
         libc::sigaction(sig, std::ptr::null(), &mut old);
         let _ = PREV.set(old);
         let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_signal as usize;
+        act.sa_sigaction = on_signal as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut act.sa_mask);
         if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
@@ -185,9 +185,10 @@ fn dumper(rfd: c_int) {
 
 /// Write a snapshot now to `path` (or the `CUSHIM_SNAPSHOT` template). Returns the path.
 pub fn dump_now(s: &Shim, path: Option<&str>) -> Result<PathBuf, String> {
-    let template = path
-        .or_else(template)
-        .ok_or("no path given and CUSHIM_SNAPSHOT is unset")?;
+    let template = match path {
+        Some(p) => p,
+        None => template().ok_or("no path given and CUSHIM_SNAPSHOT is unset")?,
+    };
     let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     crate::snapshot::write(s, template, seq)
 }

@@ -20,7 +20,7 @@ impl History {
     pub fn from_env() -> History {
         History {
             conf: HistoryConf::from_env(),
-            skip: SkipRange::of_module_containing(History::from_env as usize),
+            skip: SkipRange::of_module_containing(History::from_env as *const () as usize),
         }
     }
 

@@ -8,6 +8,11 @@
 
 #define CUDART_VERSION 12090
 
+/* Calling-convention marker of callbacks (empty on Linux, as in NVIDIA's header). */
+#ifndef CUDART_CB
+#define CUDART_CB
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

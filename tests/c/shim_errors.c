@@ -1,5 +1,6 @@
 /* Error codes of the allocation API, one line per case: name=code. */
 #include <cuda.h>
+#include <stdint.h>
 #include "shim_util.h"
 
 int main(void) {
@@ -8,7 +9,8 @@ int main(void) {
     printf("null_out=%d\n", (int)cudaMalloc(NULL, 1024));
     (void)cudaGetLastError();
     p = (void *)1;
-    printf("zero_size=%d null=%d\n", (int)cudaMalloc(&p, 0), p == NULL);
+    int zero_rc = (int)cudaMalloc(&p, 0);
+    printf("zero_size=%d null=%d\n", zero_rc, p == NULL);
     printf("free_null=%d\n", (int)cudaFree(NULL));
     printf("free_unknown=%d\n", (int)cudaFree(&x));
     (void)cudaGetLastError();

@@ -10,7 +10,8 @@ int main(void) {
     CHECK(cudaMalloc(&q, 700 * MiB));
     printf("retries=%lld\n", shim_stat("num_alloc_retries"));
     cudaError_t e = cudaMalloc(&big, 2048 * MiB);
-    printf("beyond=%d null=%d\n", (int)e, big == NULL);
+    int is_null = big == NULL;
+    printf("beyond=%d null=%d\n", (int)e, is_null);
     printf("last_error=%d\n", (int)cudaGetLastError());
     printf("ooms=%lld\n", shim_stat("num_ooms"));
     CHECK(cudaFree(q));

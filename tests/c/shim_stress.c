@@ -17,13 +17,13 @@ struct slot { unsigned char *p; size_t size; int dev; unsigned char tag; };
 static uint64_t xs(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 
 static void fill(struct slot *b) {
-    size_t n = b->size < 256 ? b->size : 256;
+    size_t n = b->size / 2 < 256 ? b->size / 2 : 256;
     memset(b->p, b->tag, n);
     memset(b->p + b->size - n, b->tag ^ 0xff, n);
 }
 
 static int intact(const struct slot *b) {
-    size_t n = b->size < 256 ? b->size : 256;
+    size_t n = b->size / 2 < 256 ? b->size / 2 : 256;
     for (size_t i = 0; i < n; i++)
         if (b->p[i] != b->tag || b->p[b->size - n + i] != (unsigned char)(b->tag ^ 0xff))
             return 0;

@@ -90,7 +90,13 @@ pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&bins).expect("creating test-bin");
     let out = bins.join(format!("{name}-{tag:x}-{}", std::process::id()));
     if !out.exists() {
-        artifacts::compile_c(src, &out, sim_lib_dir(), extra).expect("compiling a C test program");
+        // Compile under a unique name, then rename: two tests compiling the same program
+        // at once never see a half-written executable.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = bins.join(format!(".{name}-{tag:x}-{}-{n}", std::process::id()));
+        artifacts::compile_c(src, &tmp, sim_lib_dir(), extra).expect("compiling a C test program");
+        std::fs::rename(&tmp, &out).expect("installing a compiled test program");
     }
     out
 }
