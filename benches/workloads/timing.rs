@@ -67,3 +67,45 @@ pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
     (slope, my - slope * mx)
 }
+
+/// Like [`median_ns`] for several workloads at once, their batches interleaved (a, b, c,
+/// a, b, c, ...) so that a change in machine load hits all of them alike. Returns the
+/// median nanoseconds per iteration of each, in order.
+pub fn median_ns_interleaved(
+    batch: Duration,
+    repeats: usize,
+    fs: &mut [&mut dyn FnMut(u64)],
+) -> Vec<f64> {
+    let iters: Vec<u64> = fs
+        .iter_mut()
+        .map(|f| {
+            f(1);
+            let mut iters = 1u64;
+            loop {
+                let t = Instant::now();
+                f(iters);
+                let e = t.elapsed();
+                if e >= batch / 4 || iters >= 1 << 30 {
+                    let per = e.as_secs_f64() / iters as f64;
+                    break ((batch.as_secs_f64() / per.max(1e-12)) as u64).clamp(1, 1 << 32);
+                }
+                iters *= 4;
+            }
+        })
+        .collect();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); fs.len()];
+    for _ in 0..repeats.max(1) {
+        for (i, f) in fs.iter_mut().enumerate() {
+            let t = Instant::now();
+            f(black_box(iters[i]));
+            samples[i].push(t.elapsed().as_secs_f64() * 1e9 / iters[i] as f64);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect()
+}

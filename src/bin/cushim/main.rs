@@ -58,7 +58,8 @@ enum Cmd {
     /// Measure the shim's costs next to their baselines and print one table (about two
     /// minutes; needs libcushim.so and libsimcuda.so built next to this binary).
     Bench {
-        /// More repeats per figure (several minutes).
+        /// More repeats per figure, and 1M-event dumps in every format (several minutes;
+        /// the JSON dump of 1M events is about 7 GB, in memory and on disk).
         #[arg(long)]
         full: bool,
         /// Also write the table, with the machine and command, to this file.
