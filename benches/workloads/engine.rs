@@ -193,3 +193,26 @@ pub fn events_per_pair(history: &str) -> Result<f64, String> {
     let after: usize = a.snapshot().iter().map(|d| d.events.len()).sum();
     Ok((after - before) as f64 / n as f64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_scenario_peaks_follow_the_design_with_and_without_expandable() {
+        let a = allocator("", None).unwrap();
+        two_phase(&a, 8, 16 << 20, 4, 32 << 20).unwrap();
+        assert_eq!(peaks(&a).unwrap(), (256 << 20, 128 << 20));
+        let e = allocator("expandable_segments:True", None).unwrap();
+        two_phase(&e, 8, 16 << 20, 4, 32 << 20).unwrap();
+        assert_eq!(peaks(&e).unwrap().0, 128 << 20);
+    }
+
+    #[test]
+    fn cached_pairs_succeed_and_history_records_events_per_pair() {
+        let a = allocator("", None).unwrap();
+        assert_eq!(pairs(&a, 512, 1000), 0);
+        let k = events_per_pair("enabled=all,stacks=none").unwrap();
+        assert!(k >= 2.0, "{k}");
+    }
+}

@@ -6,6 +6,10 @@
 //! estimated or hard-coded. Tables compare each figure with a baseline measured in the
 //! same run.
 #![allow(dead_code)]
+// The unit tests below run with the `cushim` binary's tests; in a `harness = false` bench
+// built for checking (`cargo clippy --benches`) their #[test] functions are compiled out,
+// which leaves their imports unused.
+#![cfg_attr(test, allow(unused_imports))]
 
 pub mod engine;
 pub mod procs;

@@ -172,3 +172,34 @@ pub fn frag(out: &str) -> Option<(u64, u64)> {
         field(l, "peak_reserved")?.parse().ok()?,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUT: &str = "bench kind=glibc size=512 threads=1 pairs=100 ns_per_pair=12.5 pairs_per_s=80000000\n\
+                       bench kind=runtime size=1048576 threads=2 pairs=10 ns_per_pair=300.0 pairs_per_s=6666666\n\
+                       shim loaded=1 device_allocs=2\n";
+
+    #[test]
+    fn bench_alloc_lines_parse_into_pairs() {
+        let ps = pairs(OUT);
+        assert_eq!(ps.len(), 2);
+        let rt = find(&ps, "runtime", 1 << 20).unwrap();
+        assert_eq!((rt.threads, rt.ns_per_pair), (2, 300.0));
+        assert!(find(&ps, "driver", 512).is_none());
+    }
+
+    #[test]
+    fn shim_line_counts_only_when_the_shim_is_loaded() {
+        assert_eq!(shim_allocs(OUT), Some(2));
+        assert_eq!(shim_allocs("shim loaded=0 device_allocs=0\n"), None);
+    }
+
+    #[test]
+    fn frag_line_gives_allocated_and_reserved() {
+        let out = "frag scenario=seed peak_allocated=134217728 peak_reserved=268435456 ratio=2.000 allocs=12\n";
+        assert_eq!(frag(out), Some((134217728, 268435456)));
+        assert_eq!(frag("nothing\n"), None);
+    }
+}

@@ -19,7 +19,9 @@ use std::path::Path;
 /// Distinct stacks in a generated snapshot.
 pub const DISTINCT_STACKS: u32 = 256;
 
-#[inline(always)]
+// Not inlined (nor are the paths), so each captured return address symbolizes to exactly
+// one frame and a 32-frame stack shows as 32 frames in the snapshot.
+#[inline(never)]
 fn step(level: usize, frames: usize, pattern: u32, out: &mut Vec<StackId>) {
     if level == 0 {
         out.push(capture_id(frames, Unwinder::Dwarf, &SkipRange::NONE));
@@ -32,13 +34,13 @@ fn step(level: usize, frames: usize, pattern: u32, out: &mut Vec<StackId>) {
 
 #[inline(never)]
 fn path_a(level: usize, frames: usize, pattern: u32, out: &mut Vec<StackId>) {
-    step(level, frames, pattern, out);
+    step(black_box(level), frames, pattern, out);
     black_box(level);
 }
 
 #[inline(never)]
 fn path_b(level: usize, frames: usize, pattern: u32, out: &mut Vec<StackId>) {
-    step(level, frames, pattern, out);
+    step(black_box(level), frames, pattern, out);
     black_box(level);
 }
 
@@ -123,5 +125,35 @@ pub fn ext(format: Format) -> &'static str {
         Format::Pickle => "pickle",
         Format::Msgpack => "msgpack",
         Format::Json => "json",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cushim::snapshot::reader::read_file;
+
+    #[test]
+    fn a_generated_dump_reads_back_with_every_event_and_named_frames() {
+        let input = input(300, 32);
+        let dir = std::env::temp_dir().join(format!("cushim-bench-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.pickle");
+        let bytes = dump(&input, Format::Pickle, &path).unwrap();
+        assert!(bytes > 0);
+        let v = read_file(&path).unwrap();
+        let trace = v.get("device_traces").unwrap().as_seq().unwrap()[0]
+            .as_seq()
+            .unwrap()
+            .to_vec();
+        assert_eq!(trace.len(), 300);
+        let frames = trace[0].get("frames").unwrap().as_seq().unwrap();
+        // 32 return addresses; the unwinder's own top frames may add inlined frames.
+        assert!((32..=40).contains(&frames.len()), "{}", frames.len());
+        assert!(frames.iter().any(|f| f
+            .get("name")
+            .and_then(|n| n.as_str())
+            .is_some_and(|n| n.contains("path_"))));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -117,3 +117,35 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_show_ratio_to_baseline_and_target_verdict() {
+        let t = markdown(&[
+            Row::new("1", "pair", 300.0, "ns")
+                .baseline("glibc", 15.0)
+                .target("<= 100 ns", false),
+            Row::new("2", "fp", 1.5, "ns").target("<= 3 ns", true),
+        ]);
+        assert!(
+            t.contains("| 1 | pair | 300 ns | glibc: 15.0 ns | 20.0x | <= 100 ns | NOT met |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| 2 | fp | 1.50 ns | - | - | <= 3 ns | met |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn an_unmeasured_row_says_why_and_gives_no_verdict() {
+        let mut r = Row::skipped("1", "shim pair", "libcushim.so not built");
+        r = r.target("<= 100 ns", true);
+        let t = markdown(&[r]);
+        assert!(t.contains("skipped: libcushim.so not built"), "{t}");
+        assert!(t.trim_end().ends_with("| <= 100 ns | - |"), "{t}");
+    }
+}

@@ -109,3 +109,31 @@ pub fn median_ns_interleaved(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_line_recovers_slope_and_intercept_of_exact_points() {
+        let (slope, icpt) = fit_line(&[(8.0, 140.0), (32.0, 380.0), (64.0, 700.0)]);
+        assert!((slope - 10.0).abs() < 1e-9, "{slope}");
+        assert!((icpt - 60.0).abs() < 1e-9, "{icpt}");
+    }
+
+    #[test]
+    fn interleaved_medians_keep_the_order_and_scale_of_their_workloads() {
+        let spin = |k: u64| {
+            move |n: u64| {
+                let mut x = 0u64;
+                for i in 0..n * k {
+                    x = black_box(x.wrapping_add(i));
+                }
+            }
+        };
+        let (mut a, mut b) = (spin(1), spin(20));
+        let m = median_ns_interleaved(Duration::from_millis(2), 3, &mut [&mut a, &mut b]);
+        assert_eq!(m.len(), 2);
+        assert!(m[0] > 0.0 && m[1] > 3.0 * m[0], "{m:?}");
+    }
+}

@@ -128,3 +128,25 @@ pub fn timestamps(iters: u64) {
         black_box(now_us());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recursion_gives_the_unwinders_the_requested_depth() {
+        for u in [Unwinder::Dwarf, Unwinder::Fp] {
+            assert_eq!(captured_frames(u, 8), 8, "{u:?}");
+            assert_eq!(captured_frames(u, 32), 32, "{u:?}");
+        }
+    }
+
+    #[test]
+    fn recording_with_stacks_fills_the_ring_with_two_distinct_stacks() {
+        let mut ring = full_ring(16);
+        record_with_stack(&mut ring, Unwinder::Fp, 8, 16);
+        let ids: std::collections::HashSet<_> = ring.events().iter().map(|e| e.stack).collect();
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert!(!ids.contains(&0));
+    }
+}
