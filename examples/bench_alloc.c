@@ -14,6 +14,7 @@
  * it made (0 with a statically linked cudart: those calls never reach the shim):
  *   shim loaded=1 device_allocs=K
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <pthread.h>

@@ -13,7 +13,8 @@
 # libsimcuda.so is taken from the same directory (SIMCUDA_SO=/path/libsimcuda.so).
 #
 # Steps (each under `timeout`, STEP_TIMEOUT seconds, default 120; no new step starts after
-# BUDGET_S seconds, default 420, so the whole run stays under 8 minutes):
+# BUDGET_S seconds, default 420, and no step runs past HARD_S, default 465, so the whole run
+# stays under 8 minutes):
 #  1. compile examples/demo.c, tests/c/shim_frag.c, examples/bench_alloc.c and
 #     examples/bench_frag.c with `nvcc -cudart shared` and with nvcc's default static cudart
 #     (--sim: `cc` against simcuda/include, shared only: simcuda has no static runtime);
@@ -52,6 +53,7 @@ mkdir -p "$RESULTS"/{bin,logs,snap} || exit 2
 R=$(cd "$RESULTS" && pwd)
 STEP_TIMEOUT=${STEP_TIMEOUT:-120}
 BUDGET_S=${BUDGET_S:-420}
+HARD_S=${HARD_S:-465} # no step runs past this many seconds after the start
 PY=${PYTHON:-python3}
 START=$SECONDS
 : >"$R/results.tsv"
@@ -144,14 +146,23 @@ run() {
     for e in "${envs[@]}"; do case "$e" in CUSHIM_SNAPSHOT=*) has_snap=1 ;; esac; done
     [ "$has_snap" = 1 ] || envs+=("CUSHIM_SNAPSHOT=$R/snap/$label.pickle")
   fi
-  local t0 t1
+  local t0 t1 limit left
+  left=$((HARD_S - (SECONDS - START)))
+  limit=$STEP_TIMEOUT
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 5 ]; then
+    : >"$R/logs/$label.out"
+    echo "not run: the ${HARD_S}s limit of the whole check is reached" >"$R/logs/$label.err"
+    RC=124 WALL=0
+    return
+  fi
   t0=$(date +%s.%N)
-  timeout -k 5 "$STEP_TIMEOUT" env "${envs[@]}" "$@" >"$R/logs/$label.out" 2>"$R/logs/$label.err"
+  timeout -k 5 "$limit" env "${envs[@]}" "$@" >"$R/logs/$label.out" 2>"$R/logs/$label.err"
   RC=$?
   t1=$(date +%s.%N)
   WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
   if [ "$RC" = 124 ] || [ "$RC" = 137 ]; then
-    echo "timed out after ${STEP_TIMEOUT}s" >>"$R/logs/$label.err"
+    echo "timed out after ${limit}s" >>"$R/logs/$label.err"
   fi
 }
 
@@ -214,7 +225,7 @@ done
 row ""
 row "== examples: without / with LD_PRELOAD=libcushim.so"
 row "$(printf '%-22s %-7s %-4s %7s  %-40s %s' program runtime shim wall_s intercepted result)"
-declare -A OUT
+declare -A OUT # label -> exit status and digest of the output (minus the shim-dependent lines)
 for spec in "demo:200" "shim_frag:forward" "shim_frag:reverse" "shim_frag:reuse"; do
   name=${spec%%:*} arg=${spec#*:}
   for v in "${VARIANTS[@]}"; do
@@ -230,7 +241,7 @@ for spec in "demo:200" "shim_frag:forward" "shim_frag:reverse" "shim_frag:reuse"
       esac
       icp=-
       [ "$pre" = 1 ] && icp=$(intercepted "$label")
-      OUT[$label]=$(grep -v -e '^device_allocs=' -e '^used_after=' "$R/logs/$label.out" 2>/dev/null | md5sum | cut -c1-8)
+      OUT[$label]=rc$RC-$(grep -v -e '^device_allocs=' -e '^used_after=' "$R/logs/$label.out" 2>/dev/null | md5sum | cut -c1-8)
       same=""
       if [ "$pre" = 1 ]; then
         plain=${label%.shim}.plain
