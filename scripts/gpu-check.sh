@@ -150,7 +150,7 @@ run() {
   left=$((HARD_S - (SECONDS - START)))
   limit=$STEP_TIMEOUT
   [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -lt 5 ]; then
+  if [ "$left" -lt 5 ]; then
     : >"$R/logs/$label.out"
     echo "not run: the ${HARD_S}s limit of the whole check is reached" >"$R/logs/$label.err"
     RC=124 WALL=0
