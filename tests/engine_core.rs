@@ -364,7 +364,9 @@ fn events_describe_every_state_change_and_the_snapshot_matches() {
     );
     let evs = sink.events();
     assert_eq!((evs[1].addr, evs[1].size, evs[1].stack), (p, 1000, 42));
-    assert_eq!((evs[2].size, evs[2].stack), (1024, 43));
+    // Frees carry the requested size, as PyTorch records them.
+    assert_eq!((evs[2].size, evs[2].stack), (1000, 43));
+    assert_eq!(evs[3].size, 1000);
     let snap = a.snapshot();
     assert_eq!(snap.len(), 2);
     assert_eq!(snap[1].device, -1);
@@ -417,4 +419,27 @@ fn device_errors_other_than_oom_are_reported_as_such() {
         a.malloc(5, 4 * MIB, 0, 0),
         Err(AllocError::Device(_))
     ));
+}
+
+#[test]
+fn absurd_sizes_fail_cleanly_with_out_of_memory() {
+    for conf in ["", "expandable_segments:True", "roundup_power2_divisions:8"] {
+        let (_dev, a) = setup(conf, GIB);
+        for size in [u64::MAX, u64::MAX / 2 + 3, 1 << 62] {
+            assert_eq!(
+                a.malloc(0, size, 0, 0),
+                Err(AllocError::OutOfMemory),
+                "{conf} {size}"
+            );
+        }
+        assert!(a.malloc(0, 4 * MIB, 0, 0).is_ok());
+        assert!(a.host_alloc(u64::MAX, 0, 0).is_err());
+    }
+}
+
+#[test]
+fn the_allocator_can_live_in_a_static_shared_by_threads() {
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<CachingAllocator>();
+    shared::<FakeDevice>();
 }

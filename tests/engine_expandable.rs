@@ -303,3 +303,21 @@ fn pending_frees_keep_their_pages_mapped() {
     a.empty_cache();
     assert_eq!(dev.used(0), 0);
 }
+
+#[test]
+fn pages_of_a_destroyed_stream_are_still_donated_after_a_device_sync() {
+    let (dev, a) = setup("expandable_segments:True", 8 * GIB);
+    a.stream_created(0, 0x77, true);
+    let p = a.malloc_async(0, 20 * MIB, 0x77, 0).unwrap();
+    a.free_async(p, 0x77, 0, 0).unwrap();
+    a.stream_destroyed(0, 0x77);
+    dev.fail_calls(Op::SyncStream, 1, 100);
+    a.malloc(0, 20 * MIB, 0, 0).unwrap();
+    assert_eq!(
+        dev.used(0),
+        20 * MIB,
+        "the page moved to stream 0's reservation"
+    );
+    assert!(dev.counters().sync_device >= 1);
+    check(&a, &dev);
+}

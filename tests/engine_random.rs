@@ -32,9 +32,13 @@ fn size(rng: &mut fastrand::Rng) -> u64 {
     }
 }
 
-/// Check the listing of device `d`; return the bytes of pages touched by active blocks.
+/// Check the snapshot of device `d`; return the bytes of pages touched by active blocks.
 fn check(a: &CachingAllocator, dev: &FakeDevice, d: i32) -> u64 {
-    let segs = a.segments(d);
+    let snap = a.snapshot();
+    assert_eq!(snap.len(), a.device_count() + 1);
+    assert_eq!(snap.last().unwrap().device, -1);
+    let segs = snap[d as usize].segments.clone();
+    assert!(segs.iter().all(|s| s.device == d));
     let mut ranges = Vec::new();
     let mut active_ranges = Vec::new();
     for s in &segs {
@@ -230,5 +234,152 @@ fn four_threads_on_two_devices_never_share_bytes() {
         }
         a.empty_cache();
         assert_eq!(dev.used(0) + dev.used(1), 0);
+    }
+}
+
+#[test]
+fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
+    use cushim::alloc::fake_device::Op;
+    for conf in [
+        "expandable_segments:True",
+        "",
+        "free_sync:device,expandable_segments:True",
+    ] {
+        let (dev, a) = setup(conf, 1, 2 * GIB);
+        dev.set_auto_complete(false);
+        a.stream_created(0, 0x77, true);
+        let mut rng = fastrand::Rng::with_seed(99);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut failures = 0;
+        for step in 0..3_000 {
+            if rng.u8(..) < 8 {
+                let op = [
+                    Op::CreatePhysical,
+                    Op::Map,
+                    Op::Malloc,
+                    Op::RecordEvent,
+                    Op::Unmap,
+                ][rng.usize(..5)];
+                dev.fail_calls(op, rng.u64(1..4), rng.u64(1..3));
+            }
+            if step % 97 == 0 {
+                dev.complete_events();
+            }
+            if step % 501 == 0 {
+                a.empty_cache();
+            }
+            if live.len() < 4 || (live.len() < 200 && rng.bool()) {
+                let stream = if rng.u8(..) < 40 { 0x77 } else { 0 };
+                match a.malloc_async(0, size(&mut rng), stream, 0) {
+                    Ok(p) => live.push((p, stream)),
+                    Err(_) => failures += 1,
+                }
+            } else {
+                let (p, s) = live.swap_remove(rng.usize(..live.len()));
+                if rng.bool() {
+                    a.free_async(p, s, 0, 0).unwrap();
+                } else {
+                    a.free(p, 0, 0).unwrap();
+                }
+            }
+            check(&a, &dev, 0);
+            let pages = a.expandable_pages(0).len() as u64;
+            assert!(
+                dev.live_handles() as u64 == pages,
+                "no physical handle leaks"
+            );
+        }
+        for (p, _) in live {
+            a.free(p, 0, 0).unwrap();
+        }
+        dev.complete_events();
+        a.empty_cache();
+        check(&a, &dev, 0);
+        assert_eq!(dev.used(0), 0, "{conf}");
+        println!("{conf:?}: {failures} allocations failed under injected faults");
+    }
+}
+
+#[derive(Clone, Default)]
+struct VecSink(Arc<Mutex<Vec<cushim::trace::event::TraceEvent>>>);
+
+impl cushim::trace::event::EventSink for VecSink {
+    fn enabled(&self) -> bool {
+        true
+    }
+    fn record(&mut self, ev: cushim::trace::event::TraceEvent) {
+        self.0.lock().unwrap().push(ev);
+    }
+    fn events(&self) -> Vec<cushim::trace::event::TraceEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn replaying_the_events_gives_the_snapshot_state() {
+    use cushim::trace::event::Action;
+    use std::collections::BTreeSet;
+    for conf in [
+        "",
+        "expandable_segments:True",
+        "free_sync:event,max_split_size_mb:30",
+    ] {
+        let dev = Arc::new(FakeDevice::new(1, 4 * GIB));
+        dev.set_auto_complete(false);
+        let sink = VecSink::default();
+        let s2 = sink.clone();
+        let a = CachingAllocator::new(dev.clone(), parse(conf).0, &move |_| Box::new(s2.clone()));
+        a.stream_created(0, 0x77, true);
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut live = Vec::new();
+        for step in 0..4_000 {
+            if step % 50 == 0 {
+                dev.complete_events();
+            }
+            if step % 1000 == 999 {
+                a.empty_cache();
+            }
+            if live.len() < 4 || (live.len() < 150 && rng.bool()) {
+                live.push(a.malloc(0, size(&mut rng), 0, 0).unwrap());
+            } else {
+                a.free(live.swap_remove(rng.usize(..live.len())), 0, 0)
+                    .unwrap();
+            }
+        }
+        let snap = a.snapshot();
+        let events = &snap[0].events;
+        assert_eq!(events.last().unwrap().action, Action::Snapshot);
+        let mut reserved: i64 = 0;
+        let mut allocated = BTreeSet::new();
+        let mut pending = BTreeSet::new();
+        for e in events {
+            match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i64,
+                Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i64,
+                Action::Alloc => assert!(allocated.insert(e.addr)),
+                Action::FreeRequested => {
+                    assert!(allocated.remove(&e.addr));
+                    assert!(pending.insert(e.addr));
+                }
+                Action::FreeCompleted => assert!(pending.remove(&e.addr)),
+                _ => {}
+            }
+        }
+        let segs = &snap[0].segments;
+        let listed_reserved: u64 = segs.iter().map(|s| s.total_size).sum();
+        assert_eq!(reserved as u64, listed_reserved, "{conf}");
+        let by_state = |st: BlockState| -> BTreeSet<u64> {
+            segs.iter()
+                .flat_map(|s| s.blocks.iter())
+                .filter(|b| b.state == st)
+                .map(|b| b.address)
+                .collect()
+        };
+        assert_eq!(allocated, by_state(BlockState::ActiveAllocated), "{conf}");
+        assert_eq!(pending, by_state(BlockState::ActivePendingFree), "{conf}");
+        assert!(
+            !pending.is_empty() || conf.is_empty(),
+            "the run exercised pending frees"
+        );
     }
 }

@@ -34,6 +34,11 @@ fn nvidia_includes() -> Option<&'static (PathBuf, PathBuf)> {
             }
         }
         let out = wheels.join("headers");
+        let runtime_inc = out.join("nvidia/cuda_runtime/include");
+        let nvcc_inc = out.join("nvidia/cuda_nvcc/include");
+        if runtime_inc.join("cuda_runtime_api.h").exists() && nvcc_inc.join("crt").exists() {
+            return Some((runtime_inc, nvcc_inc));
+        }
         for w in [have("nvidia_cuda_runtime_cu12")?, have("nvidia_cuda_nvcc_cu12")?] {
             let script = "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1])\nfor n in z.namelist():\n    if '/include/' in n: z.extract(n, sys.argv[2])\n";
             let st = Command::new("python3").args(["-c", script]).arg(&w).arg(&out).status().unwrap();
@@ -145,7 +150,11 @@ fn vmm_program_built_with_nvidia_headers_runs_on_simcuda() {
 fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
     run_cases(
         "sim_streams",
-        &["event_readiness", "driver_streams_and_host_funcs"],
+        &[
+            "event_readiness",
+            "driver_streams_and_host_funcs",
+            "driver_async_copies_timing_and_context_stack",
+        ],
         &[],
     );
     run_cases(
@@ -266,4 +275,26 @@ fn declared_constants_and_layouts_equal_nvidia_headers() {
         assert_eq!(a, b, "simcuda vs NVIDIA");
     }
     assert_eq!(ours.lines().count(), theirs.lines().count());
+}
+
+#[test]
+fn per_thread_default_stream_builds_with_nvidia_headers_link_and_run_on_simcuda() {
+    let Some(inc) = nvidia_includes() else { return };
+    let ptds = ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"];
+    // every _ptds / _ptsz name NVIDIA's headers select for these programs must link
+    for prog in ["sim_driver", "sim_vmm", "sim_capture"] {
+        compile_nvidia(&test_c(prog), &format!("{prog}-ptds"), inc, &ptds);
+    }
+    let streams = compile_nvidia(&test_c("sim_streams"), "sim_streams-ptds", inc, &ptds);
+    for case in [
+        "event_readiness",
+        "driver_async_copies_timing_and_context_stack",
+        "work_runs_in_stream_order",
+    ] {
+        let out = common::run_ok(common::sim_cmd(&streams).arg(case));
+        assert!(out.contains(&format!("PASS {case}")), "{out}");
+    }
+    let exe = compile_nvidia(&test_c("sim_ptds"), "sim_ptds", inc, &ptds);
+    let out = common::run_ok(&mut common::sim_cmd(&exe));
+    assert!(out.contains("seen 0") && out.contains("PASS ptds"), "{out}");
 }

@@ -66,3 +66,8 @@ fn simcuda_vmm_0_disables_virtual_memory_management() {
 fn primary_context_retain_and_release_are_counted() {
     case("primary_context_refcount", &[]);
 }
+
+#[test]
+fn concurrent_allocation_from_eight_threads_keeps_blocks_disjoint_and_ledger_exact() {
+    case("concurrent_alloc_free", &[]);
+}

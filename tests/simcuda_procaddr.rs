@@ -5,9 +5,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// (name, version, flags) -> (rc, status, symbol), for every entry of the shared list.
-fn answers() -> &'static (Vec<(String, i32, u64, i32, i32, String)>, String) {
-    static A: OnceLock<(Vec<(String, i32, u64, i32, i32, String)>, String)> = OnceLock::new();
+/// One answer: (name, version, flags, rc, status, symbol).
+type Row = (String, i32, u64, i32, i32, String);
+
+/// Every entry of the shared list with its answer, and the program's whole output.
+fn answers() -> &'static (Vec<Row>, String) {
+    static A: OnceLock<(Vec<Row>, String)> = OnceLock::new();
     A.get_or_init(|| {
         let exe = common::compile("sim_procaddr", &["-ldl"]);
         let list = list_path();

@@ -111,3 +111,8 @@ fn vector_add_example_links_libcudart_12_and_computes_the_sum() {
     // sum of 3i for i < 1000
     assert!(out.contains("vector_add: OK n=1000 sum=1498500"), "{out}");
 }
+
+#[test]
+fn zero_devices_report_no_device() {
+    case("no_devices", &[("SIMCUDA_DEVICES", "0")]);
+}

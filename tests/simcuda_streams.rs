@@ -85,3 +85,38 @@ fn driver_streams_events_and_host_functions_work() {
 fn free_async_releases_memory_when_the_stream_reaches_it() {
     case("malloc_async_free_async_in_stream_order");
 }
+
+#[test]
+fn driver_async_copies_event_timing_and_context_push_pop_work() {
+    case("driver_async_copies_timing_and_context_stack");
+}
+
+#[test]
+fn runtime_event_elapsed_time_measures_stream_time() {
+    case("runtime_event_elapsed_time");
+}
+
+fn ptds_seen(extra: &[&str]) -> (String, serde_json::Value) {
+    let exe = common::compile("sim_ptds", extra);
+    let dir = common::scratch(&format!("simcuda-ptds-{}", extra.len()));
+    let report = dir.join("report.json");
+    let out = common::run_ok(common::sim_cmd(&exe).env("SIMCUDA_REPORT", &report));
+    assert!(out.contains("PASS ptds"), "{out}");
+    (out, common::read_report(&report))
+}
+
+#[test]
+fn per_thread_default_stream_build_gives_each_thread_its_own_stream_zero() {
+    let (out, report) = ptds_seen(&["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"]);
+    assert!(out.contains("seen 0"), "{out}");
+    assert_eq!(report["calls"]["cudaLaunchHostFunc_ptsz"], 2);
+    assert_eq!(report["calls"]["cudaLaunchHostFunc"], 0);
+    assert_eq!(report["calls"]["cudaMemcpy_ptds"], 1);
+}
+
+#[test]
+fn legacy_default_stream_build_shares_stream_zero_between_threads() {
+    let (out, report) = ptds_seen(&[]);
+    assert!(out.contains("seen 1"), "{out}");
+    assert_eq!(report["calls"]["cudaLaunchHostFunc"], 2);
+}

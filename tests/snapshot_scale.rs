@@ -61,6 +61,10 @@ fn hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
     assert!(frames >= 30, "a deep stack ({frames} frames)");
     let v = build(&input(100_000, &[stack]), StackTable::global());
     let bytes = encode(&v, Format::Pickle).unwrap();
+    println!(
+        "100,000 events from one {frames}-frame stack: {} bytes of pickle",
+        bytes.len()
+    );
     assert!(bytes.len() < 10 << 20, "{} bytes", bytes.len());
     // Without sharing the frames alone would take far more than that.
     let unshared = encode(&v, Format::Json).unwrap().len();

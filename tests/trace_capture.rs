@@ -236,3 +236,24 @@ fn measure_capture_cost() {
         );
     });
 }
+
+#[test]
+fn fp_capture_of_rust_frames_agrees_with_dwarf_when_built_with_frame_pointers() {
+    clib();
+    let (fp_ips, leaf_line, caller_line) = rust_caller(Unwinder::Fp);
+    if fp_ips.len() < 3 {
+        // This build omits frame pointers (RUSTFLAGS="-C force-frame-pointers=yes" turns
+        // them on): the walk stops early, which is all it may do. The C tests above cover
+        // walking real frame-pointer chains.
+        eprintln!("no frame pointers in this build: {} frames", fp_ips.len());
+        return;
+    }
+    let frames = symbolize(&fp_ips);
+    let (_, leaf) = find(&frames, "rust_leaf").unwrap_or_else(|| panic!("{frames:#?}"));
+    assert_eq!(
+        (leaf.line, leaf.filename.ends_with("trace_capture.rs")),
+        (leaf_line, true)
+    );
+    let (_, caller) = find(&frames, "rust_caller").unwrap();
+    assert_eq!(caller.line, caller_line);
+}

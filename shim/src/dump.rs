@@ -95,6 +95,18 @@ extern "C" fn at_exit() {
     }
 }
 
+/// After an allocation failed for lack of memory: a snapshot, when `CUSHIM_DUMP_ON_OOM=1`.
+/// Runs on the failing thread after the allocator's lock was released.
+pub fn on_oom(s: &Shim) {
+    if !dump_on_oom() {
+        return;
+    }
+    match dump_now(s, None) {
+        Ok(p) => eprintln!("cushim: out of memory; snapshot written to {}", p.display()),
+        Err(e) => eprintln!("cushim: out of memory; snapshot not written: {e}"),
+    }
+}
+
 /// Arm the exit dump and the signal dumper thread, when `CUSHIM_SNAPSHOT` names a path.
 pub fn install(_shim: &Shim) {
     if template().is_none() {

@@ -60,6 +60,9 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
         Err(e) => {
             // SAFETY: `out` is non-null; CUDA leaves the out-pointer NULL on failure.
             unsafe { *out = std::ptr::null_mut() };
+            if e == AllocError::OutOfMemory {
+                crate::dump::on_oom(s);
+            }
             lasterror::set(alloc_code(e))
         }
     })

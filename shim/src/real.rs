@@ -67,9 +67,10 @@ real_runtime! {
 }
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.
+/// Arguments are plain identifiers, so nothing but the call runs inside the unsafe block.
 #[macro_export]
 macro_rules! call_real {
-    ($name:ident($($a:expr),*)) => {
+    ($name:ident($($a:ident),*)) => {
         match $crate::real::REAL.$name {
             // SAFETY: forwarding the program's own arguments to the real function.
             Some(f) => unsafe { f($($a),*) },

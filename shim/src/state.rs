@@ -58,7 +58,8 @@ fn init() -> Option<Shim> {
     }
     // Let the real runtime initialize itself (the context-init idiom), so its primary context
     // exists and is current before the shim uses the driver.
-    let _ = crate::call_real!(cudaFree(std::ptr::null_mut()));
+    let null = std::ptr::null_mut();
+    let _ = crate::call_real!(cudaFree(null));
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {
@@ -77,7 +78,8 @@ fn init() -> Option<Shim> {
 /// The calling thread's current device, as the real runtime sees it.
 pub fn current_device() -> c_int {
     let mut d: c_int = 0;
-    if crate::call_real!(cudaGetDevice(&mut d)) != crate::ffi::SUCCESS {
+    let out: *mut c_int = &mut d;
+    if crate::call_real!(cudaGetDevice(out)) != crate::ffi::SUCCESS {
         return 0;
     }
     d

@@ -13,21 +13,53 @@
 extern "C" {
 #endif
 
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define __CUDA_API_PER_THREAD_DEFAULT_STREAM
+#define __SIMCUDA_PTDS(api) api ## _ptds
+#define __SIMCUDA_PTSZ(api) api ## _ptsz
+#else
+#define __SIMCUDA_PTDS(api) api
+#define __SIMCUDA_PTSZ(api) api
+#endif
+
 #define cuDeviceTotalMem            cuDeviceTotalMem_v2
 #define cuMemGetInfo                cuMemGetInfo_v2
 #define cuMemAlloc                  cuMemAlloc_v2
 #define cuMemFree                   cuMemFree_v2
 #define cuMemGetAddressRange        cuMemGetAddressRange_v2
 #define cuMemAllocHost              cuMemAllocHost_v2
-#define cuMemcpyHtoD                cuMemcpyHtoD_v2
-#define cuMemcpyDtoH                cuMemcpyDtoH_v2
-#define cuMemcpyDtoD                cuMemcpyDtoD_v2
-#define cuMemsetD8                  cuMemsetD8_v2
+#define cuMemcpyHtoD                __SIMCUDA_PTDS(cuMemcpyHtoD_v2)
+#define cuMemcpyDtoH                __SIMCUDA_PTDS(cuMemcpyDtoH_v2)
+#define cuMemcpyDtoD                __SIMCUDA_PTDS(cuMemcpyDtoD_v2)
+#define cuMemsetD8                  __SIMCUDA_PTDS(cuMemsetD8_v2)
 #define cuStreamDestroy             cuStreamDestroy_v2
 #define cuEventDestroy              cuEventDestroy_v2
-#define cuStreamBeginCapture        cuStreamBeginCapture_v2
+#define cuStreamBeginCapture        __SIMCUDA_PTSZ(cuStreamBeginCapture_v2)
 #define cuDevicePrimaryCtxRelease   cuDevicePrimaryCtxRelease_v2
 #define cuGetProcAddress            cuGetProcAddress_v2
+#define cuMemcpyHtoDAsync           __SIMCUDA_PTSZ(cuMemcpyHtoDAsync_v2)
+#define cuMemcpyDtoHAsync           __SIMCUDA_PTSZ(cuMemcpyDtoHAsync_v2)
+#define cuMemcpyDtoDAsync           __SIMCUDA_PTSZ(cuMemcpyDtoDAsync_v2)
+#define cuMemsetD32                 __SIMCUDA_PTDS(cuMemsetD32_v2)
+#define cuMemHostGetDevicePointer   cuMemHostGetDevicePointer_v2
+#define cuCtxPushCurrent            cuCtxPushCurrent_v2
+#define cuCtxPopCurrent             cuCtxPopCurrent_v2
+
+#if defined(__CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define cuStreamQuery               __SIMCUDA_PTSZ(cuStreamQuery)
+#define cuStreamSynchronize         __SIMCUDA_PTSZ(cuStreamSynchronize)
+#define cuStreamWaitEvent           __SIMCUDA_PTSZ(cuStreamWaitEvent)
+#define cuStreamEndCapture          __SIMCUDA_PTSZ(cuStreamEndCapture)
+#define cuStreamIsCapturing         __SIMCUDA_PTSZ(cuStreamIsCapturing)
+#define cuStreamGetPriority         __SIMCUDA_PTSZ(cuStreamGetPriority)
+#define cuStreamGetFlags            __SIMCUDA_PTSZ(cuStreamGetFlags)
+#define cuEventRecord               __SIMCUDA_PTSZ(cuEventRecord)
+#define cuLaunchHostFunc            __SIMCUDA_PTSZ(cuLaunchHostFunc)
+#define cuMemAllocAsync             __SIMCUDA_PTSZ(cuMemAllocAsync)
+#define cuMemFreeAsync              __SIMCUDA_PTSZ(cuMemFreeAsync)
+#define cuMemsetD8Async             __SIMCUDA_PTSZ(cuMemsetD8Async)
+#define cuMemsetD32Async            __SIMCUDA_PTSZ(cuMemsetD32Async)
+#endif
 
 typedef unsigned int cuuint32_t;
 typedef unsigned long long cuuint64_t;
@@ -245,6 +277,20 @@ CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventDestroy(CUevent hEvent);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+CUresult cuStreamGetPriority(CUstream hStream, int *priority);
+CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *pctx);
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 
 #ifdef __cplusplus

@@ -19,6 +19,23 @@ extern "C" {
 
 #define cudaGetDeviceProperties cudaGetDeviceProperties_v2
 
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define cudaMemcpy                  cudaMemcpy_ptds
+#define cudaMemset                  cudaMemset_ptds
+#define cudaMemcpyAsync             cudaMemcpyAsync_ptsz
+#define cudaMemsetAsync             cudaMemsetAsync_ptsz
+#define cudaStreamQuery             cudaStreamQuery_ptsz
+#define cudaStreamSynchronize       cudaStreamSynchronize_ptsz
+#define cudaStreamWaitEvent         cudaStreamWaitEvent_ptsz
+#define cudaEventRecord             cudaEventRecord_ptsz
+#define cudaLaunchHostFunc          cudaLaunchHostFunc_ptsz
+#define cudaStreamBeginCapture      cudaStreamBeginCapture_ptsz
+#define cudaStreamEndCapture        cudaStreamEndCapture_ptsz
+#define cudaStreamIsCapturing       cudaStreamIsCapturing_ptsz
+#define cudaMallocAsync             cudaMallocAsync_ptsz
+#define cudaFreeAsync               cudaFreeAsync_ptsz
+#endif
+
 enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
@@ -255,6 +272,8 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream);
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 cudaError_t cudaDriverGetVersion(int *driverVersion);
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 

@@ -41,6 +41,13 @@ entry_points! {
     cuEventCreate, cuEventRecord, cuEventRecord_ptsz, cuEventQuery, cuEventSynchronize,
     cuEventDestroy, cuEventDestroy_v2, cuLaunchHostFunc, cuLaunchHostFunc_ptsz,
     cuGetErrorName, cuGetErrorString, cuGetProcAddress, cuGetProcAddress_v2, cuGetExportTable,
+    cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyDtoDAsync_v2, cuMemsetD8Async,
+    cuMemsetD32_v2, cuMemsetD32Async, cuMemHostGetDevicePointer_v2,
+    cuEventElapsedTime, cuEventElapsedTime_v2, cuCtxGetStreamPriorityRange, cuStreamGetPriority, cuStreamGetFlags,
+    cuCtxPushCurrent_v2, cuCtxPopCurrent_v2,
+    cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoDAsync_v2_ptsz,
+    cuMemsetD8Async_ptsz, cuMemsetD32_v2_ptds, cuMemsetD32Async_ptsz, cuStreamGetPriority_ptsz,
+    cuStreamGetFlags_ptsz,
     cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaMallocAsync,
     cudaFreeAsync, cudaMemGetInfo, cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync,
     cudaDeviceSynchronize, cudaDeviceReset, cudaGetDevice, cudaSetDevice, cudaGetDeviceCount,
@@ -52,7 +59,13 @@ entry_points! {
     cudaEventCreate, cudaEventCreateWithFlags, cudaEventRecord, cudaEventQuery,
     cudaEventSynchronize, cudaEventDestroy, cudaLaunchHostFunc, cudaGetLastError,
     cudaPeekAtLastError, cudaGetErrorString, cudaGetErrorName, cudaPointerGetAttributes,
-    cudaDriverGetVersion, cudaRuntimeGetVersion,
+    cudaDriverGetVersion, cudaRuntimeGetVersion, cudaEventElapsedTime,
+    cudaDeviceGetStreamPriorityRange,
+    cudaMemcpy_ptds, cudaMemset_ptds, cudaMemcpyAsync_ptsz, cudaMemsetAsync_ptsz,
+    cudaStreamQuery_ptsz, cudaStreamSynchronize_ptsz, cudaStreamWaitEvent_ptsz,
+    cudaEventRecord_ptsz, cudaLaunchHostFunc_ptsz, cudaStreamBeginCapture_ptsz,
+    cudaStreamEndCapture_ptsz, cudaStreamIsCapturing_ptsz, cudaMallocAsync_ptsz,
+    cudaFreeAsync_ptsz,
 }
 
 /// Number of entry points.

@@ -458,3 +458,100 @@ pub unsafe extern "C" fn cuGetErrorString(code: CUresult, p: *mut *const c_char)
         }
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    driver(Api::cuEventElapsedTime, || {
+        state::initialized()?;
+        if ms.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        out(ms, event::elapsed(start as usize, end as usize)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    driver(Api::cuEventElapsedTime_v2, || {
+        state::initialized()?;
+        if ms.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        out(ms, event::elapsed(start as usize, end as usize)?)
+    })
+}
+
+/// Stream priorities: 0 (least) to -5 (greatest), as on current GPUs.
+pub const PRIORITY_RANGE: (c_int, c_int) = (0, -5);
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    driver(Api::cuCtxGetStreamPriorityRange, || {
+        current_device()?;
+        if !least.is_null() {
+            out(least, PRIORITY_RANGE.0)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, PRIORITY_RANGE.1)?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority(h: *mut c_void, priority: *mut c_int) -> CUresult {
+    driver(Api::cuStreamGetPriority, || {
+        out(priority, drv_stream(h, false)?.priority)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags(h: *mut c_void, flags: *mut c_uint) -> CUresult {
+    driver(Api::cuStreamGetFlags, || {
+        out(flags, drv_stream(h, false)?.flags)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: *mut Ctx) -> CUresult {
+    driver(Api::cuCtxPushCurrent_v2, || state::push_current(ctx))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut *mut Ctx) -> CUresult {
+    driver(Api::cuCtxPopCurrent_v2, || {
+        let c = state::pop_current()?;
+        if !pctx.is_null() {
+            out(pctx, c)?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
+    h: *mut c_void,
+    priority: *mut c_int,
+) -> CUresult {
+    driver(Api::cuStreamGetPriority_ptsz, || {
+        out(priority, drv_stream(h, true)?.priority)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags_ptsz(h: *mut c_void, flags: *mut c_uint) -> CUresult {
+    driver(Api::cuStreamGetFlags_ptsz, || {
+        out(flags, drv_stream(h, true)?.flags)
+    })
+}

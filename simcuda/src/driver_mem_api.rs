@@ -401,3 +401,169 @@ pub extern "C" fn cuMemsetD8_v2(dst: u64, value: u8, n: usize) -> CUresult {
 pub extern "C" fn cuMemsetD8_v2_ptds(dst: u64, value: u8, n: usize) -> CUresult {
     driver(Api::cuMemsetD8_v2_ptds, || set_c(dst, value, n, true))
 }
+
+fn copy_async_c(
+    dst: usize,
+    src: usize,
+    n: usize,
+    sides: (bool, bool),
+    h: *mut c_void,
+    ptds: bool,
+) -> Result<(), CUresult> {
+    let s = drv_stream(h, ptds)?;
+    stream::run_async(&s, copy_job(dst, src, n, sides.0, sides.1)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyHtoDAsync_v2, || {
+        copy_async_c(dst as usize, src as usize, n, (true, false), h, false)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyDtoHAsync_v2, || {
+        copy_async_c(dst as usize, src as usize, n, (false, true), h, false)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, h: *mut c_void) -> CUresult {
+    driver(Api::cuMemcpyDtoDAsync_v2, || {
+        copy_async_c(dst as usize, src as usize, n, (true, true), h, false)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, h: *mut c_void) -> CUresult {
+    driver(Api::cuMemsetD8Async, || {
+        let s = drv_stream(h, false)?;
+        stream::run_async(&s, set_job(dst as usize, value, n)?)
+    })
+}
+
+/// Fill `n` 32-bit words at `dst` (4-byte aligned) with `value`.
+pub fn set32_job(dst: usize, value: u32, n: usize) -> Result<stream::Job, CUresult> {
+    let bytes = n.checked_mul(4).ok_or(INVALID_VALUE)?;
+    if dst % 4 != 0 {
+        return Err(INVALID_VALUE);
+    }
+    if bytes > 0 {
+        memory::check_device_range(dst, bytes)?;
+    }
+    Ok(Box::new(move || {
+        for i in 0..n {
+            // SAFETY: [dst, dst + 4n) was checked to be live device-accessible memory and
+            // dst is 4-byte aligned.
+            unsafe { (dst as *mut u32).add(i).write(value) }
+        }
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32_v2(dst: u64, value: c_uint, n: usize) -> CUresult {
+    driver(Api::cuMemsetD32_v2, || {
+        let s = drv_stream(std::ptr::null_mut(), false)?;
+        stream::run_sync(&s, set32_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32Async(dst: u64, value: c_uint, n: usize, h: *mut c_void) -> CUresult {
+    driver(Api::cuMemsetD32Async, || {
+        let s = drv_stream(h, false)?;
+        stream::run_async(&s, set32_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut u64,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    driver(Api::cuMemHostGetDevicePointer_v2, || {
+        current_device()?;
+        if flags != 0 || pdptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        host::find(p as usize).ok_or(INVALID_VALUE)?;
+        out(pdptr, p as u64)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyHtoDAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (true, false), h, true)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyDtoHAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (false, true), h, true)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
+    dst: u64,
+    src: u64,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyDtoDAsync_v2_ptsz, || {
+        copy_async_c(dst as usize, src as usize, n, (true, true), h, true)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async_ptsz(dst: u64, value: u8, n: usize, h: *mut c_void) -> CUresult {
+    driver(Api::cuMemsetD8Async_ptsz, || {
+        let s = drv_stream(h, true)?;
+        stream::run_async(&s, set_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32_v2_ptds(dst: u64, value: c_uint, n: usize) -> CUresult {
+    driver(Api::cuMemsetD32_v2_ptds, || {
+        let s = drv_stream(std::ptr::null_mut(), true)?;
+        stream::run_sync(&s, set32_job(dst as usize, value, n)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32Async_ptsz(
+    dst: u64,
+    value: c_uint,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemsetD32Async_ptsz, || {
+        let s = drv_stream(h, true)?;
+        stream::run_async(&s, set32_job(dst as usize, value, n)?)
+    })
+}

@@ -4,6 +4,22 @@
 //! `libcuda.so.1` / `libcudart.so.12` loaded the library; the runtime (`runtime_api`) is built
 //! on the internal Rust functions, never on the exported `cu*` symbols.
 //!
+//! Environment (read once, at first use):
+//! - `SIMCUDA_MEM_MB` (default 16384): per-device capacity; `cuMemAlloc` blocks (rounded to
+//!   512 bytes) plus `cuMemCreate` physical memory count against it; `cuMemGetInfo` is exact.
+//! - `SIMCUDA_DEVICES` (default 1), `SIMCUDA_HOST_MEM_MB` (default 16384, pinned memory).
+//! - `SIMCUDA_VMM=0`: no virtual memory management (attribute 102 is 0, `cuMemCreate` and
+//!   `cuMemAddressReserve` return `CUDA_ERROR_NOT_SUPPORTED`).
+//! - `SIMCUDA_FAIL=name@N|name@every:K|name@after:K[=CODE],...` (see `fault`).
+//! - `SIMCUDA_LATENCY=name:50us,...`: a latency model, not a measurement (see `latency`).
+//! - `SIMCUDA_REPORT=path`: JSON ledger written at exit (see `report`).
+//!
+//! Known simplifications: captured work is recorded, not run, and graphs cannot be launched;
+//! `cuMemAllocAsync` allocates at once and `cuMemFreeAsync` frees when the stream gets
+//! there; asynchronous copies read pageable host memory when they run, not when queued;
+//! synchronous `cudaMemset` waits for completion; `cudaDeviceReset` frees the device's
+//! `cuMemAlloc` blocks but keeps streams, events and VMM objects.
+//!
 //! The internal decoders take the C caller's pointers as the C API defines them (NULL is
 //! checked, the rest is the caller's contract), hence the crate-wide
 //! `not_unsafe_ptr_arg_deref` allowance.
@@ -24,6 +40,7 @@ pub mod procaddr;
 pub mod report;
 pub mod runtime_api;
 pub mod runtime_mem_api;
+pub mod runtime_ptsz_api;
 pub mod state;
 pub mod stream;
 pub mod types;

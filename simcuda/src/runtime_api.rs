@@ -19,6 +19,11 @@ pub fn rt_stream(h: *mut c_void) -> Result<Arc<Stream>, CUresult> {
     stream::resolve(runtime_device()?, h as usize, false)
 }
 
+/// The stream a `_ptsz` / `_ptds` runtime call names: 0 is the per-thread default stream.
+pub fn rt_stream_ptds(h: *mut c_void) -> Result<Arc<Stream>, CUresult> {
+    stream::resolve(runtime_device()?, h as usize, true)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> CUresult {
     runtime(Api::cudaGetDeviceCount, || {
@@ -326,4 +331,37 @@ pub unsafe extern "C" fn cudaDriverGetVersion(v: *mut c_int) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cudaRuntimeGetVersion(v: *mut c_int) -> CUresult {
     runtime(Api::cudaRuntimeGetVersion, || out(v, DRIVER_VERSION))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaEventElapsedTime, || {
+        runtime_device()?;
+        if ms.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        out(ms, event::elapsed(start as usize, end as usize)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    runtime(Api::cudaDeviceGetStreamPriorityRange, || {
+        runtime_device()?;
+        let (l, g) = crate::driver_api::PRIORITY_RANGE;
+        if !least.is_null() {
+            out(least, l)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, g)?;
+        }
+        Ok(())
+    })
 }

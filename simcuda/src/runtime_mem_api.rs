@@ -124,7 +124,7 @@ pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> 
 }
 
 /// Which sides of a copy of `kind` must be device memory: (dst, src).
-fn copy_sides(kind: c_int) -> Result<(bool, bool), CUresult> {
+pub(crate) fn copy_sides(kind: c_int) -> Result<(bool, bool), CUresult> {
     match kind {
         0 => Ok((false, false)),
         1 => Ok((true, false)),

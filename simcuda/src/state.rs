@@ -116,6 +116,29 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 thread_local! {
     static CURRENT: Cell<usize> = const { Cell::new(0) };
     static RUNTIME_DEVICE: Cell<usize> = const { Cell::new(0) };
+    static CTX_STACK: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `cuCtxPushCurrent_v2`: make `ctx` current, remembering the previous one.
+pub fn push_current(ctx: *mut Ctx) -> Result<(), CUresult> {
+    if ctx.is_null() {
+        return Err(INVALID_CONTEXT);
+    }
+    let prev = CURRENT.with(Cell::get);
+    set_current(ctx)?;
+    CTX_STACK.with(|s| s.borrow_mut().push(prev));
+    Ok(())
+}
+
+/// `cuCtxPopCurrent_v2`: the current context, replaced by the one pushed over.
+pub fn pop_current() -> Result<*mut Ctx, CUresult> {
+    let cur = current_ctx()?;
+    if cur.is_null() {
+        return Err(INVALID_CONTEXT);
+    }
+    let prev = CTX_STACK.with(|s| s.borrow_mut().pop()).unwrap_or(0);
+    CURRENT.with(|c| c.set(prev));
+    Ok(cur)
 }
 
 /// The process state, created on first use.

@@ -458,7 +458,7 @@ pub fn accessible(addr: usize, len: usize) -> Option<usize> {
         .map_or(addr, |(&a, _)| a);
     while at < end {
         let (&a, m) = r.mappings.range(iter_from..).next()?;
-        if a > at {
+        if a > at || at >= a + m.size {
             return None;
         }
         let first = (at - a) / GRANULARITY;

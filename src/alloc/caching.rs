@@ -65,12 +65,12 @@ use super::block::{Arena, Block, BlockId, State};
 use super::expandable::Expandable;
 use super::pending::Pending;
 use super::pool::Pool;
-use super::rounding::{is_small, round_size, segment_size, LARGE_BUFFER, MIN_BLOCK, SMALL_SIZE};
+use super::rounding::{is_small, round_size, segment_size, MIN_BLOCK, SMALL_SIZE};
 use super::stats::DeviceStats;
 use super::{AllocError, FreeError};
 use crate::config::alloc::{AllocConf, FreeSync};
 use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STACK};
 
 /// What a device state needs from its allocator for one call.
 pub(crate) struct Ctx<'a> {
@@ -210,7 +210,7 @@ impl DeviceState {
             return true;
         }
         let allowed = (self.total_memory(ctx.device) as f64 * f) as u64;
-        self.stats.reserved_bytes.all.current as u64 + extra <= allowed
+        (self.stats.reserved_bytes.all.current as u64).saturating_add(extra) <= allowed
     }
 
     // ----------------------------------------------------------------------------- malloc
@@ -323,7 +323,9 @@ impl DeviceState {
             if rounded < max_split && bsize >= max_split {
                 return None;
             }
-            if rounded >= max_split && bsize >= rounded.saturating_add(LARGE_BUFFER) {
+            if rounded >= max_split
+                && bsize >= rounded.saturating_add(ctx.conf.max_non_split_rounding_size)
+            {
                 return None;
             }
         }
@@ -376,7 +378,7 @@ impl DeviceState {
         stack: StackId,
     ) -> Result<Option<BlockId>, AllocError> {
         if self.exp.enabled() {
-            if let Some(r) = self.ensure_reservation(ctx, stream, large, stack) {
+            if let Some(r) = self.ensure_reservation(ctx, stream, large) {
                 return Ok(self.expandable_grow(ctx, r, rounded, stack));
             }
         }
@@ -439,9 +441,9 @@ impl DeviceState {
                 FreeError::NotOurs
             });
         };
-        let (state, size, large, stream) = {
+        let (state, size, requested, large, stream, alloc_stack) = {
             let b = &self.blocks[id];
-            (b.state, b.size, b.large, b.stream)
+            (b.state, b.size, b.requested, b.large, b.stream, b.stack)
         };
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
@@ -451,7 +453,14 @@ impl DeviceState {
         if size >= ctx.conf.max_split_size {
             self.stats.oversize_allocations.update(-1);
         }
-        self.record(Action::FreeRequested, ptr, size, stream, stack);
+        // As PyTorch records it: the requested size, and the allocation's stack when the
+        // free itself carries none.
+        let stack = if stack == NO_STACK {
+            alloc_stack
+        } else {
+            stack
+        };
+        self.record(Action::FreeRequested, ptr, requested, stream, stack);
         let wait = match async_stream {
             Some(s) if s == stream => false,
             Some(_) => ctx.conf.free_sync != FreeSync::None,
@@ -471,7 +480,7 @@ impl DeviceState {
     }
 
     /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.
-    fn complete_free(&mut self, id: BlockId) {
+    pub(crate) fn complete_free(&mut self, id: BlockId) {
         let (addr, size, requested, large, stream, stack) = {
             let b = &self.blocks[id];
             (b.addr, b.size, b.requested, b.large, b.stream, b.stack)
@@ -481,7 +490,7 @@ impl DeviceState {
         s.active.update(large, -1);
         s.active_bytes.update(large, -(size as i64));
         s.requested_bytes.update(large, -(requested as i64));
-        self.record(Action::FreeCompleted, addr, size, stream, stack);
+        self.record(Action::FreeCompleted, addr, requested, stream, stack);
         let b = &mut self.blocks[id];
         b.state = State::Free;
         b.requested = 0;
@@ -542,155 +551,6 @@ impl DeviceState {
         if self.pending.any() {
             self.complete_pending(ctx, true);
         }
-    }
-
-    // ------------------------------------------------------------------------- releasing
-
-    /// Give a whole free ordinary segment (a free block without neighbours, in its pool)
-    /// back to the device.
-    fn release_segment(&mut self, ctx: &Ctx, id: BlockId) -> bool {
-        let (addr, size, large, stream) = {
-            let b = &self.blocks[id];
-            (b.addr, b.size, b.large, b.stream)
-        };
-        if ctx.device.free(self.dev, addr).is_err() {
-            return false;
-        }
-        self.pool_remove(id);
-        let stack = self.segments.remove(&addr).map(|s| s.stack).unwrap_or(0);
-        self.blocks.remove(id);
-        self.stats.segment.update(large, -1);
-        self.stats.reserved_bytes.update(large, -(size as i64));
-        if size >= ctx.conf.max_split_size {
-            self.stats.oversize_segments.update(-1);
-        }
-        self.stats.num_device_free += 1;
-        self.record(Action::SegmentFree, addr, size, stream, stack);
-        true
-    }
-
-    fn whole_free_segments(&self, large: bool) -> Vec<BlockId> {
-        let pool = if large { &self.large } else { &self.small };
-        pool.ids()
-            .into_iter()
-            .filter(|&id| {
-                let b = &self.blocks[id];
-                b.res.is_none() && !b.is_split()
-            })
-            .collect()
-    }
-
-    /// Step (6): release cached oversize blocks of `stream` (only with `max_split_size`).
-    fn release_oversize(&mut self, ctx: &Ctx, stream: Stream, rounded: u64, large: bool) -> bool {
-        let max_split = ctx.conf.max_split_size;
-        if max_split == u64::MAX || !large {
-            return false;
-        }
-        let want = rounded.max(max_split);
-        let candidates: Vec<(u64, BlockId)> = self
-            .large
-            .largest_first(stream)
-            .filter(|&(sz, id)| {
-                sz >= max_split && self.blocks[id].res.is_none() && !self.blocks[id].is_split()
-            })
-            .collect();
-        // The smallest single block that is big enough.
-        if let Some(&(_, id)) = candidates.iter().rev().find(|&&(sz, _)| sz >= want) {
-            return self.release_segment(ctx, id);
-        }
-        let mut released = 0;
-        for (sz, id) in candidates {
-            if released >= want {
-                break;
-            }
-            if self.release_segment(ctx, id) {
-                released += sz;
-            }
-        }
-        released >= want
-    }
-
-    /// Step (8) and `empty_cache`: release every whole free segment and free page.
-    pub(crate) fn release_cached(&mut self, ctx: &Ctx) {
-        self.complete_pending(ctx, true);
-        for large in [false, true] {
-            for id in self.whole_free_segments(large) {
-                self.release_segment(ctx, id);
-            }
-        }
-        self.expandable_release_free(ctx);
-    }
-
-    /// Step (4): age-based release of whole cached large segments above the threshold.
-    /// Reserved bytes above `garbage_collection_threshold` of the allowed memory (0 when
-    /// collection is off or the device size is unknown).
-    fn gc_excess(&mut self, ctx: &Ctx) -> u64 {
-        let t = ctx.conf.garbage_collection_threshold;
-        let total = self.total_memory(ctx.device);
-        if t <= 0.0 || total == 0 {
-            return 0;
-        }
-        let allowed = (total as f64 * ctx.conf.per_process_memory_fraction) as u64;
-        let threshold = (t * allowed as f64) as u64;
-        (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
-    }
-
-    fn garbage_collect(&mut self, ctx: &Ctx) {
-        let target = self.gc_excess(ctx);
-        if target == 0 {
-            return;
-        }
-        let now = self.large.lookups;
-        let mut candidates: Vec<(u64, u64, BlockId)> = self
-            .whole_free_segments(true)
-            .into_iter()
-            .map(|id| (now - self.blocks[id].gc_base, self.blocks[id].size, id))
-            .collect();
-        let mut total_age: u64 = candidates.iter().map(|c| c.0).sum();
-        let mut reclaimed = 0;
-        while reclaimed < target && !candidates.is_empty() {
-            let avg = total_age / candidates.len() as u64;
-            let mut freed_any = false;
-            let mut keep = Vec::with_capacity(candidates.len());
-            for (age, size, id) in candidates {
-                if age >= avg && self.release_segment(ctx, id) {
-                    freed_any = true;
-                    reclaimed += size;
-                    total_age -= age;
-                } else {
-                    keep.push((age, size, id));
-                }
-            }
-            candidates = keep;
-            if !freed_any {
-                break;
-            }
-        }
-    }
-
-    /// Forget every block (device reset): complete frees, release everything we can.
-    pub(crate) fn reset(&mut self, ctx: &Ctx) {
-        let _ = ctx.device.synchronize_device(self.dev);
-        self.drain_pending(ctx);
-        let live: Vec<BlockId> = self.live.values().copied().collect();
-        for id in live {
-            let (addr, size, large, stream) = {
-                let b = &self.blocks[id];
-                (b.addr, b.size, b.large, b.stream)
-            };
-            if self.blocks[id].state == State::Allocated {
-                self.stats.allocation.update(large, -1);
-                self.stats.allocated_bytes.update(large, -(size as i64));
-                if size >= ctx.conf.max_split_size {
-                    self.stats.oversize_allocations.update(-1);
-                }
-                self.record(Action::FreeRequested, addr, size, stream, 0);
-            }
-            self.complete_free(id);
-        }
-        self.pending.clear(ctx.device, self.dev);
-        self.release_cached(ctx);
-        self.expandable_release_reservations(ctx);
     }
 
     /// `(free, total)` with cached free bytes optionally counted as free.

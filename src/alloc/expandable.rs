@@ -20,7 +20,6 @@ use std::io::Write;
 
 use super::block::{Block, BlockId, State};
 use super::caching::{Ctx, DeviceState};
-use super::info::{BlockInfo, BlockState, SegmentInfo};
 use super::rounding::round_up;
 use crate::device::{DevPtr, PhysHandle, Stream};
 use crate::trace::event::{Action, StackId};
@@ -148,7 +147,6 @@ impl DeviceState {
         ctx: &Ctx,
         stream: Stream,
         large: bool,
-        _stack: StackId,
     ) -> Option<u32> {
         if let Some(i) = self
             .exp
@@ -445,8 +443,7 @@ impl DeviceState {
         for (i, p) in plan.iter().enumerate() {
             let Some((d, a)) = p.donor else { continue };
             if !synced.contains(&d) {
-                let s = self.exp.list[d as usize].stream;
-                if ctx.device.synchronize_stream(self.dev, s).is_err() {
+                if !self.sync_reservation(ctx, d) {
                     failed = true;
                     break;
                 }
@@ -513,7 +510,15 @@ impl DeviceState {
         Some(id)
     }
 
-    /// Unmap and release whole free pages, oldest blocks first, until `target` bytes (all of
+    /// Wait for the work queued on reservation `r`'s stream (the whole device if that
+    /// stream is gone), so that none of it can touch a page about to be unmapped.
+    fn sync_reservation(&self, ctx: &Ctx, r: u32) -> bool {
+        let s = self.exp.list[r as usize].stream;
+        ctx.device.synchronize_stream(self.dev, s).is_ok()
+            || ctx.device.synchronize_device(self.dev).is_ok()
+    }
+
+    /// Unmap and release whole free pages, in address order, until `target` bytes (all of
     /// them with `u64::MAX`). Returns the bytes released.
     fn release_pages(&mut self, ctx: &Ctx, target: u64) -> u64 {
         let mut released = 0;
@@ -525,8 +530,7 @@ impl DeviceState {
             if pages.is_empty() {
                 continue;
             }
-            let s = self.exp.list[r as usize].stream;
-            if ctx.device.synchronize_stream(self.dev, s).is_err() {
+            if !self.sync_reservation(ctx, r) {
                 continue;
             }
             for (a, size) in pages {
@@ -568,68 +572,5 @@ impl DeviceState {
             }
             let _ = ctx.device.release_reservation(self.dev, res.base, res.size);
         }
-    }
-
-    /// One `SegmentInfo` per contiguous mapped range of every reservation.
-    pub(crate) fn expandable_segments(&self, out: &mut Vec<SegmentInfo>) {
-        for res in &self.exp.list {
-            let mut cur = Some(res.head);
-            let mut seg: Option<SegmentInfo> = None;
-            while let Some(id) = cur {
-                let b = &self.blocks[id];
-                cur = b.next;
-                let state = match b.state {
-                    State::Unmapped => {
-                        out.extend(seg.take());
-                        continue;
-                    }
-                    State::Free => BlockState::Inactive,
-                    State::Allocated => BlockState::ActiveAllocated,
-                    State::Pending => BlockState::ActivePendingFree,
-                };
-                let s = seg.get_or_insert_with(|| SegmentInfo {
-                    device: self.dev,
-                    address: b.addr,
-                    total_size: 0,
-                    stream: res.stream,
-                    is_large: res.large,
-                    is_expandable: true,
-                    pool_id: (0, 0),
-                    stack: res
-                        .pages
-                        .range(..=b.addr)
-                        .next_back()
-                        .map(|(_, p)| p.stack)
-                        .unwrap_or(0),
-                    blocks: Vec::new(),
-                });
-                s.total_size += b.size;
-                s.blocks.push(BlockInfo {
-                    address: b.addr,
-                    size: b.size,
-                    requested_size: if state == BlockState::Inactive {
-                        0
-                    } else {
-                        b.requested
-                    },
-                    state,
-                    stack: if state == BlockState::Inactive {
-                        0
-                    } else {
-                        b.stack
-                    },
-                });
-            }
-            out.extend(seg.take());
-        }
-    }
-
-    /// Every mapped page of this device as (address, size), in reservation order.
-    pub(crate) fn expandable_pages(&self) -> Vec<(DevPtr, u64)> {
-        self.exp
-            .list
-            .iter()
-            .flat_map(|r| r.pages.iter().map(|(&a, p)| (a, p.size)))
-            .collect()
     }
 }

@@ -21,6 +21,7 @@ pub enum Op {
     Map,
     Unmap,
     RecordEvent,
+    SyncStream,
     HostAlloc,
 }
 
@@ -234,7 +235,7 @@ impl Inner {
     }
 
     fn charge(&mut self, d: usize, size: u64) -> DevResult<()> {
-        if self.used[d] + size > self.capacity {
+        if self.used[d].saturating_add(size) > self.capacity {
             return Err(DeviceError::OutOfMemory);
         }
         self.used[d] += size;
@@ -468,7 +469,11 @@ impl Device for FakeDevice {
     }
 
     fn synchronize_stream(&self, _dev: i32, _stream: Stream) -> DevResult<()> {
-        self.inner.lock().counters.sync_stream += 1;
+        let mut g = self.inner.lock();
+        g.counters.sync_stream += 1;
+        if g.fault(Op::SyncStream) {
+            return Err(DeviceError::Driver(400));
+        }
         Ok(())
     }
 
@@ -485,6 +490,9 @@ impl Device for FakeDevice {
         let mut g = self.inner.lock();
         g.counters.host_alloc += 1;
         if g.fault(Op::HostAlloc) {
+            return Err(DeviceError::OutOfMemory);
+        }
+        if size > 1 << 40 {
             return Err(DeviceError::OutOfMemory);
         }
         let p = g.next_host;

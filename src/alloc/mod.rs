@@ -13,6 +13,7 @@ pub mod info;
 mod listing;
 pub mod pending;
 pub mod pool;
+mod release;
 pub mod rounding;
 pub mod stats;
 

@@ -48,7 +48,7 @@ pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
         return MIN_BLOCK;
     }
     let divisions = conf.divisions_for(size);
-    if divisions > 1 && size > MIN_BLOCK * divisions {
+    if divisions > 1 && size > MIN_BLOCK.saturating_mul(divisions) {
         // The division step is a multiple of 512 here, so the result is too.
         round_up(next_division(size, divisions), MIN_BLOCK)
     } else {

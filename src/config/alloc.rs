@@ -42,6 +42,8 @@ pub struct AllocConf {
     pub raw: String,
     /// Blocks at least this large are never split; `u64::MAX` means unlimited.
     pub max_split_size: u64,
+    /// An oversize request takes a cached block only if it wastes less than this (20 MiB).
+    pub max_non_split_rounding_size: u64,
     /// Fraction of the allowed memory above which cached blocks are garbage collected
     /// (0 = off).
     pub garbage_collection_threshold: f64,
@@ -63,6 +65,7 @@ impl Default for AllocConf {
         AllocConf {
             raw: String::new(),
             max_split_size: u64::MAX,
+            max_non_split_rounding_size: 20 * MIB,
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
@@ -208,6 +211,15 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                     "max_split_size_mb: bad value '{value}' (accepted: an integer > 20)"
                 )),
             },
+            "max_non_split_rounding_mb" => match value.parse::<u64>() {
+                Ok(mb) => {
+                    conf.max_non_split_rounding_size = mb.saturating_mul(MIB);
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "max_non_split_rounding_mb: bad value '{value}' (accepted: an integer)"
+                )),
+            },
             "garbage_collection_threshold" => {
                 parse_fraction(key, value, true, true).map(|x| conf.garbage_collection_threshold = x)
             }
@@ -233,7 +245,11 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                     "pinned_num_register_threads: bad value '{value}' (accepted: a power of two <= 128)"
                 )),
             },
-            "pinned_use_background_threads" | "expandable_segments_handle_type" => Ok(()),
+            // PyTorch keys without meaning here: accepted and ignored.
+            "pinned_use_background_threads"
+            | "pinned_reserve_segment_size_mb"
+            | "expandable_segments_handle_type"
+            | "graph_capture_record_stream_reuse" => Ok(()),
             "backend" => match value {
                 "native" => Ok(()),
                 _ => Err(format!(
@@ -253,7 +269,8 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
             }),
             "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
             _ => Err(format!(
-                "unknown key '{key}' (accepted: max_split_size_mb, garbage_collection_threshold, \
+                "unknown key '{key}' (accepted: max_split_size_mb, max_non_split_rounding_mb, \
+                 garbage_collection_threshold, \
                  expandable_segments, roundup_power2_divisions, per_process_memory_fraction, \
                  pinned_use_cuda_host_register, pinned_num_register_threads, \
                  release_lock_on_cudamalloc, backend, free_sync, free_includes_cache)"
@@ -299,6 +316,7 @@ impl AllocConf {
         serde_json::json!({
             "PYTORCH_CUDA_ALLOC_CONF": self.raw,
             "max_split_size": max_split,
+            "max_non_split_rounding_size": self.max_non_split_rounding_size,
             "garbage_collection_threshold": self.garbage_collection_threshold,
             "expandable_segments": self.expandable_segments,
             "roundup_power2_divisions": serde_json::Value::Object(roundup),

@@ -28,6 +28,23 @@ struct Frames<'a> {
 }
 
 impl Frames<'_> {
+    /// Resolve every address of `stacks` in address order, so each module's debug info is
+    /// loaded once (the symbolizer keeps only a few modules' debug info at a time).
+    fn prefetch(&mut self, stacks: impl Iterator<Item = StackId>) {
+        let mut ids: Vec<StackId> = stacks.filter(|&s| s != NO_STACK).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut ips = Vec::new();
+        for id in ids {
+            self.table.with(id, |f| ips.extend_from_slice(f));
+        }
+        ips.sort_unstable();
+        ips.dedup();
+        for ip in ips {
+            self.sym.resolve(ip);
+        }
+    }
+
     fn list(&mut self, s: &mut Strings, stack: StackId) -> Value {
         if stack == NO_STACK {
             return self.empty.clone();
@@ -173,6 +190,27 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
         },
         history: &input.history,
     };
+    let all_segments = input
+        .devices
+        .iter()
+        .flat_map(|d| d.segments.iter())
+        .chain(input.host.iter().flat_map(|h| h.0.iter()));
+    let all_events = input
+        .devices
+        .iter()
+        .flat_map(|d| d.events.iter())
+        .chain(input.host.iter().flat_map(|h| h.1.iter()));
+    let state = input.history.state_frames();
+    b.frames.prefetch(
+        all_segments
+            .filter(|_| state)
+            .flat_map(|s| std::iter::once(s.stack).chain(s.blocks.iter().map(|b| b.stack)))
+            .chain(
+                all_events
+                    .filter(|e| input.history.trace_frames_for(e.action))
+                    .map(|e| e.stack),
+            ),
+    );
     let segments = b.segments(input.devices.iter().flat_map(|d| d.segments.iter()));
     let ndev = input
         .devices

@@ -4,6 +4,11 @@
 //!
 //! Invariant: the three formats carry the same content; the format of a file comes from
 //! `CUSHIM_SNAPSHOT_FORMAT` if set, else from its extension, else pickle.
+//!
+//! A dump from the shim: under each allocator's lock copy its `Vec<SegmentInfo>` and
+//! `TraceRing::copy_into` its events (nothing else happens under the lock); then, outside
+//! every lock, fill a [`model::SnapshotInput`] and call
+//! `dump(&input, &output::next_path(template))`, printing an `Err` as one `cushim:` line.
 
 pub mod build;
 pub mod convert;

@@ -45,3 +45,13 @@ pub struct SnapshotInput {
     /// The program's command line, under `cushim.cmdline`.
     pub cmdline: Vec<String>,
 }
+
+impl From<(i32, Vec<SegmentInfo>, Vec<TraceEvent>)> for DeviceState {
+    fn from((device, segments, events): (i32, Vec<SegmentInfo>, Vec<TraceEvent>)) -> Self {
+        DeviceState {
+            device,
+            segments,
+            events,
+        }
+    }
+}

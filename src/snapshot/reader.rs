@@ -67,6 +67,9 @@ pub fn detect(bytes: &[u8]) -> Format {
     }
 }
 
+/// Dicts up to this size are checked for repeated keys on insertion.
+const DEDUP_SCAN: usize = 16;
+
 struct Item {
     v: Value,
     /// Memo slots that name this (still mutable) object.
@@ -186,7 +189,15 @@ impl Reader<'_> {
                 let d = Arc::make_mut(d);
                 let mut it = items.into_iter();
                 while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                    match d.iter_mut().find(|(ek, _)| *ek == k) {
+                    // A pickled dict never repeats a key; a crafted one may. Small dicts
+                    // replace in place; in large ones (where a scan per item would be
+                    // quadratic) the repeat is appended and `Value::get` finds the last.
+                    let existing = if d.len() <= DEDUP_SCAN {
+                        d.iter_mut().find(|(ek, _)| *ek == k)
+                    } else {
+                        None
+                    };
+                    match existing {
                         Some(e) => e.1 = v,
                         None => d.push((k, v)),
                     }

@@ -45,11 +45,12 @@ impl Value {
         Value::Dict(Arc::new(items))
     }
 
-    /// The value under string key `key` of a dict.
+    /// The value under string key `key` of a dict (the last one, should a key repeat).
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
             Value::Dict(d) => d
                 .iter()
+                .rev()
                 .find(|(k, _)| k.as_str() == Some(key))
                 .map(|(_, v)| v),
             _ => None,

@@ -72,7 +72,7 @@ pub struct TraceEvent {
     /// Device ordinal; `-1` for pinned host memory.
     pub device: i32,
     pub addr: u64,
-    /// Bytes: the requested size for `Alloc`, the block size for frees, the segment or
+    /// Bytes: the requested size for `Alloc` and the frees (as PyTorch records them), the segment or
     /// mapping size for segment actions, the request for `Oom`.
     pub size: u64,
     pub stream: u64,

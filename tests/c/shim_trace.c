@@ -3,6 +3,7 @@
  *   many N:       N alloc/free pairs from one call site.
  *   threads N:    two threads allocating and freeing N times each; prints "ready" first
  *                 and "result=<checksum>" at the end (the test signals it meanwhile).
+ *   exit_thread:  allocates, then a second thread calls exit(0) while main waits.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -91,11 +92,27 @@ static int threads(long n) {
     return 0;
 }
 
+static void *exit_from_thread(void *arg) {
+    (void)arg;
+    void *p = make_activation(5 * MiB);
+    (void)p;
+    exit(0);
+}
+
+static int exit_thread(void) {
+    pthread_t t;
+    void *w = load_weights(8 * MiB);
+    (void)w;
+    pthread_create(&t, NULL, exit_from_thread, NULL);
+    for (;;) pause();
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "sites";
     long n = argc > 2 ? atol(argv[2]) : 1000;
     if (!strcmp(mode, "sites")) return sites();
     if (!strcmp(mode, "many")) return many(n);
     if (!strcmp(mode, "threads")) return threads(n);
+    if (!strcmp(mode, "exit_thread")) return exit_thread();
     return 2;
 }

@@ -10,6 +10,27 @@ static void ctx0(void) {
     EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(ctx));
 }
 
+#include <pthread.h>
+
+static CUcontext shared_ctx;
+static void *churn(void *arg) {
+    int id = (int)(size_t)arg;
+    EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(shared_ctx));
+    CUdeviceptr keep[16];
+    for (int round = 0; round < 2000; round++) {
+        for (int i = 0; i < 16; i++) {
+            size_t size = 512 + (size_t)((round * 31 + i * 7 + id) % 64) * 512;
+            EXPECT(CUDA_SUCCESS, cuMemAlloc(&keep[i], size));
+            memset((void *)keep[i], id, 512);
+        }
+        for (int i = 0; i < 16; i++) {
+            REQUIRE(((unsigned char *)keep[i])[511] == (unsigned char)id);
+            EXPECT(CUDA_SUCCESS, cuMemFree(keep[i]));
+        }
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     CUdeviceptr d = 0, e = 0;
@@ -149,6 +170,16 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRelease(0));
         EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRelease(0));
         EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuDevicePrimaryCtxRelease(0));
+    }
+    CASE("concurrent_alloc_free") {
+        ctx0();
+        EXPECT(CUDA_SUCCESS, cuCtxGetCurrent(&shared_ctx));
+        pthread_t t[8];
+        for (int i = 0; i < 8; i++) REQUIRE(pthread_create(&t[i], NULL, churn, (void *)(size_t)(i + 1)) == 0);
+        for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+        size_t f, tot;
+        EXPECT(CUDA_SUCCESS, cuMemGetInfo(&f, &tot));
+        REQUIRE(f == tot);
     }
     printf("PASS %s\n", argv[1]);
     return 0;

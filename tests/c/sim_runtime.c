@@ -168,6 +168,13 @@ int main(int argc, char **argv) {
         REQUIRE(f == t);
         EXPECT(cudaErrorInvalidValue, cudaFree(p));
     }
+    CASE("no_devices") { /* SIMCUDA_DEVICES=0 */
+        int n = 5;
+        EXPECT(cudaErrorNoDevice, cudaGetDeviceCount(&n));
+        REQUIRE(n == 0);
+        EXPECT(cudaErrorNoDevice, cudaMalloc(&p, 16));
+        EXPECT(CUDA_ERROR_NO_DEVICE, cuInit(0));
+    }
     printf("PASS %s\n", argv[1]);
     return 0;
 }

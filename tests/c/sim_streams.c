@@ -197,6 +197,74 @@ int main(int argc, char **argv) {
         REQUIRE(f == f0);
         EXPECT(cudaErrorInvalidValue, cudaFreeAsync((void *)0x999, s));
     }
+    CASE("driver_async_copies_timing_and_context_stack") {
+        CUcontext ctx, popped = NULL;
+        CUstream cs;
+        CUevent a, b;
+        CUdeviceptr d, e2;
+        unsigned int host[64], back[64];
+        for (int i = 0; i < 64; i++) host[i] = (unsigned)i * 3u;
+        EXPECT(CUDA_SUCCESS, cuInit(0));
+        EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&ctx, 0));
+        EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuCtxPopCurrent(&popped));
+        EXPECT(CUDA_SUCCESS, cuCtxPushCurrent(ctx));
+        int least = 1, greatest = 1, prio = 1;
+        EXPECT(CUDA_SUCCESS, cuCtxGetStreamPriorityRange(&least, &greatest));
+        REQUIRE(least == 0 && greatest < 0);
+        EXPECT(CUDA_SUCCESS, cuStreamCreateWithPriority(&cs, CU_STREAM_NON_BLOCKING, greatest));
+        unsigned int fl = 7;
+        EXPECT(CUDA_SUCCESS, cuStreamGetPriority(cs, &prio));
+        EXPECT(CUDA_SUCCESS, cuStreamGetFlags(cs, &fl));
+        REQUIRE(prio == greatest && fl == CU_STREAM_NON_BLOCKING);
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&d, sizeof host));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&e2, sizeof host));
+        EXPECT(CUDA_SUCCESS, cuEventCreate(&a, CU_EVENT_DEFAULT));
+        EXPECT(CUDA_SUCCESS, cuEventCreate(&b, CU_EVENT_DEFAULT));
+        EXPECT(CUDA_SUCCESS, cuEventRecord(a, cs));
+        EXPECT(CUDA_SUCCESS, cuLaunchHostFunc(cs, slow_set, (void *)&flag));
+        EXPECT(CUDA_SUCCESS, cuMemcpyHtoDAsync(d, host, sizeof host, cs));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoDAsync(e2, d, sizeof host, cs));
+        EXPECT(CUDA_SUCCESS, cuMemsetD32Async(d, 0xdeadbeef, 64, cs));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoHAsync(back, e2, sizeof back, cs));
+        EXPECT(CUDA_SUCCESS, cuEventRecord(b, cs));
+        float ms = -1;
+        EXPECT(CUDA_ERROR_NOT_READY, cuEventElapsedTime(&ms, a, b));
+        EXPECT(CUDA_SUCCESS, cuEventSynchronize(b));
+        EXPECT(CUDA_SUCCESS, cuEventElapsedTime(&ms, a, b));
+        REQUIRE(ms >= 250.0f && ms < 10000.0f);
+        REQUIRE(memcmp(back, host, sizeof host) == 0);
+        REQUIRE(((unsigned int *)d)[63] == 0xdeadbeef);
+        EXPECT(CUDA_SUCCESS, cuMemsetD32(e2, 5, 64));
+        REQUIRE(((unsigned int *)e2)[0] == 5);
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemsetD32(e2 + 1, 5, 4));
+        void *pinned;
+        CUdeviceptr mapped;
+        EXPECT(CUDA_SUCCESS, cuMemHostAlloc(&pinned, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+        EXPECT(CUDA_SUCCESS, cuMemHostGetDevicePointer(&mapped, pinned, 0));
+        REQUIRE((void *)mapped == pinned);
+        EXPECT(CUDA_SUCCESS, cuCtxPopCurrent(&popped));
+        REQUIRE(popped == ctx);
+        EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuMemAlloc(&d, 16));
+    }
+    CASE("runtime_event_elapsed_time") {
+        cudaEvent_t a, b, nt;
+        float ms = -1;
+        EXPECT(cudaSuccess, cudaEventCreate(&a));
+        EXPECT(cudaSuccess, cudaEventCreate(&b));
+        EXPECT(cudaSuccess, cudaEventCreateWithFlags(&nt, cudaEventDisableTiming));
+        EXPECT(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, a, b));
+        EXPECT(cudaSuccess, cudaEventRecord(a, 0));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(0, slow_set, (void *)&flag));
+        EXPECT(cudaSuccess, cudaEventRecord(b, 0));
+        EXPECT(cudaSuccess, cudaEventRecord(nt, 0));
+        EXPECT(cudaSuccess, cudaEventSynchronize(b));
+        EXPECT(cudaSuccess, cudaEventElapsedTime(&ms, a, b));
+        REQUIRE(ms >= 250.0f);
+        EXPECT(cudaErrorInvalidResourceHandle, cudaEventElapsedTime(&ms, a, nt));
+        int least, greatest;
+        EXPECT(cudaSuccess, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        REQUIRE(least == 0 && greatest == -5);
+    }
     printf("PASS %s\n", argv[1]);
     return 0;
 }

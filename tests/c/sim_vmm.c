@@ -100,6 +100,11 @@ int main(int argc, char **argv) {
         /* mapped but not accessible: copies are refused, not crashes */
         char buf[16];
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va, 16));
+        /* accessible mapping, but the copy reaches into the unmapped rest of the reservation */
+        EXPECT(CUDA_SUCCESS, cuMemSetAccess(va, 2 * MiB, &rw, 1));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, va + 2 * MiB - 16, 16));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va + 2 * MiB - 8, 16));
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va + 2 * MiB + 64, 16));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(va, 4 * MiB));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(0xdead));
         EXPECT(CUDA_SUCCESS, cuMemRelease(h2));

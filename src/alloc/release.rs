@@ -1,0 +1,166 @@
+//! Giving cached memory back: whole free segments, cached oversize blocks, garbage
+//! collection by age, and forgetting everything at a device reset.
+//!
+//! Invariant: only whole free ordinary segments (a `Free` block with no neighbours) go back
+//! with `Device::free`, and each release updates the pools, segment table and statistics in
+//! the same step; expandable memory shrinks only through `expandable.rs` (whole free pages).
+
+use super::block::{BlockId, State};
+use super::caching::{Ctx, DeviceState};
+use crate::device::Stream;
+use crate::trace::event::Action;
+
+impl DeviceState {
+    /// Give a whole free ordinary segment (a free block without neighbours, in its pool)
+    /// back to the device.
+    pub(crate) fn release_segment(&mut self, ctx: &Ctx, id: BlockId) -> bool {
+        let (addr, size, large, stream) = {
+            let b = &self.blocks[id];
+            (b.addr, b.size, b.large, b.stream)
+        };
+        if ctx.device.free(self.dev, addr).is_err() {
+            return false;
+        }
+        self.pool_remove(id);
+        let stack = self.segments.remove(&addr).map(|s| s.stack).unwrap_or(0);
+        self.blocks.remove(id);
+        self.stats.segment.update(large, -1);
+        self.stats.reserved_bytes.update(large, -(size as i64));
+        if size >= ctx.conf.max_split_size {
+            self.stats.oversize_segments.update(-1);
+        }
+        self.stats.num_device_free += 1;
+        self.record(Action::SegmentFree, addr, size, stream, stack);
+        true
+    }
+
+    pub(crate) fn whole_free_segments(&self, large: bool) -> Vec<BlockId> {
+        let pool = if large { &self.large } else { &self.small };
+        pool.ids()
+            .into_iter()
+            .filter(|&id| {
+                let b = &self.blocks[id];
+                b.res.is_none() && !b.is_split()
+            })
+            .collect()
+    }
+
+    /// Step (6): release cached oversize blocks of `stream` (only with `max_split_size`).
+    pub(crate) fn release_oversize(
+        &mut self,
+        ctx: &Ctx,
+        stream: Stream,
+        rounded: u64,
+        large: bool,
+    ) -> bool {
+        let max_split = ctx.conf.max_split_size;
+        if max_split == u64::MAX || !large {
+            return false;
+        }
+        let want = rounded.max(max_split);
+        let candidates: Vec<(u64, BlockId)> = self
+            .large
+            .largest_first(stream)
+            .filter(|&(sz, id)| {
+                sz >= max_split && self.blocks[id].res.is_none() && !self.blocks[id].is_split()
+            })
+            .collect();
+        // The smallest single block that is big enough.
+        if let Some(&(_, id)) = candidates.iter().rev().find(|&&(sz, _)| sz >= want) {
+            return self.release_segment(ctx, id);
+        }
+        let mut released = 0;
+        for (sz, id) in candidates {
+            if released >= want {
+                break;
+            }
+            if self.release_segment(ctx, id) {
+                released += sz;
+            }
+        }
+        released >= want
+    }
+
+    /// Step (8) and `empty_cache`: release every whole free segment and free page.
+    pub(crate) fn release_cached(&mut self, ctx: &Ctx) {
+        self.complete_pending(ctx, true);
+        for large in [false, true] {
+            for id in self.whole_free_segments(large) {
+                self.release_segment(ctx, id);
+            }
+        }
+        self.expandable_release_free(ctx);
+    }
+
+    /// Step (4): age-based release of whole cached large segments above the threshold.
+    /// Reserved bytes above `garbage_collection_threshold` of the allowed memory (0 when
+    /// collection is off or the device size is unknown).
+    pub(crate) fn gc_excess(&mut self, ctx: &Ctx) -> u64 {
+        let t = ctx.conf.garbage_collection_threshold;
+        let total = self.total_memory(ctx.device);
+        if t <= 0.0 || total == 0 {
+            return 0;
+        }
+        let allowed = (total as f64 * ctx.conf.per_process_memory_fraction) as u64;
+        let threshold = (t * allowed as f64) as u64;
+        (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
+    }
+
+    pub(crate) fn garbage_collect(&mut self, ctx: &Ctx) {
+        let target = self.gc_excess(ctx);
+        if target == 0 {
+            return;
+        }
+        let now = self.large.lookups;
+        let mut candidates: Vec<(u64, u64, BlockId)> = self
+            .whole_free_segments(true)
+            .into_iter()
+            .map(|id| (now - self.blocks[id].gc_base, self.blocks[id].size, id))
+            .collect();
+        let mut total_age: u64 = candidates.iter().map(|c| c.0).sum();
+        let mut reclaimed = 0;
+        while reclaimed < target && !candidates.is_empty() {
+            let avg = total_age / candidates.len() as u64;
+            let mut freed_any = false;
+            let mut keep = Vec::with_capacity(candidates.len());
+            for (age, size, id) in candidates {
+                if age >= avg && self.release_segment(ctx, id) {
+                    freed_any = true;
+                    reclaimed += size;
+                    total_age -= age;
+                } else {
+                    keep.push((age, size, id));
+                }
+            }
+            candidates = keep;
+            if !freed_any {
+                break;
+            }
+        }
+    }
+
+    /// Forget every block (device reset): complete frees, release everything we can.
+    pub(crate) fn reset(&mut self, ctx: &Ctx) {
+        let _ = ctx.device.synchronize_device(self.dev);
+        self.drain_pending(ctx);
+        let live: Vec<BlockId> = self.live.values().copied().collect();
+        for id in live {
+            let (addr, size, large, stream) = {
+                let b = &self.blocks[id];
+                (b.addr, b.size, b.large, b.stream)
+            };
+            if self.blocks[id].state == State::Allocated {
+                self.stats.allocation.update(large, -1);
+                self.stats.allocated_bytes.update(large, -(size as i64));
+                if size >= ctx.conf.max_split_size {
+                    self.stats.oversize_allocations.update(-1);
+                }
+                self.record(Action::FreeRequested, addr, size, stream, 0);
+            }
+            self.complete_free(id);
+        }
+        self.pending.clear(ctx.device, self.dev);
+        self.release_cached(ctx);
+        self.expandable_release_reservations(ctx);
+    }
+}
