@@ -1,5 +1,6 @@
 //! The `cushim` command: run programs under the shim, the bundled demo, and snapshot tools.
 
+mod bench;
 mod demo;
 mod launch;
 mod tools;
@@ -54,6 +55,17 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         steps: u32,
     },
+    /// Measure the shim's costs next to their baselines and print one table (about two
+    /// minutes; needs libcushim.so and libsimcuda.so built next to this binary).
+    Bench {
+        /// More repeats per figure, and 1M-event dumps in every format (several minutes;
+        /// the JSON dump of 1M events is about 7 GB, in memory and on disk).
+        #[arg(long)]
+        full: bool,
+        /// Also write the table, with the machine and command, to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Print a summary of a snapshot (ours in any format, or PyTorch's own pickle).
     Summary { file: PathBuf },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
@@ -91,6 +103,7 @@ fn main() -> ExitCode {
             snapshot,
             steps,
         } => demo::demo(expandable, snapshot, steps),
+        Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
         Cmd::Summary { file } => tools::summary(&file),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal),
