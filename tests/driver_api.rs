@@ -131,6 +131,7 @@ fn driver_api_result_codes_match_the_bare_driver() {
     assert_eq!(stdout, bare, "the same codes with and without the shim");
     let m = kv(&stdout);
     for (k, v) in [
+        ("before_init", 3),
         ("null_out", 1),
         ("zero_size", 1),
         ("free_null", 0),

@@ -6,7 +6,7 @@
 //! Invariants: a hook handles a call only when the driver layer is intercepted, the calling
 //! thread is not already inside the shim (a runtime export, or the shim's own driver calls)
 //! and the shim is initialized; otherwise it forwards the program's arguments unchanged to
-//! the real driver function. Allocations are cached only for the device's primary context
+//! the real driver function (also before the program's own `cuInit`). Allocations are cached only for the device's primary context
 //! (the context the engine allocates in); with another context current the real driver
 //! allocates. Result codes are the driver's: NULL out-pointer or size 0 is
 //! `CUDA_ERROR_INVALID_VALUE` (1), exhaustion `CUDA_ERROR_OUT_OF_MEMORY` (2), an invalid
@@ -86,6 +86,20 @@ fn engine_device() -> Option<i32> {
     (slot.load(Ordering::Relaxed) == key).then_some(dev)
 }
 
+static REAL_CTX_GET_CURRENT: RealFn = RealFn::new(c"cuCtxGetCurrent");
+
+/// Whether the program has initialized the driver (`cuInit`). Until it has, the hooks leave
+/// every call to the real driver, so the shim's own initialization (which calls `cuInit`)
+/// never turns a program's `CUDA_ERROR_NOT_INITIALIZED` into something else.
+fn program_initialized_driver() -> bool {
+    type CtxGetCurrentFn = unsafe extern "C" fn(*mut cu::CUcontext) -> c_int;
+    /// `CUDA_ERROR_NOT_INITIALIZED`.
+    const NOT_INITIALIZED: c_int = 3;
+    let mut ctx: cu::CUcontext = std::ptr::null_mut();
+    let p = &mut ctx as *mut cu::CUcontext;
+    call_driver!(REAL_CTX_GET_CURRENT, CtxGetCurrentFn, (p)) != NOT_INITIALIZED
+}
+
 /// Run a hook: `f` handles the call (`Some(code)`) or declines (`None`), in which case, or
 /// when the shim must not handle it at all, `real` forwards it. A panic becomes
 /// `CUDA_ERROR_UNKNOWN`.
@@ -95,6 +109,9 @@ fn hook(
     real: impl FnOnce() -> c_int,
 ) -> c_int {
     let handled = catch_unwind(AssertUnwindSafe(|| {
+        if crate::state::get_if_ready().is_none() && !program_initialized_driver() {
+            return None;
+        }
         let s = driver_state()?;
         let _inside = Inside::enter();
         f(s)

@@ -12,6 +12,7 @@ static void *no_context(void *arg) {
 int main(void) {
     CUdeviceptr p = 0;
     int x = 0;
+    printf("before_init=%d\n", (int)cuMemAlloc(&p, 4096));
     driver_init();
     printf("null_out=%d\n", (int)cuMemAlloc(NULL, 1024));
     int zero = (int)cuMemAlloc(&p, 0);
