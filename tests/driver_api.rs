@@ -145,6 +145,7 @@ fn driver_api_result_codes_match_the_bare_driver() {
         ("meminfo_null", 1),
         ("async_null_out", 1),
         ("no_context", 201),
+        ("no_context_host", 201),
         ("host_free_first", 0),
     ] {
         assert_eq!(num(&m, k), v, "{k}");

@@ -187,6 +187,8 @@ fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Op
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
     }
+    // Pinned memory needs a current context, as in the driver (which reports its absence).
+    ctx_device()?;
     let stack = s.history.alloc_stack();
     Some(match s.alloc.host_alloc(size as u64, flags, stack) {
         Ok(p) => put(out, p as *mut c_void),

@@ -5,7 +5,9 @@
 
 static void *no_context(void *arg) {
     CUdeviceptr p = 0;
-    *(int *)arg = (int)cuMemAlloc(&p, 4096);
+    void *h = NULL;
+    ((int *)arg)[0] = (int)cuMemAlloc(&p, 4096);
+    ((int *)arg)[1] = (int)cuMemAllocHost(&h, 4096);
     return NULL;
 }
 
@@ -30,11 +32,12 @@ int main(void) {
     printf("host_free_unknown=%d\n", (int)cuMemFreeHost(&x));
     printf("meminfo_null=%d\n", (int)cuMemGetInfo(NULL, NULL));
     printf("async_null_out=%d\n", (int)cuMemAllocAsync(NULL, 64, NULL));
-    int rc = -1;
+    int rc[2] = {-1, -1};
     pthread_t t;
-    pthread_create(&t, NULL, no_context, &rc);
+    pthread_create(&t, NULL, no_context, rc);
     pthread_join(t, NULL);
-    printf("no_context=%d\n", rc);
+    printf("no_context=%d\n", rc[0]);
+    printf("no_context_host=%d\n", rc[1]);
     void *h = NULL;
     DCHECK(cuMemAllocHost(&h, 1000));
     memset(h, 7, 1000);
