@@ -146,6 +146,12 @@ fn driver_api_result_codes_match_the_bare_driver() {
         ("async_null_out", 1),
         ("no_context", 201),
         ("no_context_host", 201),
+        ("async_alloc", 0),
+        ("async_free", 0),
+        ("async_legacy_alloc", 0),
+        ("async_legacy_free", 0),
+        ("ptsz_alloc", 0),
+        ("ptsz_free", 0),
         ("host_free_first", 0),
     ] {
         assert_eq!(num(&m, k), v, "{k}");

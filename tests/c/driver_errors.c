@@ -3,6 +3,11 @@
 #include <pthread.h>
 #include "driver_util.h"
 
+/* The per-thread-default-stream variants (what cuda.h maps to under
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM). */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+
 static void *no_context(void *arg) {
     CUdeviceptr p = 0;
     void *h = NULL;
@@ -38,6 +43,19 @@ int main(void) {
     pthread_join(t, NULL);
     printf("no_context=%d\n", rc[0]);
     printf("no_context_host=%d\n", rc[1]);
+    /* Stream-ordered allocation on a stream, on the legacy stream and, through the _ptsz
+     * entry points, on the per-thread default stream. */
+    CUstream st;
+    DCHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a = 0;
+    printf("async_alloc=%d\n", (int)cuMemAllocAsync(&a, 1 << 20, st));
+    printf("async_free=%d\n", (int)cuMemFreeAsync(a, st));
+    printf("async_legacy_alloc=%d\n", (int)cuMemAllocAsync(&a, 1 << 20, NULL));
+    printf("async_legacy_free=%d\n", (int)cuMemFreeAsync(a, NULL));
+    printf("ptsz_alloc=%d\n", (int)cuMemAllocAsync_ptsz(&a, 1 << 20, NULL));
+    printf("ptsz_free=%d\n", (int)cuMemFreeAsync_ptsz(a, NULL));
+    DCHECK(cuStreamSynchronize(st));
+    DCHECK(cuStreamDestroy(st));
     void *h = NULL;
     DCHECK(cuMemAllocHost(&h, 1000));
     memset(h, 7, 1000);
