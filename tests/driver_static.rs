@@ -480,3 +480,57 @@ fn static_build_four_threads_on_two_devices_never_corrupt_and_stats_match_the_de
         );
     }
 }
+
+/// NVIDIA's dynamic runtime (`libcudart.so.12` next to `CUSHIM_CUDART_STATIC`, from the same
+/// wheel) under the seed program. It cannot start on simcuda by itself (it stops at
+/// `cuGetExportTable`), but with the shim its cudaMalloc is never reached: the shim's
+/// runtime exports serve the program, and the runtime, initialized from inside them, is
+/// handed the real driver functions, so nothing is intercepted twice.
+#[test]
+#[ignore = "needs CUSHIM_CUDART_STATIC=/path/to/libcudart_static.a with libcudart.so.12 beside it"]
+fn nvidias_dynamic_runtime_is_intercepted_once_at_cuda_malloc() {
+    let lib = std::env::var("CUSHIM_CUDART_STATIC").expect("CUSHIM_CUDART_STATIC");
+    let libdir = Path::new(&lib).parent().expect("a directory").to_path_buf();
+    assert!(
+        libdir.join("libcudart.so.12").exists(),
+        "{}",
+        libdir.display()
+    );
+    let exe = common::compile("shim_frag", &[]);
+    let dir = common::scratch("nvidia-dynamic");
+    let report = dir.join("report.json");
+    let ld = format!("{}:{}", libdir.display(), common::sim_lib_dir().display());
+    let bare = common::run(
+        common::sim_cmd(&exe)
+            .arg("reuse")
+            .env("LD_LIBRARY_PATH", &ld),
+    );
+    assert!(
+        !bare.status.success(),
+        "NVIDIA's runtime alone cannot run on simcuda"
+    );
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .arg("reuse")
+            .env("LD_LIBRARY_PATH", &ld)
+            .env("CUSHIM_LOG_PROCADDR", "1")
+            .env("SIMCUDA_REPORT", &report),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let m = kv(&stdout);
+    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(num(&m, "device_allocs"), 8);
+    let reqs = procaddr_log(&stderr);
+    assert!(
+        reqs.len() > 400,
+        "the runtime did start: {} requests",
+        reqs.len()
+    );
+    assert!(
+        reqs.iter().all(|(_, h)| h.is_none()),
+        "no second layer: {reqs:?}"
+    );
+    assert_eq!(common::read_report(&report)["calls"]["cuMemAlloc_v2"], 8);
+}
