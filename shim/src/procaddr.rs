@@ -195,6 +195,30 @@ mod tests {
     }
 
     #[test]
+    fn default_mode_keeps_the_variant_the_driver_answered_with() {
+        // Stand-in "real" functions: any two addresses outside libcushim.so.
+        let legacy = libc::malloc as *const () as usize;
+        let per_thread = libc::free as *const () as usize;
+        driver_hook(b"cuMemFreeAsync_ptsz")
+            .expect("hook")
+            .real
+            .offer(per_thread);
+        assert_eq!(
+            hooked_symbol(b"cuMemFreeAsync", 11020, 0, per_thread),
+            Some(&b"cuMemFreeAsync_ptsz"[..])
+        );
+        assert_eq!(
+            hooked_symbol(b"cuMemFreeAsync", 11020, 0, legacy),
+            Some(&b"cuMemFreeAsync"[..])
+        );
+        // An explicit legacy request keeps the legacy hook whatever the answer.
+        assert_eq!(
+            hooked_symbol(b"cuMemFreeAsync", 11020, 1, per_thread),
+            Some(&b"cuMemFreeAsync"[..])
+        );
+    }
+
+    #[test]
     fn names_are_matched_exactly() {
         for n in [
             &b"cuMemAlloc_v2"[..],
