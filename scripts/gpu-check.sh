@@ -214,6 +214,17 @@ compile() {
   fi
 }
 
+# snapline FILE: "snapshot: N bytes; <snapinfo>" or "no snapshot written".
+snapline() {
+  if [ ! -e "$1" ]; then
+    echo "no snapshot written"
+  elif [ "$HAVE_PY" = 1 ]; then
+    echo "snapshot: $(stat -c %s "$1") bytes; $(timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$1" 2>&1)"
+  else
+    echo "snapshot: $(stat -c %s "$1") bytes"
+  fi
+}
+
 field() { grep -o "$2=[^ ]*" "$1" 2>/dev/null | head -1 | cut -d= -f2; }
 
 # ---- 1. compile -------------------------------------------------------------------------
@@ -371,13 +382,13 @@ v=${VARIANTS[0]}
 if [ -n "${BUILT[demo.$v]:-}" ] && ! over_budget; then
   label=demo-stacks.$v
   run "$label" 1 CUSHIM_HISTORY=enabled=all,stacks=native "CUSHIM_SNAPSHOT=$R/snap/$label.pickle" -- "$R/bin/demo.$v" 50
-  row "demo.$v 50 steps: rc=$RC wall=${WALL}s snapshot: $([ -e "$R/snap/$label.pickle" ] && stat -c %s "$R/snap/$label.pickle") bytes; $([ "$HAVE_PY" = 1 ] && timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$R/snap/$label.pickle" 2>&1)"
+  row "demo.$v 50 steps: rc=$RC wall=${WALL}s $(snapline "$R/snap/$label.pickle")"
   SNAPS+=("$R/snap/$label.pickle")
 fi
 if [ "$TORCH" = 1 ] && ! over_budget; then
   label=torch-stacks
   run "$label" 1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUSHIM_HISTORY=enabled=all,stacks=native "CUSHIM_SNAPSHOT=$R/snap/$label.pickle" -- "$PY" "$REPO/scripts/gpu_train.py" --steps 10 --mode stacks --out "$R/$label.json"
-  row "torch 10 steps: rc=$RC wall=${WALL}s snapshot: $([ -e "$R/snap/$label.pickle" ] && stat -c %s "$R/snap/$label.pickle") bytes; $(timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$R/snap/$label.pickle" 2>&1)"
+  row "torch 10 steps: rc=$RC wall=${WALL}s $(snapline "$R/snap/$label.pickle")"
   SNAPS+=("$R/snap/$label.pickle")
 fi
 if [ "$HAVE_PY" = 1 ] && timeout 120 "$PY" -c 'import torch.cuda._memory_viz' >/dev/null 2>&1; then
