@@ -8,7 +8,7 @@
 # The GPU machine needs no network and no Rust: copy this repository (its examples/,
 # tests/c/, scripts/ and shim/include/) together with the files built here:
 #   target/release/libcushim.so   (the shim; override with CUSHIM_LIB=/path/libcushim.so)
-#   target/release/cushim         (optional, the CLI; CUSHIM_BIN=/path/cushim)
+# Snapshots are read with python3 (scripts/snapinfo.py, standard library only).
 # For --sim the default is target/release if it holds libcushim.so, else target/debug, and
 # libsimcuda.so is taken from the same directory (SIMCUDA_SO=/path/libsimcuda.so).
 #
@@ -80,7 +80,6 @@ if [ ! -e "$CUSHIM_LIB" ]; then
 fi
 CUSHIM_LIB=$(cd "$(dirname "$CUSHIM_LIB")" && pwd)/$(basename "$CUSHIM_LIB")
 LIBDIR=$(dirname "$CUSHIM_LIB")
-CUSHIM_BIN=${CUSHIM_BIN:-$LIBDIR/cushim}
 HAVE_PY=0
 command -v "$PY" >/dev/null 2>&1 && HAVE_PY=1
 
