@@ -1,8 +1,9 @@
 /* bench_alloc: cost of one allocate+free pair, timed with clock_gettime, for
  *   glibc    malloc + free                     (the baseline every interposer is held to)
  *   runtime  cudaMalloc + cudaFree             (cached when libcushim.so is preloaded)
- *   driver   cuMemAlloc_v2 + cuMemFree_v2      (looked up in libcuda.so.1 itself with dlopen,
- *                                               so it is the raw driver even under the shim)
+ *   driver   cuMemAlloc_v2 + cuMemFree_v2      (dlopen("libcuda.so.1") + dlsym: the raw driver
+ *                                               when run without the shim; under the shim its
+ *                                               dlsym hands back its driver-layer hooks)
  * at the sizes given, on 1..T threads. Builds with `cc` against simcuda's headers and with
  * `nvcc` against the real toolkit (no kernels, plain runtime API).
  *

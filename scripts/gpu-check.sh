@@ -8,7 +8,7 @@
 # The GPU machine needs no network and no Rust: copy this repository (its examples/,
 # tests/c/, scripts/ and shim/include/) together with the files built here:
 #   target/release/libcushim.so   (the shim; override with CUSHIM_LIB=/path/libcushim.so)
-#   target/release/cushim         (optional, the CLI; CUSHIM_BIN=/path/cushim)
+# Snapshots are read with python3 (scripts/snapinfo.py, standard library only).
 # For --sim the default is target/release if it holds libcushim.so, else target/debug, and
 # libsimcuda.so is taken from the same directory (SIMCUDA_SO=/path/libsimcuda.so).
 #
@@ -17,11 +17,13 @@
 # stays under 8 minutes):
 #  1. compile examples/demo.c, tests/c/shim_frag.c, examples/bench_alloc.c and
 #     examples/bench_frag.c with `nvcc -cudart shared` and with nvcc's default static cudart
-#     (--sim: `cc` against simcuda/include, shared only: simcuda has no static runtime);
+#     (--sim: `cc` against simcuda/include; the static variant links simcuda/static, the
+#     stand-in for libcudart_static.a that reaches the driver only via cuGetProcAddress);
 #  2. run each without and with LD_PRELOAD of the shim: exit status, wall time, whether the
 #     output matches, and whether the shim intercepted (the shim writes an exit snapshot,
 #     CUSHIM_SNAPSHOT, and scripts/snapinfo.py reads its segments, events and allocation
-#     count; a statically linked cudart never calls the shim's cudaMalloc, and says so);
+#     count; a static cudart is caught at the driver layer: cuGetProcAddress hands it the
+#     shim's cuMemAlloc_v2 & co., shown as procaddr_hooks=N in the result column);
 #  3. allocation pair cost (bench_alloc) and fragmentation (bench_frag: reserved from
 #     cudaMemGetInfo over allocated; seed, reverse and a serving trace) without the shim,
 #     with it, and with CUSHIM_ALLOC_CONF=expandable_segments:True;
@@ -78,7 +80,6 @@ if [ ! -e "$CUSHIM_LIB" ]; then
 fi
 CUSHIM_LIB=$(cd "$(dirname "$CUSHIM_LIB")" && pwd)/$(basename "$CUSHIM_LIB")
 LIBDIR=$(dirname "$CUSHIM_LIB")
-CUSHIM_BIN=${CUSHIM_BIN:-$LIBDIR/cushim}
 HAVE_PY=0
 command -v "$PY" >/dev/null 2>&1 && HAVE_PY=1
 
@@ -98,7 +99,7 @@ if [ "$SIM" = 1 ]; then
     ln -sfn "$SIMCUDA_SO" "$SIMLIB/$n"
   done
   SIM_ENV=("LD_LIBRARY_PATH=$SIMLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-  VARIANTS=(shared)
+  VARIANTS=(shared static)
 else
   NVCC=${NVCC:-nvcc}
   if ! command -v "$NVCC" >/dev/null 2>&1; then
@@ -190,15 +191,36 @@ compile() {
   local name=$1 src=$2 variant=$3 out=$R/bin/$1.$3
   if [ "$SIM" = 1 ]; then
     # CUDART_CB is empty on Linux; simcuda's headers may not define it.
+    local rt=(-L "$SIMLIB" -lcudart)
+    if [ "$variant" = static ]; then
+      # simcuda's static-runtime stand-in, archived once: the program links no libcudart.
+      if [ ! -e "$R/bin/libcudart_static.a" ]; then
+        "$CC" -c -O1 -g -fno-omit-frame-pointer -fPIC -I "$REPO/simcuda/include" \
+          "$REPO/simcuda/static/cudart_static.c" -o "$R/bin/cudart_static.o" &&
+          ar rcs "$R/bin/libcudart_static.a" "$R/bin/cudart_static.o" || return 1
+      fi
+      rt=("$R/bin/libcudart_static.a")
+    fi
     timeout -k 5 "$STEP_TIMEOUT" "$CC" -O1 -g -fno-omit-frame-pointer -Wall -pthread -DCUDART_CB= \
       -I "$REPO/simcuda/include" -I "$REPO/shim/include" -I "$(dirname "$src")" \
-      "$src" -o "$out" -L "$SIMLIB" -lcudart -ldl >"$R/logs/cc-$name.$variant.log" 2>&1
+      "$src" -o "$out" "${rt[@]}" -ldl >"$R/logs/cc-$name.$variant.log" 2>&1
   else
     local rt=()
     [ "$variant" = shared ] && rt=(-cudart shared)
     timeout -k 5 "$STEP_TIMEOUT" "$NVCC" -O2 -g -Xcompiler -fno-omit-frame-pointer,-pthread \
       "${rt[@]}" -I "$REPO/shim/include" -I "$(dirname "$src")" \
       "$src" -o "$out" -ldl -lpthread >"$R/logs/cc-$name.$variant.log" 2>&1
+  fi
+}
+
+# snapline FILE: "snapshot: N bytes; <snapinfo>" or "no snapshot written".
+snapline() {
+  if [ ! -e "$1" ]; then
+    echo "no snapshot written"
+  elif [ "$HAVE_PY" = 1 ]; then
+    echo "snapshot: $(stat -c %s "$1") bytes; $(timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$1" 2>&1)"
+  else
+    echo "snapshot: $(stat -c %s "$1") bytes"
   fi
 }
 
@@ -219,7 +241,10 @@ for p in "${PROGS[@]}"; do
     fi
   done
 done
-[ "$SIM" = 1 ] && row "skipped   static cudart variants: simcuda has no static runtime (--sim)"
+for b in "$R"/bin/*.static; do
+  [ -e "$b" ] || continue
+  if ldd "$b" 2>/dev/null | grep -q libcudart; then row "WARNING   $(basename "$b") links libcudart"; fi
+done
 
 # ---- 2. examples without and with the shim ------------------------------------------------
 row ""
@@ -233,8 +258,12 @@ for spec in "demo:200" "shim_frag:forward" "shim_frag:reverse" "shim_frag:reuse"
     for pre in 0 1; do
       over_budget && { note "budget of ${BUDGET_S}s spent: skipping the remaining example runs"; break 3; }
       label=$name-$arg.$v.$([ $pre = 1 ] && echo shim || echo plain)
-      run "$label" "$pre" -- "$R/bin/$name.$v" "$arg"
+      extra=()
+      # A static cudart: log what cuGetProcAddress handed out (the hooks it got).
+      [ "$pre" = 1 ] && [ "$v" = static ] && extra=(CUSHIM_LOG_PROCADDR=1)
+      run "$label" "$pre" "${extra[@]}" -- "$R/bin/$name.$v" "$arg"
       res="rc=$RC"
+      [ "${#extra[@]}" -gt 0 ] && res="$res procaddr_hooks=$(grep -c ' hook ' "$R/logs/$label.err")"
       case "$name" in
         demo) res="$res $(grep -o 'ok: .*' "$R/logs/$label.out" | head -1)" ;;
         shim_frag) res="$res used_after=$(field "$R/logs/$label.out" used_after)" ;;
@@ -256,6 +285,8 @@ done
 # ---- 3a. allocation pair cost -------------------------------------------------------------
 row ""
 row "== cudaMalloc+cudaFree pair (bench_alloc; median ns per pair)"
+row "   (driver = cuMemAlloc_v2+cuMemFree_v2 from dlopen/dlsym of libcuda.so.1: raw with shim=no;"
+row "    with shim=yes the shim's dlsym hands out its driver-layer hooks, so it is cached too)"
 for v in "${VARIANTS[@]}"; do
   [ -n "${BUILT[bench_alloc.$v]:-}" ] || continue
   for pre in 0 1; do
@@ -350,13 +381,13 @@ v=${VARIANTS[0]}
 if [ -n "${BUILT[demo.$v]:-}" ] && ! over_budget; then
   label=demo-stacks.$v
   run "$label" 1 CUSHIM_HISTORY=enabled=all,stacks=native "CUSHIM_SNAPSHOT=$R/snap/$label.pickle" -- "$R/bin/demo.$v" 50
-  row "demo.$v 50 steps: rc=$RC wall=${WALL}s snapshot: $([ -e "$R/snap/$label.pickle" ] && stat -c %s "$R/snap/$label.pickle") bytes; $([ "$HAVE_PY" = 1 ] && timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$R/snap/$label.pickle" 2>&1)"
+  row "demo.$v 50 steps: rc=$RC wall=${WALL}s $(snapline "$R/snap/$label.pickle")"
   SNAPS+=("$R/snap/$label.pickle")
 fi
 if [ "$TORCH" = 1 ] && ! over_budget; then
   label=torch-stacks
   run "$label" 1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUSHIM_HISTORY=enabled=all,stacks=native "CUSHIM_SNAPSHOT=$R/snap/$label.pickle" -- "$PY" "$REPO/scripts/gpu_train.py" --steps 10 --mode stacks --out "$R/$label.json"
-  row "torch 10 steps: rc=$RC wall=${WALL}s snapshot: $([ -e "$R/snap/$label.pickle" ] && stat -c %s "$R/snap/$label.pickle") bytes; $(timeout 60 "$PY" "$REPO/scripts/snapinfo.py" "$R/snap/$label.pickle" 2>&1)"
+  row "torch 10 steps: rc=$RC wall=${WALL}s $(snapline "$R/snap/$label.pickle")"
   SNAPS+=("$R/snap/$label.pickle")
 fi
 if [ "$HAVE_PY" = 1 ] && timeout 120 "$PY" -c 'import torch.cuda._memory_viz' >/dev/null 2>&1; then

@@ -24,8 +24,14 @@ fn demo_runs_the_workload_with_and_without_the_shim_and_reports_the_cache() {
     let calls = line("device allocation calls");
     let without: u64 = calls[calls.len() - 2].parse().expect("number");
     let with: u64 = calls[calls.len() - 1].parse().expect("number");
-    assert!(without > 500, "every cudaMalloc reaches the device without the shim: {without}");
-    assert!(with * 5 < without, "the cache saves most device allocations: {with} vs {without}");
+    assert!(
+        without > 500,
+        "every cudaMalloc reaches the device without the shim: {without}"
+    );
+    assert!(
+        with * 5 < without,
+        "the cache saves most device allocations: {with} vs {without}"
+    );
     assert!(out.contains("the cache:"), "{out}");
     assert!(snap.exists(), "the demo writes its snapshot");
     let summary = common::run_ok(Command::new(common::cushim_bin()).arg("summary").arg(&snap));
@@ -45,7 +51,10 @@ fn run_preloads_the_shim_sets_the_snapshot_and_returns_the_programs_exit_code() 
             .arg(&exe)
             .arg("forward"),
     );
-    assert!(out.contains(&format!("used_after={}", 128u64 << 20)), "{out}");
+    assert!(
+        out.contains(&format!("used_after={}", 128u64 << 20)),
+        "{out}"
+    );
     assert!(snap.exists());
     let failing = Command::new(common::cushim_bin())
         .args(["run", "--sim", "--", "sh", "-c", "exit 7"])

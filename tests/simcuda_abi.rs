@@ -171,8 +171,8 @@ fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
 fn procaddr_program_built_with_nvidia_headers_runs_on_simcuda() {
     let Some(inc) = nvidia_includes() else { return };
     let exe = compile_nvidia(&test_c("sim_procaddr"), "sim_procaddr", inc, &["-ldl"]);
-    let list = common::artifacts::source_root()
-        .join("../shared/data/cudart-12.9-static-getprocaddress.txt");
+    let list =
+        common::artifacts::source_root().join("tests/data/cudart-12.9-static-getprocaddress.txt");
     let out = common::run_ok(common::sim_cmd(&exe).arg(list));
     assert!(
         out.contains("entries: 419") && out.contains("PASS procaddr"),

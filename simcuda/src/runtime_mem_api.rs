@@ -9,12 +9,13 @@ use crate::driver_mem_api::{
     alloc_async, copy_job, free_async, host_alloc, mem_alloc, mem_free, set_job,
 };
 use crate::error::*;
-use crate::runtime_api::rt_stream;
+use crate::runtime_api::{rt_stream, rt_stream_ptds};
 use crate::state::runtime_device;
-use crate::stream;
+use crate::stream::{self, Stream};
 use crate::types::PointerAttributes;
 use crate::{capture, host, memory};
 use libc::{c_int, c_uint, c_void};
+use std::sync::Arc;
 
 fn malloc(p: *mut *mut c_void, size: usize) -> Result<(), CUresult> {
     if p.is_null() {
@@ -82,6 +83,85 @@ pub extern "C" fn cudaFreeHost(p: *mut c_void) -> CUresult {
     })
 }
 
+/// How a runtime call names the default stream: plain calls mean the legacy stream by 0,
+/// `_ptsz`/`_ptds` calls the calling thread's per-thread default stream.
+#[derive(Clone, Copy)]
+pub(crate) enum Default0 {
+    Legacy,
+    PerThread,
+}
+
+fn stream_of(h: *mut c_void, d: Default0) -> Result<Arc<Stream>, CUresult> {
+    match d {
+        Default0::Legacy => rt_stream(h),
+        Default0::PerThread => rt_stream_ptds(h),
+    }
+}
+
+/// `cudaMallocAsync` and its `_ptsz` twin.
+pub(crate) fn malloc_async_on(
+    p: *mut *mut c_void,
+    size: usize,
+    h: *mut c_void,
+    d: Default0,
+) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let s = stream_of(h, d)?;
+    if size == 0 {
+        return out(p, std::ptr::null_mut());
+    }
+    out(p, alloc_async(&s, size)? as *mut c_void)
+}
+
+/// `cudaFreeAsync` and its `_ptsz` twin.
+pub(crate) fn free_async_on(p: *mut c_void, h: *mut c_void, d: Default0) -> Result<(), CUresult> {
+    let s = stream_of(h, d)?;
+    if p.is_null() {
+        return Ok(());
+    }
+    free_async(&s, p as usize)
+}
+
+/// `cudaMemcpy[Async]` and their `_ptds`/`_ptsz` twins; `wait` for the synchronous ones.
+pub(crate) fn memcpy_on(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    kind: c_int,
+    h: *mut c_void,
+    d: Default0,
+    wait: bool,
+) -> Result<(), CUresult> {
+    let (dd, sd) = copy_sides(kind)?;
+    let s = stream_of(h, d)?;
+    let job = copy_job(dst as usize, src as usize, n, dd, sd)?;
+    if wait {
+        stream::run_sync(&s, job)
+    } else {
+        stream::run_async(&s, job)
+    }
+}
+
+/// `cudaMemset[Async]` and their `_ptds`/`_ptsz` twins; `wait` for the synchronous ones.
+pub(crate) fn memset_on(
+    dst: *mut c_void,
+    value: c_int,
+    n: usize,
+    h: *mut c_void,
+    d: Default0,
+    wait: bool,
+) -> Result<(), CUresult> {
+    let s = stream_of(h, d)?;
+    let job = set_job(dst as usize, value as u8, n)?;
+    if wait {
+        stream::run_sync(&s, job)
+    } else {
+        stream::run_async(&s, job)
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaMallocAsync(
     p: *mut *mut c_void,
@@ -89,26 +169,13 @@ pub unsafe extern "C" fn cudaMallocAsync(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMallocAsync, || {
-        if p.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        let s = rt_stream(h)?;
-        if size == 0 {
-            return out(p, std::ptr::null_mut());
-        }
-        out(p, alloc_async(&s, size)? as *mut c_void)
+        malloc_async_on(p, size, h, Default0::Legacy)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync(p: *mut c_void, h: *mut c_void) -> CUresult {
-    runtime(Api::cudaFreeAsync, || {
-        let s = rt_stream(h)?;
-        if p.is_null() {
-            return Ok(());
-        }
-        free_async(&s, p as usize)
-    })
+    runtime(Api::cudaFreeAsync, || free_async_on(p, h, Default0::Legacy))
 }
 
 #[no_mangle]
@@ -143,9 +210,15 @@ pub unsafe extern "C" fn cudaMemcpy(
     kind: c_int,
 ) -> CUresult {
     runtime(Api::cudaMemcpy, || {
-        let (dd, sd) = copy_sides(kind)?;
-        let s = rt_stream(std::ptr::null_mut())?;
-        stream::run_sync(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+        memcpy_on(
+            dst,
+            src,
+            n,
+            kind,
+            std::ptr::null_mut(),
+            Default0::Legacy,
+            true,
+        )
     })
 }
 
@@ -158,17 +231,14 @@ pub unsafe extern "C" fn cudaMemcpyAsync(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMemcpyAsync, || {
-        let (dd, sd) = copy_sides(kind)?;
-        let s = rt_stream(h)?;
-        stream::run_async(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+        memcpy_on(dst, src, n, kind, h, Default0::Legacy, false)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaMemset(dst: *mut c_void, value: c_int, n: usize) -> CUresult {
     runtime(Api::cudaMemset, || {
-        let s = rt_stream(std::ptr::null_mut())?;
-        stream::run_sync(&s, set_job(dst as usize, value as u8, n)?)
+        memset_on(dst, value, n, std::ptr::null_mut(), Default0::Legacy, true)
     })
 }
 
@@ -180,8 +250,7 @@ pub extern "C" fn cudaMemsetAsync(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMemsetAsync, || {
-        let s = rt_stream(h)?;
-        stream::run_async(&s, set_job(dst as usize, value as u8, n)?)
+        memset_on(dst, value, n, h, Default0::Legacy, false)
     })
 }
 

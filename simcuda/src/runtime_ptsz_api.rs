@@ -6,10 +6,9 @@
 
 use crate::api::{out, runtime, Api};
 use crate::driver_api::{end_capture, HostFn};
-use crate::driver_mem_api::{alloc_async, copy_job, free_async, set_job};
 use crate::error::*;
 use crate::runtime_api::rt_stream_ptds;
-use crate::runtime_mem_api::copy_sides;
+use crate::runtime_mem_api::{free_async_on, malloc_async_on, memcpy_on, memset_on, Default0};
 use crate::{capture, event, stream};
 use libc::{c_int, c_uint, c_void};
 
@@ -21,17 +20,29 @@ pub unsafe extern "C" fn cudaMemcpy_ptds(
     kind: c_int,
 ) -> CUresult {
     runtime(Api::cudaMemcpy_ptds, || {
-        let (dd, sd) = copy_sides(kind)?;
-        let s = rt_stream_ptds(std::ptr::null_mut())?;
-        stream::run_sync(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+        memcpy_on(
+            dst,
+            src,
+            n,
+            kind,
+            std::ptr::null_mut(),
+            Default0::PerThread,
+            true,
+        )
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaMemset_ptds(dst: *mut c_void, value: c_int, n: usize) -> CUresult {
     runtime(Api::cudaMemset_ptds, || {
-        let s = rt_stream_ptds(std::ptr::null_mut())?;
-        stream::run_sync(&s, set_job(dst as usize, value as u8, n)?)
+        memset_on(
+            dst,
+            value,
+            n,
+            std::ptr::null_mut(),
+            Default0::PerThread,
+            true,
+        )
     })
 }
 
@@ -44,9 +55,7 @@ pub unsafe extern "C" fn cudaMemcpyAsync_ptsz(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMemcpyAsync_ptsz, || {
-        let (dd, sd) = copy_sides(kind)?;
-        let s = rt_stream_ptds(h)?;
-        stream::run_async(&s, copy_job(dst as usize, src as usize, n, dd, sd)?)
+        memcpy_on(dst, src, n, kind, h, Default0::PerThread, false)
     })
 }
 
@@ -58,8 +67,7 @@ pub extern "C" fn cudaMemsetAsync_ptsz(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMemsetAsync_ptsz, || {
-        let s = rt_stream_ptds(h)?;
-        stream::run_async(&s, set_job(dst as usize, value as u8, n)?)
+        memset_on(dst, value, n, h, Default0::PerThread, false)
     })
 }
 
@@ -143,24 +151,13 @@ pub unsafe extern "C" fn cudaMallocAsync_ptsz(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMallocAsync_ptsz, || {
-        if p.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        let s = rt_stream_ptds(h)?;
-        if size == 0 {
-            return out(p, std::ptr::null_mut());
-        }
-        out(p, alloc_async(&s, size)? as *mut c_void)
+        malloc_async_on(p, size, h, Default0::PerThread)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync_ptsz(p: *mut c_void, h: *mut c_void) -> CUresult {
     runtime(Api::cudaFreeAsync_ptsz, || {
-        let s = rt_stream_ptds(h)?;
-        if p.is_null() {
-            return Ok(());
-        }
-        free_async(&s, p as usize)
+        free_async_on(p, h, Default0::PerThread)
     })
 }
