@@ -219,6 +219,48 @@ mod tests {
     }
 
     #[test]
+    fn of_everything_nvidias_static_runtime_asks_for_only_the_allocation_entry_points_are_hooked() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/cudart-12.9-static-getprocaddress.txt"
+        );
+        let text = std::fs::read_to_string(path).expect("the measured request list");
+        let mut hooked = Vec::new();
+        let mut n = 0;
+        for line in text.lines().filter(|l| l.starts_with("cu")) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (version, flags) = (f[1].parse().expect("version"), f[2].parse().expect("flags"));
+            n += 1;
+            if let Some(h) = hooked_symbol(f[0].as_bytes(), version, flags, 1) {
+                hooked.push(format!(
+                    "{} {version} {flags} {}",
+                    f[0],
+                    String::from_utf8_lossy(h)
+                ));
+            }
+        }
+        assert!(n > 400, "{n} requests");
+        hooked.sort();
+        let expect = [
+            "cuGetProcAddress 11030 0 cuGetProcAddress",
+            "cuGetProcAddress 12000 0 cuGetProcAddress_v2",
+            "cuMemAlloc 3020 0 cuMemAlloc_v2",
+            "cuMemAllocAsync 11020 0 cuMemAllocAsync",
+            "cuMemAllocAsync 11020 2 cuMemAllocAsync_ptsz",
+            "cuMemFree 3020 0 cuMemFree_v2",
+            "cuMemFreeAsync 11020 0 cuMemFreeAsync",
+            "cuMemFreeAsync 11020 2 cuMemFreeAsync_ptsz",
+            "cuMemFreeHost 2000 0 cuMemFreeHost",
+            "cuMemGetInfo 3020 0 cuMemGetInfo_v2",
+            "cuMemHostAlloc 2020 0 cuMemHostAlloc",
+            "cuStreamCreate 2000 0 cuStreamCreate",
+            "cuStreamCreateWithPriority 5050 0 cuStreamCreateWithPriority",
+            "cuStreamDestroy 4000 0 cuStreamDestroy_v2",
+        ];
+        assert_eq!(hooked, expect);
+    }
+
+    #[test]
     fn names_are_matched_exactly() {
         for n in [
             &b"cuMemAlloc_v2"[..],
