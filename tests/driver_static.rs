@@ -248,24 +248,24 @@ fn static_build_snapshot_frames_reach_the_programs_call_sites() {
             ),
             "{unwinder}: no alloc from make_activation:{act}"
         );
-        // The shim's own frames are skipped: the stack starts in the program, at the static
-        // runtime's cudaMalloc (linked into the program) right above the program's call.
+        // The shim's own frames are skipped at capture and the static runtime's
+        // (`cudaMalloc` of the stand-in, linked into the program) at dump time: the stack
+        // starts at the program's call site.
         let frames = &traces
             .iter()
             .find(|t| t["action"] == "alloc")
             .expect("an alloc")["frames"];
         let first = &frames[0];
         assert!(
-            first["filename"]
+            !first["filename"]
                 .as_str()
                 .is_some_and(|f| f.ends_with("cudart_static.c")),
             "{unwinder}: {first}"
         );
-        assert_eq!(first["name"], "cudaMalloc", "{unwinder}");
         assert!(
-            frames_have(&serde_json::json!([frames[1]]), "load_weights", weights),
-            "{unwinder}: the next frame is the program's call site: {}",
-            frames[1]
+            frames_have(&serde_json::json!([first]), "load_weights", weights)
+                || frames_have(&serde_json::json!([first]), "make_activation", act),
+            "{unwinder}: the first frame is the program's call site: {first}"
         );
     }
 }

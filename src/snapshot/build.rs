@@ -2,7 +2,9 @@
 //!
 //! Invariant: every distinct return address is symbolized once, every distinct frame is
 //! one shared dict, and every distinct stack is one shared frame list, so a snapshot's
-//! size grows with its events, not with events x frames. Segments and blocks are written
+//! size grows with its events, not with events x frames. A stack starts at the program's
+//! call site: frames of a linked-in CUDA runtime above it are dropped
+//! (`trace::runtime_frames`). Segments and blocks are written
 //! exactly as the allocator reported them (contiguous blocks summing to `total_size`).
 
 use crate::alloc::info::SegmentInfo;
@@ -12,6 +14,7 @@ use crate::snapshot::model::SnapshotInput;
 use crate::snapshot::value::{Strings, Value};
 use crate::trace::event::{StackId, TraceEvent, NO_STACK};
 use crate::trace::intern::StackTable;
+use crate::trace::runtime_frames::leading_runtime_frames;
 use crate::trace::symbolize::Symbolizer;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,8 +60,11 @@ impl Frames<'_> {
         self.table.with(stack, |f| ips.extend_from_slice(f));
         self.ids.clear();
         self.sym.resolve_stack(&self.ips, &mut self.ids);
-        let mut items = Vec::with_capacity(self.ids.len());
-        for &id in &self.ids {
+        let frames = self.sym.frames();
+        let skip =
+            leading_runtime_frames(self.ids.iter().map(|&i| frames[i as usize].name.as_str()));
+        let mut items = Vec::with_capacity(self.ids.len() - skip);
+        for &id in &self.ids[skip..] {
             let id = id as usize;
             if self.frame_values.len() <= id {
                 self.frame_values.resize(id + 1, None);

@@ -7,6 +7,7 @@
 pub mod event;
 pub mod intern;
 pub mod ring;
+pub mod runtime_frames;
 pub mod stack;
 pub mod symbolize;
 pub mod unwind_dwarf;
