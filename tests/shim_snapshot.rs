@@ -3,37 +3,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::Stdio;
 
 const HISTORY: &str = "enabled=all,context=all,stacks=native";
-
-/// Load a snapshot with Python's standard library, as the viewers do.
-fn load(path: &Path) -> serde_json::Value {
-    load_with(path, &[])
-}
-
-/// Load it and keep only the counts of events and segments (for big snapshots).
-fn load_counts(path: &Path) -> serde_json::Value {
-    load_with(path, &["--counts"])
-}
-
-fn load_with(path: &Path, args: &[&str]) -> serde_json::Value {
-    let script = common::artifacts::source_root().join("tests/py/snapshot_to_json.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .args(args)
-        .arg(path)
-        .output()
-        .expect("running python3");
-    assert!(
-        out.status.success(),
-        "python could not load {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("snapshot JSON")
-}
 
 fn trace_prog() -> std::path::PathBuf {
     common::compile("shim_trace", &[])
@@ -78,7 +50,7 @@ fn snapshot_frames_name_the_programs_functions_files_and_lines() {
                 .env("CUSHIM_SNAPSHOT", &snap)
                 .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
         );
-        let v = load(&snap);
+        let v = common::load_snapshot(&snap);
         let weights = malloc_line("load_weights");
         let seg_ok = v["segments"].as_array().expect("segments").iter().any(|s| {
             s["blocks"].as_array().is_some_and(|bs| {
@@ -125,7 +97,7 @@ fn a_hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
             .env("CUSHIM_HISTORY", HISTORY),
     );
     let size = std::fs::metadata(&snap).expect("snapshot written").len();
-    let v = load_counts(&snap);
+    let v = common::load_snapshot_counts(&snap);
     let n = v["device_traces"][0].as_u64().unwrap_or(0);
     println!("{n} events in {size} bytes");
     assert!(n >= 100_000, "{n} events");
@@ -165,7 +137,7 @@ fn a_hundred_signals_while_two_threads_allocate_leave_correct_results_and_parsab
         "at least one live dump and the exit dump: {files:?}"
     );
     for f in &files {
-        let v = load_counts(f);
+        let v = common::load_snapshot_counts(f);
         assert!(v["segments"].is_u64(), "{}", f.display());
     }
 }
@@ -209,7 +181,7 @@ fn a_symlink_planted_at_the_target_is_replaced_not_followed() {
     assert!(meta.file_type().is_file());
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    load(&snap);
+    common::load_snapshot(&snap);
 }
 
 #[test]
@@ -223,7 +195,7 @@ fn expandable_runs_record_segment_map_events_and_expandable_segments() {
             .env("CUSHIM_ALLOC_CONF", "expandable_segments:True")
             .env("CUSHIM_HISTORY", HISTORY),
     );
-    let v = load(&snap);
+    let v = common::load_snapshot(&snap);
     let traces = v["device_traces"][0].as_array().expect("traces");
     assert!(traces.iter().any(|t| t["action"] == "segment_map"));
     let segs = v["segments"].as_array().expect("segments");
@@ -277,7 +249,7 @@ fn an_out_of_memory_with_dump_on_oom_writes_a_snapshot_holding_the_oom_event() {
     );
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("out of memory; snapshot written"));
-    let v = load(&dir.join("oom-0.pickle"));
+    let v = common::load_snapshot(&dir.join("oom-0.pickle"));
     let traces = v["device_traces"][0].as_array().expect("traces");
     let oom = traces
         .iter()
@@ -297,7 +269,7 @@ fn exit_called_from_another_thread_still_writes_the_snapshot() {
             .env("CUSHIM_SNAPSHOT", &snap)
             .env("CUSHIM_HISTORY", HISTORY),
     );
-    let v = load(&snap);
+    let v = common::load_snapshot(&snap);
     let live: u64 = v["segments"]
         .as_array()
         .expect("segments")

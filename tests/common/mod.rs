@@ -244,3 +244,32 @@ pub fn compile_static(name: &str, extra: &[&str]) -> PathBuf {
     }
     out
 }
+
+/// Load a snapshot with Python's standard library, as PyTorch's viewers do, as JSON data.
+pub fn load_snapshot(path: &Path) -> serde_json::Value {
+    load_snapshot_with(path, &[])
+}
+
+/// Load a snapshot with Python and keep only the number of trace events per device and of
+/// segments (`{"device_traces": [n0, ...], "segments": n}`): for big snapshots, where a full
+/// JSON round trip would cost far more than the check.
+pub fn load_snapshot_counts(path: &Path) -> serde_json::Value {
+    load_snapshot_with(path, &["--counts"])
+}
+
+fn load_snapshot_with(path: &Path, args: &[&str]) -> serde_json::Value {
+    let script = artifacts::source_root().join("tests/py/snapshot_to_json.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "python could not load {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("snapshot JSON")
+}
