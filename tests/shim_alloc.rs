@@ -90,8 +90,25 @@ fn out_of_memory_releases_the_cache_and_retries_then_fails_cleanly() {
 
 #[test]
 fn error_codes_match_cuda() {
+    check_error_codes("all");
+}
+
+#[test]
+fn memory_the_shim_did_not_allocate_is_freed_by_the_real_runtime() {
+    // With only the runtime layer intercepted, the program's cuMemAlloc is not the cache's:
+    // cudaFree must hand it to the real cudaFree (and a second free gets the real error).
+    check_error_codes("runtime");
+}
+
+fn check_error_codes(intercept: &str) {
     let exe = common::compile("shim_errors", &["-lcuda"]);
-    let out = common::run(&mut common::shim_cmd(&exe));
+    let dir = common::scratch(&format!("errors-{intercept}"));
+    let report = dir.join("report.json");
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .env("CUSHIM_INTERCEPT", intercept)
+            .env("SIMCUDA_REPORT", &report),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -118,6 +135,14 @@ fn error_codes_match_cuda() {
     assert!(
         stderr.contains("cushim:"),
         "invalid frees are logged: {stderr}"
+    );
+    // What reached the real cudaFree: the shim's own cudaFree(NULL) at start-up, the
+    // program's NULL and unknown pointer always; the driver allocation (twice) only when the
+    // shim does not cache the driver layer.
+    let real_frees = if intercept == "runtime" { 5 } else { 3 };
+    assert_eq!(
+        common::read_report(&report)["calls"]["cudaFree"],
+        real_frees
     );
     assert_eq!(
         stderr.matches("double free").count(),

@@ -30,8 +30,9 @@ int main(void) {
     printf("meminfo_null=%d\n", (int)cudaMemGetInfo(NULL, NULL));
     (void)cudaGetLastError();
 
-    /* Memory from another API (the driver) is not the cache's: cudaFree hands it to the real
-     * runtime, which frees it. */
+    /* Memory from the driver API: with CUSHIM_INTERCEPT=runtime it is not the cache's, and
+     * cudaFree hands it to the real runtime, which frees it; by default the shim's driver
+     * hook caches it and cudaFree returns it to the cache. Either way: 0, then 1. */
     CUdeviceptr d = 0;
     CHECK((cudaError_t)cuMemAlloc(&d, 8 * MiB));
     printf("free_foreign=%d\n", (int)cudaFree((void *)(uintptr_t)d));
