@@ -59,7 +59,8 @@
 //! `set_per_process_memory_fraction`; here the fraction is a configuration key defaulting to
 //! 1.0, so the threshold alone enables it.
 
-use std::collections::{BTreeMap, HashMap};
+use super::addr_hash::AddrMap;
+use std::collections::BTreeMap;
 
 use super::block::{Arena, Block, BlockId, State};
 use super::expandable::Expandable;
@@ -95,7 +96,7 @@ pub struct DeviceState {
     pub(crate) blocks: Arena,
     pub(crate) small: Pool,
     pub(crate) large: Pool,
-    pub(crate) live: HashMap<DevPtr, BlockId>,
+    pub(crate) live: AddrMap<BlockId>,
     pub(crate) segments: BTreeMap<DevPtr, Segment>,
     pub(crate) exp: Expandable,
     pub(crate) pending: Pending,
@@ -120,7 +121,7 @@ impl DeviceState {
             blocks: Arena::default(),
             small: Pool::default(),
             large: Pool::default(),
-            live: HashMap::new(),
+            live: AddrMap::default(),
             segments: BTreeMap::new(),
             exp: Expandable::new(conf.expandable_segments),
             pending: Pending::new(conf.free_sync),
