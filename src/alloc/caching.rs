@@ -176,8 +176,8 @@ impl DeviceState {
         b.gc_base = lookups;
         b.counted_split = split;
         if split {
-            self.stats.inactive_split.update(large, 1);
-            self.stats.inactive_split_bytes.update(large, size as i64);
+            self.stats.inactive_split.add(large, 1);
+            self.stats.inactive_split_bytes.add(large, size as i64);
         }
     }
 
@@ -188,10 +188,8 @@ impl DeviceState {
             (b.stream, b.size, b.addr, b.large, b.counted_split)
         };
         if self.pool_mut(large).remove(stream, size, addr) && counted {
-            self.stats.inactive_split.update(large, -1);
-            self.stats
-                .inactive_split_bytes
-                .update(large, -(size as i64));
+            self.stats.inactive_split.sub(large, 1);
+            self.stats.inactive_split_bytes.sub(large, size as i64);
         }
         self.blocks[id].counted_split = false;
     }
@@ -356,13 +354,13 @@ impl DeviceState {
         let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         self.live.insert(addr, id);
         let s = &mut self.stats;
-        s.allocation.update(large, 1);
-        s.allocated_bytes.update(large, bsize as i64);
-        s.active.update(large, 1);
-        s.active_bytes.update(large, bsize as i64);
-        s.requested_bytes.update(large, size as i64);
+        s.allocation.add(large, 1);
+        s.allocated_bytes.add(large, bsize as i64);
+        s.active.add(large, 1);
+        s.active_bytes.add(large, bsize as i64);
+        s.requested_bytes.add(large, size as i64);
         if bsize >= ctx.conf.max_split_size {
-            s.oversize_allocations.update(1);
+            s.oversize_allocations.add(1);
         }
         self.record(Action::Alloc, addr, size, stream, stack);
         addr
@@ -405,8 +403,8 @@ impl DeviceState {
                 head: id,
             },
         );
-        self.stats.segment.update(large, 1);
-        self.stats.reserved_bytes.update(large, alloc_size as i64);
+        self.stats.segment.add(large, 1);
+        self.stats.reserved_bytes.add(large, alloc_size as i64);
         if alloc_size >= ctx.conf.max_split_size {
             self.stats.oversize_segments.update(1);
         }
@@ -449,10 +447,10 @@ impl DeviceState {
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
         }
-        self.stats.allocation.update(large, -1);
-        self.stats.allocated_bytes.update(large, -(size as i64));
+        self.stats.allocation.sub(large, 1);
+        self.stats.allocated_bytes.sub(large, size as i64);
         if size >= ctx.conf.max_split_size {
-            self.stats.oversize_allocations.update(-1);
+            self.stats.oversize_allocations.sub(1);
         }
         // As PyTorch records it: the requested size, and the allocation's stack when the
         // free itself carries none.
@@ -488,9 +486,9 @@ impl DeviceState {
         };
         self.live.remove(&addr);
         let s = &mut self.stats;
-        s.active.update(large, -1);
-        s.active_bytes.update(large, -(size as i64));
-        s.requested_bytes.update(large, -(requested as i64));
+        s.active.sub(large, 1);
+        s.active_bytes.sub(large, size as i64);
+        s.requested_bytes.sub(large, requested as i64);
         self.record(Action::FreeCompleted, addr, requested, stream, stack);
         let b = &mut self.blocks[id];
         b.state = State::Free;
