@@ -60,6 +60,7 @@
 //! 1.0, so the threshold alone enables it.
 
 use super::addr_hash::AddrMap;
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
 use super::block::{Arena, Block, BlockId, State};
@@ -433,19 +434,37 @@ impl DeviceState {
         async_stream: Option<Stream>,
         stack: StackId,
     ) -> Result<(), FreeError> {
-        let Some(&id) = self.live.get(&ptr) else {
+        // One hash lookup: the entry found here is also what an immediate free removes.
+        let entry = match self.live.entry(ptr) {
+            Entry::Occupied(e) => Some(e),
+            Entry::Vacant(_) => None,
+        };
+        let Some(entry) = entry else {
             return Err(if self.contains(ptr) {
                 FreeError::InvalidValue
             } else {
                 FreeError::NotOurs
             });
         };
+        let id = *entry.get();
         let (state, size, requested, large, stream, alloc_stack) = {
             let b = &self.blocks[id];
             (b.state, b.size, b.requested, b.large, b.stream, b.stack)
         };
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
+        }
+        let wait = match async_stream {
+            Some(s) if s == stream => false,
+            Some(_) => ctx.conf.free_sync != FreeSync::None,
+            None => match ctx.conf.free_sync {
+                FreeSync::None => false,
+                FreeSync::Auto => ctx.streams_seen,
+                FreeSync::Event | FreeSync::Device => true,
+            },
+        };
+        if !wait {
+            entry.remove();
         }
         self.stats.allocation.sub(large, 1);
         self.stats.allocated_bytes.sub(large, size as i64);
@@ -460,31 +479,28 @@ impl DeviceState {
             stack
         };
         self.record(Action::FreeRequested, ptr, requested, stream, stack);
-        let wait = match async_stream {
-            Some(s) if s == stream => false,
-            Some(_) => ctx.conf.free_sync != FreeSync::None,
-            None => match ctx.conf.free_sync {
-                FreeSync::None => false,
-                FreeSync::Auto => ctx.streams_seen,
-                FreeSync::Event | FreeSync::Device => true,
-            },
-        };
         if wait {
             self.blocks[id].state = State::Pending;
             self.pending.push(id, async_stream);
         } else {
-            self.complete_free(id);
+            self.finish_free(id);
         }
         Ok(())
     }
 
     /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.
     pub(crate) fn complete_free(&mut self, id: BlockId) {
+        let addr = self.blocks[id].addr;
+        self.live.remove(&addr);
+        self.finish_free(id);
+    }
+
+    /// [`Self::complete_free`] for a block already taken out of `live`.
+    fn finish_free(&mut self, id: BlockId) {
         let (addr, size, requested, large, stream, stack) = {
             let b = &self.blocks[id];
             (b.addr, b.size, b.requested, b.large, b.stream, b.stack)
         };
-        self.live.remove(&addr);
         let s = &mut self.stats;
         s.active.sub(large, 1);
         s.active_bytes.sub(large, size as i64);
