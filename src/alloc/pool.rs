@@ -66,6 +66,8 @@ impl Pool {
                     let mut t: BTreeMap<Key, BlockId> = v.drain(..).collect();
                     t.insert(key, id);
                     self.store = Store::Tree(t);
+                } else if i == v.len() {
+                    v.push((key, id));
                 } else {
                     v.insert(i, (key, id));
                 }
@@ -82,7 +84,12 @@ impl Pool {
             Store::Vec(v) => {
                 let i = lower_bound(v, &key);
                 if v.get(i).is_some_and(|(k, _)| *k == key) {
-                    v.remove(i);
+                    // The last entry (often the only one) needs no shift.
+                    if i + 1 == v.len() {
+                        v.pop();
+                    } else {
+                        v.remove(i);
+                    }
                     true
                 } else {
                     false
