@@ -533,10 +533,14 @@ impl DeviceState {
     // ---------------------------------------------------------------------- pending frees
 
     /// Return completed pending frees to the pools; with `wait`, synchronize them all.
+    #[inline]
     pub(crate) fn complete_pending(&mut self, ctx: &Ctx, wait: bool) {
-        if !self.pending.any() {
-            return;
+        if self.pending.any() {
+            self.complete_pending_now(ctx, wait);
         }
+    }
+
+    fn complete_pending_now(&mut self, ctx: &Ctx, wait: bool) {
         let mut done = std::mem::take(&mut self.scratch);
         if wait {
             self.pending.sync_all(ctx.device, self.dev, &mut done);
