@@ -48,7 +48,7 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
-    let dev = state::current_device();
+    let dev = state::alloc_device(s);
     let stack = s.history.alloc_stack();
     let r = if async_ {
         s.alloc.malloc_async(dev, size as u64, stream, stack)
@@ -94,7 +94,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
             return real();
         }
         let stack = s.history.free_stack();
-        match s.alloc.free(ptr as u64, state::current_device(), stack) {
+        match s.alloc.free(ptr as u64, state::alloc_device(s), stack) {
             Ok(()) => SUCCESS,
             Err(e) => refused_free("cudaFree", ptr, e, real),
         }
@@ -114,7 +114,7 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
         let stack = s.history.free_stack();
         match s
             .alloc
-            .free_async(ptr as u64, stream as u64, state::current_device(), stack)
+            .free_async(ptr as u64, stream as u64, state::alloc_device(s), stack)
         {
             Ok(()) => SUCCESS,
             Err(e) => refused_free("cudaFreeAsync", ptr, e, real),

@@ -75,6 +75,23 @@ fn init() -> Option<Shim> {
     Some(shim)
 }
 
+/// The device a cudaMalloc/cudaFree of the calling thread works on: its current device, or
+/// 0 without asking when the allocator has a single device.
+///
+/// Why the shortcut is exact: with one device the runtime's current device can only be 0,
+/// and [`current_device`] maps a failing `cudaGetDevice` to 0 as well, so the answer is
+/// the same; a free's device is only a hint (the allocator tries every device). It saves a
+/// real `cudaGetDevice` per call: on simcuda about 125 instructions, 12% of a cached
+/// cudaMalloc+cudaFree pair through the shim (callgrind).
+#[inline]
+pub fn alloc_device(s: &Shim) -> c_int {
+    if s.alloc.device_count() == 1 {
+        0
+    } else {
+        current_device()
+    }
+}
+
 /// The calling thread's current device, as the real runtime sees it.
 pub fn current_device() -> c_int {
     let mut d: c_int = 0;

@@ -59,7 +59,9 @@
 //! `set_per_process_memory_fraction`; here the fraction is a configuration key defaulting to
 //! 1.0, so the threshold alone enables it.
 
-use std::collections::{BTreeMap, HashMap};
+use super::addr_hash::AddrMap;
+use std::collections::hash_map::Entry;
+use std::collections::BTreeMap;
 
 use super::block::{Arena, Block, BlockId, State};
 use super::expandable::Expandable;
@@ -95,7 +97,7 @@ pub struct DeviceState {
     pub(crate) blocks: Arena,
     pub(crate) small: Pool,
     pub(crate) large: Pool,
-    pub(crate) live: HashMap<DevPtr, BlockId>,
+    pub(crate) live: AddrMap<BlockId>,
     pub(crate) segments: BTreeMap<DevPtr, Segment>,
     pub(crate) exp: Expandable,
     pub(crate) pending: Pending,
@@ -120,7 +122,7 @@ impl DeviceState {
             blocks: Arena::default(),
             small: Pool::default(),
             large: Pool::default(),
-            live: HashMap::new(),
+            live: AddrMap::default(),
             segments: BTreeMap::new(),
             exp: Expandable::new(conf.expandable_segments),
             pending: Pending::new(conf.free_sync),
@@ -175,8 +177,8 @@ impl DeviceState {
         b.gc_base = lookups;
         b.counted_split = split;
         if split {
-            self.stats.inactive_split.update(large, 1);
-            self.stats.inactive_split_bytes.update(large, size as i64);
+            self.stats.inactive_split.add(large, 1);
+            self.stats.inactive_split_bytes.add(large, size as i64);
         }
     }
 
@@ -187,10 +189,8 @@ impl DeviceState {
             (b.stream, b.size, b.addr, b.large, b.counted_split)
         };
         if self.pool_mut(large).remove(stream, size, addr) && counted {
-            self.stats.inactive_split.update(large, -1);
-            self.stats
-                .inactive_split_bytes
-                .update(large, -(size as i64));
+            self.stats.inactive_split.sub(large, 1);
+            self.stats.inactive_split_bytes.sub(large, size as i64);
         }
         self.blocks[id].counted_split = false;
     }
@@ -355,13 +355,13 @@ impl DeviceState {
         let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         self.live.insert(addr, id);
         let s = &mut self.stats;
-        s.allocation.update(large, 1);
-        s.allocated_bytes.update(large, bsize as i64);
-        s.active.update(large, 1);
-        s.active_bytes.update(large, bsize as i64);
-        s.requested_bytes.update(large, size as i64);
+        s.allocation.add(large, 1);
+        s.allocated_bytes.add(large, bsize as i64);
+        s.active.add(large, 1);
+        s.active_bytes.add(large, bsize as i64);
+        s.requested_bytes.add(large, size as i64);
         if bsize >= ctx.conf.max_split_size {
-            s.oversize_allocations.update(1);
+            s.oversize_allocations.add(1);
         }
         self.record(Action::Alloc, addr, size, stream, stack);
         addr
@@ -404,8 +404,8 @@ impl DeviceState {
                 head: id,
             },
         );
-        self.stats.segment.update(large, 1);
-        self.stats.reserved_bytes.update(large, alloc_size as i64);
+        self.stats.segment.add(large, 1);
+        self.stats.reserved_bytes.add(large, alloc_size as i64);
         if alloc_size >= ctx.conf.max_split_size {
             self.stats.oversize_segments.update(1);
         }
@@ -434,13 +434,19 @@ impl DeviceState {
         async_stream: Option<Stream>,
         stack: StackId,
     ) -> Result<(), FreeError> {
-        let Some(&id) = self.live.get(&ptr) else {
+        // One hash lookup: the entry found here is also what an immediate free removes.
+        let entry = match self.live.entry(ptr) {
+            Entry::Occupied(e) => Some(e),
+            Entry::Vacant(_) => None,
+        };
+        let Some(entry) = entry else {
             return Err(if self.contains(ptr) {
                 FreeError::InvalidValue
             } else {
                 FreeError::NotOurs
             });
         };
+        let id = *entry.get();
         let (state, size, requested, large, stream, alloc_stack) = {
             let b = &self.blocks[id];
             (b.state, b.size, b.requested, b.large, b.stream, b.stack)
@@ -448,19 +454,6 @@ impl DeviceState {
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
         }
-        self.stats.allocation.update(large, -1);
-        self.stats.allocated_bytes.update(large, -(size as i64));
-        if size >= ctx.conf.max_split_size {
-            self.stats.oversize_allocations.update(-1);
-        }
-        // As PyTorch records it: the requested size, and the allocation's stack when the
-        // free itself carries none.
-        let stack = if stack == NO_STACK {
-            alloc_stack
-        } else {
-            stack
-        };
-        self.record(Action::FreeRequested, ptr, requested, stream, stack);
         let wait = match async_stream {
             Some(s) if s == stream => false,
             Some(_) => ctx.conf.free_sync != FreeSync::None,
@@ -470,26 +463,48 @@ impl DeviceState {
                 FreeSync::Event | FreeSync::Device => true,
             },
         };
+        if !wait {
+            entry.remove();
+        }
+        self.stats.allocation.sub(large, 1);
+        self.stats.allocated_bytes.sub(large, size as i64);
+        if size >= ctx.conf.max_split_size {
+            self.stats.oversize_allocations.sub(1);
+        }
+        // As PyTorch records it: the requested size, and the allocation's stack when the
+        // free itself carries none.
+        let stack = if stack == NO_STACK {
+            alloc_stack
+        } else {
+            stack
+        };
+        self.record(Action::FreeRequested, ptr, requested, stream, stack);
         if wait {
             self.blocks[id].state = State::Pending;
             self.pending.push(id, async_stream);
         } else {
-            self.complete_free(id);
+            self.finish_free(id);
         }
         Ok(())
     }
 
     /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.
     pub(crate) fn complete_free(&mut self, id: BlockId) {
+        let addr = self.blocks[id].addr;
+        self.live.remove(&addr);
+        self.finish_free(id);
+    }
+
+    /// [`Self::complete_free`] for a block already taken out of `live`.
+    fn finish_free(&mut self, id: BlockId) {
         let (addr, size, requested, large, stream, stack) = {
             let b = &self.blocks[id];
             (b.addr, b.size, b.requested, b.large, b.stream, b.stack)
         };
-        self.live.remove(&addr);
         let s = &mut self.stats;
-        s.active.update(large, -1);
-        s.active_bytes.update(large, -(size as i64));
-        s.requested_bytes.update(large, -(requested as i64));
+        s.active.sub(large, 1);
+        s.active_bytes.sub(large, size as i64);
+        s.requested_bytes.sub(large, requested as i64);
         self.record(Action::FreeCompleted, addr, requested, stream, stack);
         let b = &mut self.blocks[id];
         b.state = State::Free;
@@ -518,10 +533,14 @@ impl DeviceState {
     // ---------------------------------------------------------------------- pending frees
 
     /// Return completed pending frees to the pools; with `wait`, synchronize them all.
+    #[inline]
     pub(crate) fn complete_pending(&mut self, ctx: &Ctx, wait: bool) {
-        if !self.pending.any() {
-            return;
+        if self.pending.any() {
+            self.complete_pending_now(ctx, wait);
         }
+    }
+
+    fn complete_pending_now(&mut self, ctx: &Ctx, wait: bool) {
         let mut done = std::mem::take(&mut self.scratch);
         if wait {
             self.pending.sync_all(ctx.device, self.dev, &mut done);

@@ -3,6 +3,7 @@
 //! Invariant: the engine reaches memory only through [`crate::device::Device`]; every
 //! public entry point is on [`CachingAllocator`].
 
+mod addr_hash;
 mod allocator;
 pub mod block;
 pub mod caching;

@@ -26,6 +26,23 @@ impl Stat {
         self.peak = self.peak.max(self.current);
     }
 
+    /// `update(amount)` for an amount known to be >= 0, without the sign test.
+    #[inline]
+    pub fn add(&mut self, amount: i64) {
+        debug_assert!(amount >= 0);
+        self.current += amount;
+        self.allocated += amount;
+        self.peak = self.peak.max(self.current);
+    }
+
+    /// `update(-amount)` for an amount known to be >= 0: a decrease never raises the peak.
+    #[inline]
+    pub fn sub(&mut self, amount: i64) {
+        debug_assert!(amount >= 0);
+        self.current -= amount;
+        self.freed += amount;
+    }
+
     pub fn reset_peak(&mut self) {
         self.peak = self.current;
     }
@@ -53,6 +70,28 @@ impl StatArray {
             self.large.update(amount);
         } else {
             self.small.update(amount);
+        }
+    }
+
+    /// `update(large, amount)` for `amount >= 0`.
+    #[inline]
+    pub fn add(&mut self, large: bool, amount: i64) {
+        self.all.add(amount);
+        if large {
+            self.large.add(amount);
+        } else {
+            self.small.add(amount);
+        }
+    }
+
+    /// `update(large, -amount)` for `amount >= 0`.
+    #[inline]
+    pub fn sub(&mut self, large: bool, amount: i64) {
+        self.all.sub(amount);
+        if large {
+            self.large.sub(amount);
+        } else {
+            self.small.sub(amount);
         }
     }
 
@@ -147,6 +186,27 @@ mod tests {
         assert_eq!((s.current, s.peak, s.allocated, s.freed), (8, 10, 12, 4));
         s.reset_peak();
         assert_eq!(s.peak, 8);
+    }
+
+    #[test]
+    fn add_and_sub_equal_update_with_the_signed_amount() {
+        let (mut a, mut b) = (StatArray::default(), StatArray::default());
+        for (large, n) in [
+            (true, 10),
+            (false, 3),
+            (true, -4),
+            (false, -3),
+            (true, 0),
+            (true, 7),
+        ] {
+            a.update(large, n);
+            if n >= 0 {
+                b.add(large, n);
+            } else {
+                b.sub(large, -n);
+            }
+            assert_eq!(a, b);
+        }
     }
 
     #[test]

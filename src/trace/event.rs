@@ -83,12 +83,15 @@ pub struct TraceEvent {
     pub device_free: u64,
 }
 
-/// Microseconds since the Unix epoch, for `TraceEvent::time_us`. Cheap (vDSO clock_gettime).
+#[path = "clock.rs"]
+pub mod clock;
+
+/// Microseconds since the Unix epoch, for `TraceEvent::time_us`; monotonic within the
+/// process. Cheap: the TSC where the kernel trusts it, else vDSO `clock_gettime` (see
+/// [`clock`]).
+#[inline]
 pub fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+    clock::now_us()
 }
 
 /// Where an allocator records its events: the history ring, or nothing. One sink per device
