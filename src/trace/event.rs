@@ -83,15 +83,12 @@ pub struct TraceEvent {
     pub device_free: u64,
 }
 
-#[path = "clock.rs"]
-pub mod clock;
-
 /// Microseconds since the Unix epoch, for `TraceEvent::time_us`; monotonic within the
 /// process. Cheap: the TSC where the kernel trusts it, else vDSO `clock_gettime` (see
-/// [`clock`]).
+/// [`crate::trace::clock`]).
 #[inline]
 pub fn now_us() -> i64 {
-    clock::now_us()
+    crate::trace::clock::now_us()
 }
 
 /// Where an allocator records its events: the history ring, or nothing. One sink per device

@@ -378,7 +378,7 @@ fn event_rows(e: &Effort) -> Vec<Row> {
             .target("adds <= 50 ns", plain - off <= 50.0),
         Row::new(
             G,
-            "of which: timestamp (clock_gettime via SystemTime::now)",
+            "of which: timestamp (now_us: TSC where the kernel trusts it, else clock_gettime)",
             stamp,
             "ns",
         )
