@@ -1,0 +1,186 @@
+//! The fast DWARF walk: framehop over the shared module snapshot, with a per-thread cache
+//! of unwind rules keyed by return address.
+//!
+//! Invariant: every stack word read lies in `[sp at capture, top of this thread's stack)`
+//! and is 8-byte aligned, and each frame's sp is strictly above the previous one, so bad
+//! unwind info ends the walk instead of faulting or looping. After a thread's first call
+//! (which builds its cache and looks up its stack bounds) the walk allocates nothing and
+//! takes no lock, unless the module snapshot was replaced (one lock to pick up the new one)
+//! or an address lies in no known module (the loader's lock, to see whether to refresh).
+
+use super::modules::{self, Snapshot};
+use crate::trace::stack::SkipRange;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder as _};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// Frames the walk may drop as leading skip-range frames, beyond the buffer's length.
+const MAX_SKIPPED: usize = 256;
+
+struct ThreadState {
+    snap: Arc<Snapshot>,
+    /// [`modules::generation`] when `snap` was taken.
+    generation: u64,
+    cache: CacheX86_64<MustNotAllocateDuringUnwind>,
+    /// This thread's stack, `lo..hi`.
+    stack: (u64, u64),
+}
+
+thread_local! {
+    static STATE: RefCell<Option<ThreadState>> = const { RefCell::new(None) };
+}
+
+impl ThreadState {
+    fn new() -> Option<ThreadState> {
+        let stack = stack_bounds()?;
+        let generation = modules::generation();
+        Some(ThreadState {
+            snap: modules::current(),
+            generation,
+            cache: CacheX86_64::new_in(),
+            stack,
+        })
+    }
+
+    /// Pick up a replaced snapshot.
+    fn sync(&mut self) {
+        let g = modules::generation();
+        if g != self.generation {
+            self.generation = g;
+            self.snap = modules::current();
+        }
+    }
+}
+
+/// Capture like [`crate::trace::stack::capture`]; `None` when this thread cannot use the fast
+/// path (its state is being torn down or in use, or the stack pointer is outside the
+/// thread's known stack), so the caller falls back to the general unwinder.
+#[inline(never)]
+pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
+    let (pc, sp, bp) = registers();
+    STATE
+        .try_with(|cell| {
+            let mut guard = cell.try_borrow_mut().ok()?;
+            let st = match &mut *guard {
+                Some(st) => st,
+                None => guard.insert(ThreadState::new()?),
+            };
+            if !(st.stack.0 <= sp && sp < st.stack.1) {
+                return None;
+            }
+            st.sync();
+            // A second pass only if the first met a newly loaded module.
+            match walk(st, (pc, sp, bp), buf, skip) {
+                Walk::Done(n) => Some(n),
+                Walk::Refreshed => {
+                    st.sync();
+                    match walk(st, (pc, sp, bp), buf, skip) {
+                        Walk::Done(n) => Some(n),
+                        Walk::Refreshed => None,
+                    }
+                }
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+enum Walk {
+    Done(usize),
+    /// An address in no known module led to a new snapshot: walk again.
+    Refreshed,
+}
+
+fn walk(
+    st: &mut ThreadState,
+    (pc, sp, bp): (u64, u64, u64),
+    buf: &mut [u64],
+    skip: &SkipRange,
+) -> Walk {
+    let (lo, hi) = (sp, st.stack.1);
+    let mut read_stack = |addr: u64| -> Result<u64, ()> {
+        if addr < lo || addr % 8 != 0 || addr >= hi - 7 {
+            return Err(());
+        }
+        // SAFETY: `addr..addr+8` is aligned and lies between this thread's current stack
+        // pointer and the top of its stack: live, mapped stack memory.
+        Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+    };
+    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+    let mut addr = FrameAddress::from_instruction_pointer(pc);
+    let (mut n, mut leading, mut checked) = (0, true, false);
+    let mut budget = buf.len() + MAX_SKIPPED;
+    while n < buf.len() && budget > 0 {
+        budget -= 1;
+        let prev_sp = regs.sp();
+        let ra =
+            match st
+                .snap
+                .unwinder
+                .unwind_frame(addr, &mut regs, &mut st.cache, &mut read_stack)
+            {
+                Ok(Some(ra)) => ra,
+                Ok(None) | Err(_) => break,
+            };
+        let Some(next) = FrameAddress::from_return_address(ra) else {
+            break;
+        };
+        if regs.sp() <= prev_sp {
+            break;
+        }
+        if !checked && !st.snap.contains(ra) {
+            // Possibly a library loaded after the snapshot; ask the loader once per walk.
+            checked = true;
+            if modules::refresh_after(&st.snap) {
+                return Walk::Refreshed;
+            }
+        }
+        if leading && skip.contains(ra as usize) {
+            // dropped
+        } else {
+            leading = false;
+            buf[n] = ra;
+            n += 1;
+        }
+        addr = next;
+    }
+    Walk::Done(n)
+}
+
+/// This thread's stack `lo..hi`, from `pthread_getattr_np`.
+fn stack_bounds() -> Option<(u64, u64)> {
+    // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after;
+    // the out-pointers are valid locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        let lo = addr as u64;
+        (rc == 0 && lo != 0 && size >= 16).then(|| (lo, lo + size as u64))
+    }
+}
+
+/// The instruction pointer, stack pointer and frame pointer at this point of the caller.
+#[inline(always)]
+fn registers() -> (u64, u64, u64) {
+    let (pc, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers, touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    (pc, sp, bp)
+}

@@ -1,0 +1,318 @@
+//! The loaded modules' unwind tables, as one immutable snapshot shared by all threads.
+//!
+//! Invariant: every byte slice in a [`Snapshot`] is memory of a loaded module that can never
+//! be unmapped: the main program, the vDSO, or a shared object this file has pinned with
+//! `dlopen(RTLD_NOLOAD)` (and never closes). A module that cannot be pinned is left out, so
+//! its addresses get the unwinder's bounded frame-pointer fallback instead of a read of
+//! memory that may vanish. A snapshot is replaced, never changed; [`generation`] counts
+//! replacements so threads can notice one with a single atomic load.
+
+use framehop::x86_64::UnwinderX86_64;
+use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder as _};
+use parking_lot::Mutex;
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The framehop unwinder over in-memory sections that live as long as the process.
+pub type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
+
+/// Unwind tables of the modules loaded when the snapshot was taken.
+pub struct Snapshot {
+    pub unwinder: NativeUnwinder,
+    /// Loaded address ranges `(start, end)` of the modules, sorted by start.
+    ranges: Vec<(u64, u64)>,
+    /// The loader's count of objects ever loaded (`dlpi_adds`) when this was taken.
+    pub adds: u64,
+}
+
+impl Snapshot {
+    /// Whether `addr` lies in one of the snapshot's modules.
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|&(start, _)| start <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
+    }
+}
+
+struct State {
+    current: Option<Arc<Snapshot>>,
+    /// Names of the shared objects already pinned (each pinned once).
+    pinned: Vec<CString>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    current: None,
+    pinned: Vec::new(),
+});
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Incremented each time the shared snapshot is replaced (0: none taken yet).
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// The current snapshot, taking the first one if there is none yet.
+pub fn current() -> Arc<Snapshot> {
+    let mut st = STATE.lock();
+    if let Some(s) = &st.current {
+        return s.clone();
+    }
+    let snap = Arc::new(take(&mut st.pinned));
+    st.current = Some(snap.clone());
+    GENERATION.fetch_add(1, Ordering::Release);
+    snap
+}
+
+/// Replace the snapshot if objects were loaded since `seen` was taken (an address outside
+/// every known module may belong to one). Returns whether a new snapshot exists.
+pub fn refresh_after(seen: &Snapshot) -> bool {
+    if loader_adds() == seen.adds {
+        return false;
+    }
+    let mut st = STATE.lock();
+    if st.current.as_ref().is_some_and(|c| c.adds != seen.adds) {
+        return true; // another thread already refreshed
+    }
+    let snap = Arc::new(take(&mut st.pinned));
+    st.current = Some(snap);
+    GENERATION.fetch_add(1, Ordering::Release);
+    true
+}
+
+/// The loader's `dlpi_adds` counter (read from the first object it reports).
+fn loader_adds() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info; `data` is the u64 we handed it.
+        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+        1
+    }
+    let mut adds = 0u64;
+    // SAFETY: the callback only writes `adds`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut libc::c_void) };
+    adds
+}
+
+/// One loaded object as the loader reports it.
+struct Object {
+    name: CString,
+    base: u64,
+    /// `(vaddr, memsz, flags)` of each PT_LOAD segment.
+    loads: Vec<(u64, u64, u32)>,
+    /// `(vaddr, memsz)` of PT_GNU_EH_FRAME.
+    eh_frame_hdr: Option<(u64, u64)>,
+    adds: u64,
+}
+
+fn list_objects() -> Vec<Object> {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call and
+        // `data` is the Vec we handed it.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Object>)) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let name = if info.dlpi_name.is_null() {
+            CString::default()
+        } else {
+            // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned()
+        };
+        let loads = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .map(|p| (p.p_vaddr, p.p_memsz, p.p_flags))
+            .collect();
+        let eh_frame_hdr = phdrs
+            .iter()
+            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
+            .map(|p| (p.p_vaddr, p.p_memsz));
+        out.push(Object {
+            name,
+            base: info.dlpi_addr,
+            loads,
+            eh_frame_hdr,
+            adds: info.dlpi_adds,
+        });
+        0
+    }
+    let mut out: Vec<Object> = Vec::new();
+    // SAFETY: `visit` matches the callback signature and only touches `out`.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(visit),
+            &mut out as *mut Vec<Object> as *mut libc::c_void,
+        )
+    };
+    out
+}
+
+/// Whether the object can be relied on to stay mapped: the main program (listed first,
+/// unnamed), the vDSO, or a shared object we pinned (now or earlier).
+fn keep_mapped(obj: &Object, first: bool, pinned: &mut Vec<CString>) -> bool {
+    let bytes = obj.name.as_bytes();
+    if first
+        || bytes.is_empty()
+        || bytes.starts_with(b"linux-vdso")
+        || bytes.starts_with(b"linux-gate")
+    {
+        return true;
+    }
+    if pinned.contains(&obj.name) {
+        return true;
+    }
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only takes a reference to an object that
+    // is already loaded (null if it is not), and the reference is deliberately never
+    // dropped, so the object's sections stay mapped for the life of the process.
+    let h = unsafe { libc::dlopen(obj.name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return false;
+    }
+    pinned.push(obj.name.clone());
+    true
+}
+
+/// Take a snapshot of the loaded modules, pinning the new ones.
+fn take(pinned: &mut Vec<CString>) -> Snapshot {
+    // Pin first, then list again: whatever the second listing reports under a pinned
+    // name is the pinned load, which can no longer go away.
+    for (i, obj) in list_objects().iter().enumerate() {
+        keep_mapped(obj, i == 0, pinned);
+    }
+    let objects = list_objects();
+    let mut unwinder = NativeUnwinder::new();
+    let mut ranges = Vec::new();
+    let adds = objects.first().map_or(0, |o| o.adds);
+    for (i, obj) in objects.iter().enumerate() {
+        let bytes = obj.name.as_bytes();
+        let stable = i == 0
+            || bytes.is_empty()
+            || bytes.starts_with(b"linux-vdso")
+            || bytes.starts_with(b"linux-gate")
+            || pinned.contains(&obj.name);
+        if !stable {
+            continue;
+        }
+        let Some((lo, hi)) = extent(obj) else {
+            continue;
+        };
+        let info = section_info(obj).unwrap_or_default();
+        let name = obj.name.to_string_lossy().into_owned();
+        unwinder.add_module(Module::new(name, lo..hi, obj.base, info));
+        ranges.push((lo, hi));
+    }
+    ranges.sort_unstable();
+    Snapshot {
+        unwinder,
+        ranges,
+        adds,
+    }
+}
+
+/// The loaded extent `(lo, hi)` of an object's PT_LOAD segments.
+fn extent(obj: &Object) -> Option<(u64, u64)> {
+    let lo = obj.loads.iter().map(|l| obj.base.wrapping_add(l.0)).min()?;
+    let hi = obj
+        .loads
+        .iter()
+        .map(|l| obj.base.wrapping_add(l.0 + l.1))
+        .max()?;
+    (lo < hi).then_some((lo, hi))
+}
+
+/// The object's `.eh_frame_hdr` and `.eh_frame` as in-memory slices. `.eh_frame`'s length
+/// is not recorded anywhere loaded, so its slice runs to the end of the segment holding it
+/// (lookups go through the header's table, which only points inside it).
+fn section_info(obj: &Object) -> Option<ExplicitModuleSectionInfo<&'static [u8]>> {
+    let (hdr_vaddr, hdr_len) = obj.eh_frame_hdr?;
+    let hdr_seg = segment_end(obj, hdr_vaddr)?;
+    if hdr_len < 4 || hdr_vaddr.checked_add(hdr_len)? > hdr_seg {
+        return None;
+    }
+    let hdr_avma = obj.base.wrapping_add(hdr_vaddr);
+    // SAFETY: `hdr_vaddr..hdr_vaddr+hdr_len` lies inside a loaded segment of an object that
+    // stays mapped (see the file invariant), so the slice is valid for the process's life.
+    let hdr: &'static [u8] =
+        unsafe { std::slice::from_raw_parts(hdr_avma as *const u8, hdr_len as usize) };
+    if hdr[0] != 1 {
+        return None; // unknown .eh_frame_hdr version
+    }
+    let eh_avma = decode_ptr(hdr[1], &hdr[4..], hdr_avma + 4, hdr_avma)?;
+    let eh_vaddr = eh_avma.checked_sub(obj.base)?;
+    let eh_end = segment_end(obj, eh_vaddr)?;
+    // SAFETY: `eh_vaddr..eh_end` lies inside one loaded segment of the same object.
+    let eh: &'static [u8] =
+        unsafe { std::slice::from_raw_parts(eh_avma as *const u8, (eh_end - eh_vaddr) as usize) };
+    let text_svma = obj
+        .loads
+        .iter()
+        .find(|l| l.2 & libc::PF_X != 0)
+        .map(|l| l.0..l.0 + l.1);
+    Some(ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma,
+        eh_frame_svma: Some(eh_vaddr..eh_end),
+        eh_frame: Some(eh),
+        eh_frame_hdr_svma: Some(hdr_vaddr..hdr_vaddr + hdr_len),
+        eh_frame_hdr: Some(hdr),
+        ..Default::default()
+    })
+}
+
+/// End (vaddr) of the file-backed PT_LOAD segment containing `vaddr`.
+fn segment_end(obj: &Object, vaddr: u64) -> Option<u64> {
+    obj.loads
+        .iter()
+        .find(|l| l.0 <= vaddr && vaddr < l.0 + l.1)
+        .map(|l| l.0 + l.1)
+}
+
+/// Decode a DWARF exception-header pointer of encoding `enc` at the start of `bytes`, which
+/// sits at address `at`; `data` is the base of data-relative encodings.
+fn decode_ptr(enc: u8, bytes: &[u8], at: u64, data: u64) -> Option<u64> {
+    let raw: u64 = match enc & 0x0f {
+        0x03 => u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as u64,
+        0x0b => i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as i64 as u64,
+        0x00 | 0x04 | 0x0c => u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+        _ => return None,
+    };
+    match enc & 0x70 {
+        0x00 => Some(raw),
+        0x10 => Some(at.wrapping_add(raw)),
+        0x30 => Some(data.wrapping_add(raw)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_contains_own_code_and_libc_but_not_the_null_page() {
+        let snap = current();
+        let me = snapshot_contains_own_code_and_libc_but_not_the_null_page as *const () as u64;
+        assert!(snap.contains(me));
+        assert!(snap.contains(libc::malloc as *const () as u64));
+        assert!(!snap.contains(8));
+    }
+
+    #[test]
+    fn eh_frame_pointer_encodings_decode() {
+        let b = (-16i32).to_le_bytes();
+        assert_eq!(decode_ptr(0x1b, &b, 0x1000, 0), Some(0x1000 - 16));
+        assert_eq!(decode_ptr(0x3b, &b, 0, 0x2000), Some(0x2000 - 16));
+        assert_eq!(decode_ptr(0x03, &7u32.to_le_bytes(), 0, 0), Some(7));
+        assert_eq!(decode_ptr(0x01, &b, 0, 0), None, "uleb128 is not supported");
+        assert_eq!(decode_ptr(0x0b, &b[..2], 0, 0), None, "short input");
+    }
+}
