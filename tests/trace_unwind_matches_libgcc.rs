@@ -138,6 +138,16 @@ extern "C" fn callback(ctx: *mut c_void) -> usize {
     0
 }
 
+/// The frame-pointer walk from inside the C frames, for contrast.
+extern "C" fn fp_callback(ctx: *mut c_void) -> usize {
+    // SAFETY (test): ctx is the Vec<u64> handed to the C code.
+    let out = unsafe { &mut *(ctx as *mut Vec<u64>) };
+    let mut buf = [0u64; 64];
+    let n = capture(&mut buf, Unwinder::Fp, &SkipRange::NONE);
+    out.extend_from_slice(&buf[..n]);
+    0
+}
+
 fn symbol_of(ip: u64) -> String {
     // SAFETY (test): dladdr only reads loader data; `info` is a valid out-pointer.
     unsafe {
@@ -206,4 +216,94 @@ fn c_frames_without_frame_pointers_in_a_library_loaded_after_first_capture_match
         );
         assert_eq!((middle, outer_i), (inner + 1, inner + 2), "{names:?}");
     }
+    // The C frames leave no frame-pointer chain: only their unwind tables lead through.
+    let mut fp = Vec::new();
+    // SAFETY (test): as above.
+    unsafe { outer(fp_callback, &mut fp as *mut Vec<u64> as *mut c_void) };
+    let names: Vec<String> = fp.iter().map(|&ip| symbol_of(ip)).collect();
+    assert!(!names.iter().any(|n| n == "unwind_c_outer"), "{names:?}");
+}
+
+/// ns per capture of 1, 8 and 64 frames (deep enough stack below) for the fast walk and
+/// libgcc's. Run with
+/// `cargo test --release -p cushim --test trace_unwind_matches_libgcc -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_fast_walk_against_libgcc() {
+    use cushim::trace::unwind_dwarf;
+    type Walker = fn(&mut [u64], &SkipRange) -> usize;
+    let walkers: [(&str, Walker); 2] = [
+        ("fast", unwind_dwarf::capture),
+        ("libgcc", unwind_dwarf::capture_libgcc),
+    ];
+    nest(80, &mut || {
+        for (name, walk) in walkers {
+            let mut line = format!("{name}:");
+            for frames in [1usize, 8, 64] {
+                let mut buf = [0u64; 64];
+                let n = 20_000;
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    std::hint::black_box(walk(&mut buf[..frames], &SkipRange::NONE));
+                }
+                let ns = t.elapsed().as_nanos() as f64 / n as f64;
+                line += &format!(" {frames} frames {ns:.0} ns;");
+            }
+            println!("{line}");
+        }
+    });
+}
+
+extern "C" fn jit_callback(ctx: *mut c_void) {
+    callback(ctx);
+}
+
+/// Code outside every module (as a JIT makes): `sub rsp,8; call rsi; add rsp,8; ret`, which
+/// calls `cb(ctx)` with ctx in rdi.
+const JIT_CODE: [u8; 11] = [
+    0x48, 0x83, 0xec, 0x08, 0xff, 0xd6, 0x48, 0x83, 0xc4, 0x08, 0xc3,
+];
+
+#[test]
+fn a_frame_outside_every_module_is_reported_and_ends_the_walk_like_libgcc() {
+    // SAFETY (test): a fresh anonymous mapping, filled then made executable; the code only
+    // calls the function it is given, keeping the stack aligned.
+    let pair = unsafe {
+        let page = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(page, libc::MAP_FAILED);
+        std::ptr::copy_nonoverlapping(JIT_CODE.as_ptr(), page as *mut u8, JIT_CODE.len());
+        assert_eq!(
+            libc::mprotect(page, 4096, libc::PROT_READ | libc::PROT_EXEC),
+            0
+        );
+        let code = std::mem::transmute::<
+            *mut c_void,
+            extern "C" fn(*mut c_void, extern "C" fn(*mut c_void)),
+        >(page);
+        let mut slot: Option<Pair> = None;
+        code(&mut slot as *mut Option<Pair> as *mut c_void, jit_callback);
+        libc::munmap(page, 4096);
+        slot.unwrap()
+    };
+    let last = *pair.ours.last().unwrap();
+    let jit = pair.theirs.last().unwrap().0;
+    assert_eq!(
+        last, jit,
+        "both end at the return address into the mapping: {:x?}",
+        pair.ours
+    );
+    let h = pair.theirs.iter().position(|&(_, s)| s == pair.at).unwrap();
+    let outer: Vec<u64> = pair.theirs[h + 1..].iter().map(|&(ip, _)| ip).collect();
+    assert!(
+        pair.ours.ends_with(&outer),
+        "ours {:x?} theirs {outer:x?}",
+        pair.ours
+    );
 }

@@ -3,9 +3,10 @@
 //!
 //! Invariant: every stack word read lies in `[sp at capture, top of this thread's stack)`
 //! and is 8-byte aligned, and each frame's sp is strictly above the previous one, so bad
-//! unwind info ends the walk instead of faulting or looping. After a thread's first call
-//! (which builds its cache and looks up its stack bounds) the walk allocates nothing and
-//! takes no lock, unless the module snapshot was replaced (one lock to pick up the new one)
+//! unwind info ends the walk instead of faulting or looping; a return address in no known
+//! module (after asking the loader for new ones) is reported and ends the walk, as libgcc
+//! does. After a thread's first call (which builds its cache and looks up its stack
+//! bounds) the walk allocates nothing and takes no lock, unless the module snapshot was replaced (one lock to pick up the new one)
 //! or an address lies in no known module (the loader's lock, to see whether to refresh).
 
 use super::modules::{self, Snapshot};
@@ -17,6 +18,11 @@ use std::sync::Arc;
 
 /// Frames the walk may drop as leading skip-range frames, beyond the buffer's length.
 const MAX_SKIPPED: usize = 256;
+
+/// Stack the fast path wants free below the caller: a rule-cache miss evaluates the DWARF
+/// program with fixed-size tables on the stack (tens of KiB); with less room left, libgcc
+/// (a few KiB) takes the capture instead.
+const STACK_HEADROOM: u64 = 128 << 10;
 
 struct ThreadState {
     snap: Arc<Snapshot>,
@@ -32,8 +38,12 @@ thread_local! {
 }
 
 impl ThreadState {
-    fn new() -> Option<ThreadState> {
+    /// State for this thread, if its stack pointer `sp` has room for the fast path.
+    fn new(sp: u64) -> Option<ThreadState> {
         let stack = stack_bounds()?;
+        if !has_room(stack, sp) {
+            return None;
+        }
         let generation = modules::generation();
         Some(ThreadState {
             snap: modules::current(),
@@ -54,8 +64,8 @@ impl ThreadState {
 }
 
 /// Capture like [`crate::trace::stack::capture`]; `None` when this thread cannot use the fast
-/// path (its state is being torn down or in use, or the stack pointer is outside the
-/// thread's known stack), so the caller falls back to the general unwinder.
+/// path (its state is being torn down or in use, the stack pointer is outside the thread's
+/// known stack, or too near its end), so the caller falls back to the general unwinder.
 #[inline(never)]
 pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
     let (pc, sp, bp) = registers();
@@ -64,9 +74,9 @@ pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
             let mut guard = cell.try_borrow_mut().ok()?;
             let st = match &mut *guard {
                 Some(st) => st,
-                None => guard.insert(ThreadState::new()?),
+                None => guard.insert(ThreadState::new(sp)?),
             };
-            if !(st.stack.0 <= sp && sp < st.stack.1) {
+            if !has_room(st.stack, sp) {
                 return None;
             }
             st.sync();
@@ -84,6 +94,11 @@ pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
         })
         .ok()
         .flatten()
+}
+
+/// Whether `sp` lies in the thread's stack `lo..hi` with [`STACK_HEADROOM`] free below it.
+fn has_room((lo, hi): (u64, u64), sp: u64) -> bool {
+    lo.saturating_add(STACK_HEADROOM) <= sp && sp < hi
 }
 
 enum Walk {
@@ -109,7 +124,9 @@ fn walk(
     };
     let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
     let mut addr = FrameAddress::from_instruction_pointer(pc);
-    let (mut n, mut leading, mut checked) = (0, true, false);
+    let (mut n, mut leading) = (0, true);
+    // The module of the previous frame: consecutive frames are mostly in the same one.
+    let mut module = (0u64, 0u64);
     let mut budget = buf.len() + MAX_SKIPPED;
     while n < buf.len() && budget > 0 {
         budget -= 1;
@@ -129,19 +146,29 @@ fn walk(
         if regs.sp() <= prev_sp {
             break;
         }
-        if !checked && !st.snap.contains(ra) {
-            // Possibly a library loaded after the snapshot; ask the loader once per walk.
-            checked = true;
+        let known = (module.0 <= ra && ra < module.1)
+            || match st.snap.module_of(ra) {
+                Some(m) => {
+                    module = m;
+                    true
+                }
+                None => false,
+            };
+        if !known {
+            // Possibly a library loaded after the snapshot: ask the loader.
             if modules::refresh_after(&st.snap) {
                 return Walk::Refreshed;
             }
         }
-        if leading && skip.contains(ra as usize) {
-            // dropped
-        } else {
+        if !(leading && skip.contains(ra as usize)) {
             leading = false;
             buf[n] = ra;
             n += 1;
+        }
+        if !known {
+            // No unwind rules for this frame: like libgcc, report it and stop here
+            // rather than guess its caller.
+            break;
         }
         addr = next;
     }

@@ -27,10 +27,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Whether `addr` lies in one of the snapshot's modules.
-    pub fn contains(&self, addr: u64) -> bool {
+    /// The loaded range `(start, end)` of the snapshot's module containing `addr`.
+    pub fn module_of(&self, addr: u64) -> Option<(u64, u64)> {
         let i = self.ranges.partition_point(|&(start, _)| start <= addr);
-        i > 0 && addr < self.ranges[i - 1].1
+        let range = *self.ranges.get(i.checked_sub(1)?)?;
+        (addr < range.1).then_some(range)
     }
 }
 
@@ -301,9 +302,11 @@ mod tests {
     fn snapshot_contains_own_code_and_libc_but_not_the_null_page() {
         let snap = current();
         let me = snapshot_contains_own_code_and_libc_but_not_the_null_page as *const () as u64;
-        assert!(snap.contains(me));
-        assert!(snap.contains(libc::malloc as *const () as u64));
-        assert!(!snap.contains(8));
+        let own = snap.module_of(me).expect("own module");
+        assert!(own.0 <= me && me < own.1);
+        let libc_fn = libc::malloc as *const () as u64;
+        assert!(snap.module_of(libc_fn).is_some_and(|r| r != own));
+        assert_eq!(snap.module_of(8), None);
     }
 
     #[test]
