@@ -157,51 +157,46 @@ fn list_objects() -> Vec<Object> {
     out
 }
 
-/// Whether the object can be relied on to stay mapped: the main program (listed first,
-/// unnamed), the vDSO, or a shared object we pinned (now or earlier).
-fn keep_mapped(obj: &Object, first: bool, pinned: &mut Vec<CString>) -> bool {
-    let bytes = obj.name.as_bytes();
-    if first
-        || bytes.is_empty()
-        || bytes.starts_with(b"linux-vdso")
-        || bytes.starts_with(b"linux-gate")
-    {
-        return true;
-    }
+/// Whether the object stays mapped without pinning: the main program (listed first,
+/// unnamed) or the vDSO.
+fn permanent(obj: &Object, first: bool) -> bool {
+    let name = obj.name.as_bytes();
+    first || name.is_empty() || name.starts_with(b"linux-vdso") || name.starts_with(b"linux-gate")
+}
+
+/// Pin the shared object so it is never unloaded (once per name; nothing if it is no
+/// longer loaded).
+fn pin(obj: &Object, pinned: &mut Vec<CString>) {
     if pinned.contains(&obj.name) {
-        return true;
+        return;
     }
     // SAFETY: a NUL-terminated name; RTLD_NOLOAD only takes a reference to an object that
     // is already loaded (null if it is not), and the reference is deliberately never
     // dropped, so the object's sections stay mapped for the life of the process.
     let h = unsafe { libc::dlopen(obj.name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if h.is_null() {
-        return false;
+    if !h.is_null() {
+        pinned.push(obj.name.clone());
     }
-    pinned.push(obj.name.clone());
-    true
 }
 
 /// Take a snapshot of the loaded modules, pinning the new ones.
 fn take(pinned: &mut Vec<CString>) -> Snapshot {
     // Pin first, then list again: whatever the second listing reports under a pinned
-    // name is the pinned load, which can no longer go away.
-    for (i, obj) in list_objects().iter().enumerate() {
-        keep_mapped(obj, i == 0, pinned);
+    // name is the pinned load, which can no longer go away. The load count is the first
+    // listing's, so an object loaded in between (and left out) causes a later refresh.
+    let first = list_objects();
+    for (i, obj) in first.iter().enumerate() {
+        if !permanent(obj, i == 0) {
+            pin(obj, pinned);
+        }
     }
+    let adds = first.first().map_or(0, |o| o.adds);
     let objects = list_objects();
     let mut unwinder = NativeUnwinder::new();
     let mut ranges = Vec::new();
-    let adds = objects.first().map_or(0, |o| o.adds);
     for (i, obj) in objects.iter().enumerate() {
-        let bytes = obj.name.as_bytes();
-        let stable = i == 0
-            || bytes.is_empty()
-            || bytes.starts_with(b"linux-vdso")
-            || bytes.starts_with(b"linux-gate")
-            || pinned.contains(&obj.name);
-        if !stable {
-            continue;
+        if !permanent(obj, i == 0) && !pinned.contains(&obj.name) {
+            continue; // loaded after the pinning pass, or could not be pinned
         }
         let Some((lo, hi)) = extent(obj) else {
             continue;
