@@ -117,6 +117,21 @@ fn threads_with_their_own_caches_match_libgcc() {
 }
 
 #[test]
+fn a_thread_with_a_small_stack_still_matches_libgcc() {
+    // Too little stack for the fast path's rule evaluation: the capture goes to libgcc.
+    std::thread::Builder::new()
+        .stack_size(96 << 10)
+        .spawn(|| {
+            nest(3, &mut || {
+                assert_same_callers(&capture_both());
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
 fn skip_range_drops_only_leading_frames_of_that_module() {
     let me = skip_range_drops_only_leading_frames_of_that_module as *const () as usize;
     let skip = SkipRange::of_module_containing(me);

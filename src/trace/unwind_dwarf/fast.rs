@@ -13,7 +13,7 @@ use super::modules::{self, Snapshot};
 use crate::trace::stack::SkipRange;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder as _};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// Frames the walk may drop as leading skip-range frames, beyond the buffer's length.
@@ -38,19 +38,14 @@ thread_local! {
 }
 
 impl ThreadState {
-    /// State for this thread, if its stack pointer `sp` has room for the fast path.
-    fn new(sp: u64) -> Option<ThreadState> {
-        let stack = stack_bounds()?;
-        if !has_room(stack, sp) {
-            return None;
-        }
+    fn new(stack: (u64, u64)) -> ThreadState {
         let generation = modules::generation();
-        Some(ThreadState {
+        ThreadState {
             snap: modules::current(),
             generation,
             cache: CacheX86_64::new_in(),
             stack,
-        })
+        }
     }
 
     /// Pick up a replaced snapshot.
@@ -73,12 +68,16 @@ pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
         .try_with(|cell| {
             let mut guard = cell.try_borrow_mut().ok()?;
             let st = match &mut *guard {
-                Some(st) => st,
-                None => guard.insert(ThreadState::new(sp)?),
+                Some(st) if has_room(st.stack, sp) => st,
+                Some(_) => return None,
+                None => {
+                    let stack = stack_bounds()?;
+                    if !has_room(stack, sp) {
+                        return None;
+                    }
+                    guard.insert(ThreadState::new(stack))
+                }
             };
-            if !has_room(st.stack, sp) {
-                return None;
-            }
             st.sync();
             // A second pass only if the first met a newly loaded module.
             match walk(st, (pc, sp, bp), buf, skip) {
@@ -175,8 +174,26 @@ fn walk(
     Walk::Done(n)
 }
 
-/// This thread's stack `lo..hi`, from `pthread_getattr_np`.
+/// This thread's stack `lo..hi`, looked up once per thread (`None` if unknown).
 fn stack_bounds() -> Option<(u64, u64)> {
+    thread_local! {
+        /// (0, 0) until looked up; (1, 1) if the lookup failed.
+        static BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    }
+    let cached = BOUNDS.try_with(Cell::get).ok()?;
+    match cached {
+        (0, 0) => {
+            let found = lookup_stack_bounds();
+            let _ = BOUNDS.try_with(|b| b.set(found.unwrap_or((1, 1))));
+            found
+        }
+        (1, 1) => None,
+        known => Some(known),
+    }
+}
+
+/// The calling thread's stack `lo..hi`, from `pthread_getattr_np`.
+fn lookup_stack_bounds() -> Option<(u64, u64)> {
     // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after;
     // the out-pointers are valid locals.
     unsafe {
