@@ -2,9 +2,9 @@
 //!
 //! Invariant: every byte slice in a [`Snapshot`] is memory of a loaded module that can never
 //! be unmapped: the main program, the vDSO, or a shared object this file has pinned with
-//! `dlopen(RTLD_NOLOAD)` (and never closes). A module that cannot be pinned is left out, so
-//! its addresses get the unwinder's bounded frame-pointer fallback instead of a read of
-//! memory that may vanish. A snapshot is replaced, never changed; [`generation`] counts
+//! `dlopen(RTLD_NOLOAD)` (and never closes: such a library stays loaded after the program's
+//! `dlclose`). A module that cannot be pinned is left out, so a walk reaching it ends there
+//! instead of reading memory that may vanish. A snapshot is replaced, never changed; [`generation`] counts
 //! replacements so threads can notice one with a single atomic load.
 
 use framehop::x86_64::UnwinderX86_64;
@@ -35,16 +35,7 @@ impl Snapshot {
     }
 }
 
-struct State {
-    current: Option<Arc<Snapshot>>,
-    /// Names of the shared objects already pinned (each pinned once).
-    pinned: Vec<CString>,
-}
-
-static STATE: Mutex<State> = Mutex::new(State {
-    current: None,
-    pinned: Vec::new(),
-});
+static CURRENT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Incremented each time the shared snapshot is replaced (0: none taken yet).
@@ -54,30 +45,41 @@ pub fn generation() -> u64 {
 
 /// The current snapshot, taking the first one if there is none yet.
 pub fn current() -> Arc<Snapshot> {
-    let mut st = STATE.lock();
-    if let Some(s) = &st.current {
+    if let Some(s) = CURRENT.lock().as_ref() {
         return s.clone();
     }
-    let snap = Arc::new(take(&mut st.pinned));
-    st.current = Some(snap.clone());
-    GENERATION.fetch_add(1, Ordering::Release);
-    snap
+    install(take(), |_| false)
 }
 
 /// Replace the snapshot if objects were loaded since `seen` was taken (an address outside
-/// every known module may belong to one). Returns whether a new snapshot exists.
+/// every known module may belong to one). Returns whether a newer snapshot exists.
 pub fn refresh_after(seen: &Snapshot) -> bool {
     if loader_adds() == seen.adds {
         return false;
     }
-    let mut st = STATE.lock();
-    if st.current.as_ref().is_some_and(|c| c.adds != seen.adds) {
+    if CURRENT.lock().as_ref().is_some_and(|c| c.adds > seen.adds) {
         return true; // another thread already refreshed
     }
-    let snap = Arc::new(take(&mut st.pinned));
-    st.current = Some(snap);
-    GENERATION.fetch_add(1, Ordering::Release);
+    let snap = take();
+    let adds = snap.adds;
+    install(snap, |c| c.adds < adds);
     true
+}
+
+/// Make `snap` current unless one exists that `replace` says to keep; returns the current
+/// one. Snapshots are taken without this lock held: taking one calls into the loader
+/// (`dlopen`), whose lock a library constructor may hold while it allocates (and captures).
+fn install(snap: Snapshot, replace: impl FnOnce(&Snapshot) -> bool) -> Arc<Snapshot> {
+    let mut cur = CURRENT.lock();
+    if let Some(c) = cur.as_ref() {
+        if !replace(c) {
+            return c.clone();
+        }
+    }
+    let snap = Arc::new(snap);
+    *cur = Some(snap.clone());
+    GENERATION.fetch_add(1, Ordering::Release);
+    snap
 }
 
 /// The loader's `dlpi_adds` counter (read from the first object it reports).
@@ -164,38 +166,33 @@ fn permanent(obj: &Object, first: bool) -> bool {
     first || name.is_empty() || name.starts_with(b"linux-vdso") || name.starts_with(b"linux-gate")
 }
 
-/// Pin the shared object so it is never unloaded (once per name; nothing if it is no
-/// longer loaded).
-fn pin(obj: &Object, pinned: &mut Vec<CString>) {
-    if pinned.contains(&obj.name) {
-        return;
-    }
+/// Pin the shared object so it is never unloaded; false if it is no longer loaded.
+fn pin(obj: &Object) -> bool {
     // SAFETY: a NUL-terminated name; RTLD_NOLOAD only takes a reference to an object that
     // is already loaded (null if it is not), and the reference is deliberately never
     // dropped, so the object's sections stay mapped for the life of the process.
-    let h = unsafe { libc::dlopen(obj.name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if !h.is_null() {
-        pinned.push(obj.name.clone());
-    }
+    // (Each snapshot takes one more reference; the count only keeps the object loaded.)
+    !unsafe { libc::dlopen(obj.name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) }.is_null()
 }
 
-/// Take a snapshot of the loaded modules, pinning the new ones.
-fn take(pinned: &mut Vec<CString>) -> Snapshot {
+/// Take a snapshot of the loaded modules, pinning them.
+fn take() -> Snapshot {
     // Pin first, then list again: whatever the second listing reports under a pinned
     // name is the pinned load, which can no longer go away. The load count is the first
     // listing's, so an object loaded in between (and left out) causes a later refresh.
     let first = list_objects();
-    for (i, obj) in first.iter().enumerate() {
-        if !permanent(obj, i == 0) {
-            pin(obj, pinned);
-        }
-    }
+    let pinned: Vec<&CString> = first
+        .iter()
+        .enumerate()
+        .filter(|&(i, obj)| !permanent(obj, i == 0) && pin(obj))
+        .map(|(_, obj)| &obj.name)
+        .collect();
     let adds = first.first().map_or(0, |o| o.adds);
     let objects = list_objects();
     let mut unwinder = NativeUnwinder::new();
     let mut ranges = Vec::new();
     for (i, obj) in objects.iter().enumerate() {
-        if !permanent(obj, i == 0) && !pinned.contains(&obj.name) {
+        if !permanent(obj, i == 0) && !pinned.contains(&&obj.name) {
             continue; // loaded after the pinning pass, or could not be pinned
         }
         let Some((lo, hi)) = extent(obj) else {
