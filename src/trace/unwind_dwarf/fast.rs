@@ -1,11 +1,11 @@
-//! The fast DWARF walk: framehop over the shared module snapshot, with a per-thread cache
+//! The fast DWARF walk: framehop over the shared module snapshot, with per-thread caches
 //! of unwind rules keyed by return address.
 //!
 //! Invariant: every stack word read lies in `[sp at capture, top of this thread's stack)`
 //! and is 8-byte aligned, and each frame's sp is strictly above the previous one, so bad
 //! unwind info ends the walk instead of faulting or looping; a return address in no known
 //! module (after asking the loader for new ones) is reported and ends the walk, as libgcc
-//! does. After a thread's first call (which builds its cache and looks up its stack
+//! does. After a thread's first call (which builds its caches and looks up its stack
 //! bounds) the walk allocates nothing and takes no lock, unless the module snapshot was replaced (one lock to pick up the new one)
 //! or an address lies in no known module (the loader's lock, to see whether to refresh).
 
@@ -24,11 +24,18 @@ const MAX_SKIPPED: usize = 256;
 /// (a few KiB) takes the capture instead.
 const STACK_HEADROOM: u64 = 128 << 10;
 
+/// framehop's rule cache is direct-mapped on `address % 509`: two hot return addresses
+/// that share a slot would miss on every walk (a full `.eh_frame` lookup each, ~1 µs).
+/// Each thread keeps [`WAYS`] caches and sends an address to the one picked by
+/// `address / 509`, so such a pair usually lands in different caches.
+const FRAMEHOP_SLOTS: u64 = 509;
+const WAYS: usize = 4;
+
 struct ThreadState {
     snap: Arc<Snapshot>,
     /// [`modules::generation`] when `snap` was taken.
     generation: u64,
-    cache: CacheX86_64<MustNotAllocateDuringUnwind>,
+    caches: [CacheX86_64<MustNotAllocateDuringUnwind>; WAYS],
     /// This thread's stack, `lo..hi`.
     stack: (u64, u64),
 }
@@ -43,7 +50,7 @@ impl ThreadState {
         ThreadState {
             snap: modules::current(),
             generation,
-            cache: CacheX86_64::new_in(),
+            caches: std::array::from_fn(|_| CacheX86_64::new_in()),
             stack,
         }
     }
@@ -95,6 +102,11 @@ pub fn capture(buf: &mut [u64], skip: &SkipRange) -> Option<usize> {
         .flatten()
 }
 
+/// Which of a thread's caches holds the rule for lookup address `addr`.
+fn way_of(addr: u64) -> usize {
+    (addr / FRAMEHOP_SLOTS) as usize % WAYS
+}
+
 /// Whether `sp` lies in the thread's stack `lo..hi` with [`STACK_HEADROOM`] free below it.
 fn has_room((lo, hi): (u64, u64), sp: u64) -> bool {
     lo.saturating_add(STACK_HEADROOM) <= sp && sp < hi
@@ -130,15 +142,15 @@ fn walk(
     while n < buf.len() && budget > 0 {
         budget -= 1;
         let prev_sp = regs.sp();
-        let ra =
-            match st
-                .snap
-                .unwinder
-                .unwind_frame(addr, &mut regs, &mut st.cache, &mut read_stack)
-            {
-                Ok(Some(ra)) => ra,
-                Ok(None) | Err(_) => break,
-            };
+        let cache = &mut st.caches[way_of(addr.address_for_lookup())];
+        let ra = match st
+            .snap
+            .unwinder
+            .unwind_frame(addr, &mut regs, cache, &mut read_stack)
+        {
+            Ok(Some(ra)) => ra,
+            Ok(None) | Err(_) => break,
+        };
         let Some(next) = FrameAddress::from_return_address(ra) else {
             break;
         };
@@ -227,4 +239,29 @@ fn registers() -> (u64, u64, u64) {
         );
     }
     (pc, sp, bp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_sharing_a_framehop_slot_go_to_different_caches() {
+        let a = 0x5555_1234_5678u64;
+        let ways: Vec<usize> = (0..WAYS as u64)
+            .map(|k| way_of(a + k * FRAMEHOP_SLOTS))
+            .collect();
+        let mut distinct = ways.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), WAYS, "{ways:?}");
+    }
+
+    #[test]
+    fn room_needs_headroom_above_the_stack_bottom() {
+        let (lo, hi) = (0x10_0000u64, 0x90_0000u64);
+        assert!(has_room((lo, hi), hi - 8));
+        assert!(!has_room((lo, hi), lo + 8), "too near the end");
+        assert!(!has_room((lo, hi), hi), "outside");
+    }
 }
