@@ -2,6 +2,8 @@
 //! `_Unwind_Backtrace` (`backtrace::trace_unsynchronized`) for the same call stack: through
 //! Rust frames at several depths, on several threads, and through C frames built without
 //! frame pointers in a library loaded with dlopen after the process's first capture.
+//! (x86_64 only: elsewhere `Unwinder::Dwarf` is libgcc itself, and the fixtures are x86 code.)
+#![cfg(target_arch = "x86_64")]
 
 use cushim::config::history::Unwinder;
 use cushim::trace::stack::{capture, SkipRange};
