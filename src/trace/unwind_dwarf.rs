@@ -1,13 +1,32 @@
-//! The DWARF unwinder: `backtrace::trace_unsynchronized` (libgcc's `_Unwind_Backtrace`).
+//! The DWARF unwinder. On x86_64 a cached walk over the loaded modules' `.eh_frame_hdr`
+//! tables ([`fast`], built on framehop); where that cannot start (other architectures, a
+//! thread whose state is being torn down, a stack outside the thread's known bounds), libgcc's
+//! `_Unwind_Backtrace` through `backtrace::trace_unsynchronized`.
 //!
 //! Invariant: writes at most `buf.len()` return addresses, skipping leading frames inside
-//! the skip range; allocates nothing and takes no lock of ours.
+//! the skip range; after a thread's first capture allocates nothing and takes no lock of
+//! ours on the fast path (see [`fast`] for the rare exceptions).
 
 use crate::trace::stack::SkipRange;
+
+#[cfg(target_arch = "x86_64")]
+mod fast;
+#[cfg(target_arch = "x86_64")]
+mod modules;
 
 /// See [`crate::trace::stack::capture`].
 #[inline(never)]
 pub fn capture(buf: &mut [u64], skip: &SkipRange) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(n) = fast::capture(buf, skip) {
+        return n;
+    }
+    capture_libgcc(buf, skip)
+}
+
+/// The general (slow) path: libgcc's unwinder, which looks each frame up afresh.
+#[inline(never)]
+pub fn capture_libgcc(buf: &mut [u64], skip: &SkipRange) -> usize {
     let mut n = 0;
     let mut leading = true;
     let mut visit = |frame: &backtrace::Frame| {
