@@ -1,7 +1,8 @@
 //! Native stack capture: raw return addresses into a caller-provided buffer.
 //!
 //! Invariant: `capture` writes only into `buf`, never allocates (after a thread's first
-//! frame-pointer walk, which caches the thread's stack bounds), never symbolizes, and drops
+//! capture, which caches the thread's stack bounds and, for DWARF, its unwind-rule caches;
+//! and after the module list was built), never symbolizes, and drops
 //! the leading frames whose address lies in the [`SkipRange`] (the shim's own code), so
 //! `buf[0]` is the program's call site. Entries are return addresses: a symbolizer looks
 //! up `ip - 1`. Never call it from a signal handler (the DWARF unwinder may take loader
