@@ -10,21 +10,6 @@ use std::process::Stdio;
 const MIB: u64 = 1 << 20;
 const HISTORY: &str = "enabled=all,context=all,stacks=native";
 
-fn kv(out: &str) -> HashMap<String, String> {
-    out.lines()
-        .flat_map(|l| l.split(' '))
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn num(m: &HashMap<String, String>, k: &str) -> i64 {
-    m.get(k)
-        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{k}: {e}"))
-}
-
 fn prog(name: &str) -> std::path::PathBuf {
     common::compile(name, &["-lcuda"])
 }
@@ -47,20 +32,20 @@ fn frag(
         cmd.env(k, v);
     }
     let out = common::run_ok(&mut cmd);
-    (kv(&out), common::read_report(&report))
+    (common::kv(&out), common::read_report(&report))
 }
 
 #[test]
 fn driver_api_seed_fragmentation_forward_order_reserves_256_mib() {
     let (m, report) = frag("forward", true, &[]);
-    assert_eq!(num(&m, "used_after") as u64, 256 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 256 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
 }
 
 #[test]
 fn driver_api_seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = frag("reverse", true, &[]);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
 }
 
@@ -68,22 +53,22 @@ fn driver_api_seed_fragmentation_reverse_order_reserves_128_mib() {
 fn driver_api_freed_blocks_are_reused_without_device_allocations() {
     let (m, report) = frag("reuse", true, &[]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 8, "{report}");
-    assert_eq!(num(&m, "device_allocs"), 8);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "device_allocs"), 8);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
 }
 
 #[test]
 fn driver_api_without_the_shim_every_cu_mem_alloc_reaches_the_device() {
     let (m, report) = frag("reuse", false, &[]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
-    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 16 * MIB);
 }
 
 #[test]
 fn driver_api_is_passed_through_with_runtime_only_interception() {
     let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
-    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 16 * MIB);
 }
 
 #[test]
@@ -115,7 +100,7 @@ fn driver_api_expandable_segments_reserve_128_mib_in_both_orders() {
             true,
             &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
         );
-        assert_eq!(num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+        assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB, "{mode}");
     }
 }
 
@@ -128,7 +113,7 @@ fn driver_api_result_codes_match_the_bare_driver() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout, bare, "the same codes with and without the shim");
-    let m = kv(&stdout);
+    let m = common::kv(&stdout);
     for (k, v) in [
         ("before_init", 3),
         ("null_out", 1),
@@ -153,7 +138,7 @@ fn driver_api_result_codes_match_the_bare_driver() {
         ("ptsz_free", 0),
         ("host_free_first", 0),
     ] {
-        assert_eq!(num(&m, k), v, "{k}");
+        assert_eq!(common::num(&m, k), v, "{k}");
     }
     assert_eq!(
         stderr.matches("double free").count(),
@@ -161,28 +146,6 @@ fn driver_api_result_codes_match_the_bare_driver() {
         "both invalid frees logged, once per call site: {stderr}"
     );
     assert!(stderr.contains("driver_errors.c"), "{stderr}");
-}
-
-/// The line of the first `cuMemAlloc(` after `fn_name(` in driver_trace.c.
-fn alloc_line(fn_name: &str) -> u64 {
-    let src =
-        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/driver_trace.c"))
-            .expect("reading driver_trace.c");
-    let start = src.find(&format!(" {fn_name}(")).expect("function");
-    let before = src[..start].lines().count() as u64;
-    let rel = src[start..]
-        .lines()
-        .position(|l| l.contains("cuMemAlloc("))
-        .expect("cuMemAlloc in function") as u64;
-    before + rel
-}
-
-fn is_site(f: &serde_json::Value, name: &str, line: u64) -> bool {
-    f["name"].as_str().is_some_and(|n| n.contains(name))
-        && f["filename"]
-            .as_str()
-            .is_some_and(|p| p.ends_with("driver_trace.c"))
-        && f["line"].as_u64() == Some(line)
 }
 
 #[test]
@@ -198,12 +161,17 @@ fn driver_api_snapshot_stacks_start_at_the_programs_call_site() {
                 .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
         );
         let v = common::load_snapshot(&snap);
-        let weights = alloc_line("load_weights");
+        let weights = common::call_line("driver_trace.c", "load_weights", "cuMemAlloc(");
         let live = v["segments"].as_array().expect("segments").iter().any(|s| {
             s["blocks"].as_array().is_some_and(|bs| {
                 bs.iter().any(|b| {
                     b["state"] == "active_allocated"
-                        && is_site(&b["frames"][0], "load_weights", weights)
+                        && common::is_frame(
+                            &b["frames"][0],
+                            "driver_trace.c",
+                            "load_weights",
+                            weights,
+                        )
                 })
             })
         });
@@ -211,14 +179,19 @@ fn driver_api_snapshot_stacks_start_at_the_programs_call_site() {
             live,
             "{unwinder}: no live block from load_weights:{weights}"
         );
-        let act = alloc_line("make_activation");
+        let act = common::call_line("driver_trace.c", "make_activation", "cuMemAlloc(");
         let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
         let allocs: Vec<_> = traces.iter().filter(|t| t["action"] == "alloc").collect();
         assert_eq!(allocs.len(), 12, "{unwinder}");
         assert!(
             allocs
                 .iter()
-                .filter(|t| is_site(&t["frames"][0], "make_activation", act))
+                .filter(|t| common::is_frame(
+                    &t["frames"][0],
+                    "driver_trace.c",
+                    "make_activation",
+                    act
+                ))
                 .count()
                 == 11,
             "{unwinder}: 11 allocs from make_activation:{act}, first frame"

@@ -12,21 +12,6 @@ use std::process::Stdio;
 const MIB: u64 = 1 << 20;
 const HISTORY: &str = "enabled=all,context=all,stacks=native";
 
-fn kv(out: &str) -> HashMap<String, String> {
-    out.lines()
-        .flat_map(|l| l.split(' '))
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn num(m: &HashMap<String, String>, k: &str) -> i64 {
-    m.get(k)
-        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{k}: {e}"))
-}
-
 fn frag_prog() -> std::path::PathBuf {
     common::compile_static("shim_frag", &[])
 }
@@ -50,7 +35,7 @@ fn frag(
         cmd.env(k, v);
     }
     let out = common::run_ok(&mut cmd);
-    (kv(&out), common::read_report(&report))
+    (common::kv(&out), common::read_report(&report))
 }
 
 #[test]
@@ -64,14 +49,14 @@ fn a_static_build_links_no_cuda_library() {
 #[test]
 fn static_seed_fragmentation_forward_order_reserves_256_mib() {
     let (m, report) = frag("forward", true, &[]);
-    assert_eq!(num(&m, "used_after") as u64, 256 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 256 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
 }
 
 #[test]
 fn static_seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = frag("reverse", true, &[]);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
 }
 
@@ -79,8 +64,8 @@ fn static_seed_fragmentation_reverse_order_reserves_128_mib() {
 fn static_build_reuses_freed_blocks_without_device_allocations() {
     let (m, report) = frag("reuse", true, &[]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 8, "{report}");
-    assert_eq!(num(&m, "device_allocs"), 8);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "device_allocs"), 8);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
 }
 
 #[test]
@@ -94,7 +79,7 @@ fn static_build_without_the_shim_reaches_the_device_for_every_malloc() {
 fn static_build_is_not_intercepted_with_runtime_only_interception() {
     let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
-    assert_eq!(num(&m, "used_after") as u64, 16 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 16 * MIB);
 }
 
 #[test]
@@ -105,7 +90,7 @@ fn static_build_expandable_segments_reserve_128_mib_in_both_orders() {
             true,
             &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
         );
-        assert_eq!(num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+        assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB, "{mode}");
     }
 }
 
@@ -118,7 +103,7 @@ fn static_build_error_codes_match_the_bare_runtime() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout, bare, "the same codes with and without the shim");
-    let m = kv(&stdout);
+    let m = common::kv(&stdout);
     for (k, v) in [
         ("null_out", 1),
         ("zero_size", 0),
@@ -136,7 +121,7 @@ fn static_build_error_codes_match_the_bare_runtime() {
         ("free_foreign", 0),
         ("free_foreign_again", 1),
     ] {
-        assert_eq!(num(&m, k), v, "{k}");
+        assert_eq!(common::num(&m, k), v, "{k}");
     }
     assert!(
         stderr.contains("cushim: cuMemFree_v2") && stderr.contains("double free"),
@@ -148,12 +133,12 @@ fn static_build_error_codes_match_the_bare_runtime() {
 fn static_build_out_of_memory_releases_the_cache_and_retries() {
     let exe = common::compile_static("shim_oom", &[]);
     let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_MEM_MB", "1024"));
-    let m = kv(&out);
-    assert_eq!(num(&m, "retries"), 1, "{out}");
-    assert_eq!(num(&m, "beyond"), 2);
-    assert_eq!(num(&m, "null"), 1);
-    assert_eq!(num(&m, "last_error"), 2);
-    assert_eq!(num(&m, "ooms"), 1);
+    let m = common::kv(&out);
+    assert_eq!(common::num(&m, "retries"), 1, "{out}");
+    assert_eq!(common::num(&m, "beyond"), 2);
+    assert_eq!(common::num(&m, "null"), 1);
+    assert_eq!(common::num(&m, "last_error"), 2);
+    assert_eq!(common::num(&m, "ooms"), 1);
     assert_eq!(m["after"], "ok");
 }
 
@@ -163,38 +148,12 @@ fn static_build_pinned_blocks_are_reused_and_flags_kept_apart() {
     let dir = common::scratch("static-pinned");
     let report = dir.join("report.json");
     let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_REPORT", &report));
-    let m = kv(&out);
-    assert_eq!(num(&m, "reused"), 1);
-    assert_eq!(num(&m, "wc_kept_apart"), 1);
-    assert_eq!(num(&m, "default_reuses_default"), 1);
+    let m = common::kv(&out);
+    assert_eq!(common::num(&m, "reused"), 1);
+    assert_eq!(common::num(&m, "wc_kept_apart"), 1);
+    assert_eq!(common::num(&m, "default_reuses_default"), 1);
     let r = common::read_report(&report);
     assert_eq!(r["calls"]["cuMemHostAlloc"], 2, "{r}");
-}
-
-/// The line of the first `cudaMalloc(` after `fn_name(` in shim_trace.c.
-fn malloc_line(fn_name: &str) -> u64 {
-    let src =
-        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/shim_trace.c"))
-            .expect("reading shim_trace.c");
-    let start = src.find(&format!("*{fn_name}(")).expect("function");
-    let before = src[..start].lines().count() as u64;
-    let rel = src[start..]
-        .lines()
-        .position(|l| l.contains("cudaMalloc("))
-        .expect("cudaMalloc in function") as u64;
-    before + rel
-}
-
-fn frames_have(frames: &serde_json::Value, name: &str, line: u64) -> bool {
-    frames.as_array().is_some_and(|fs| {
-        fs.iter().any(|f| {
-            f["name"].as_str().is_some_and(|n| n.contains(name))
-                && f["filename"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("shim_trace.c"))
-                && f["line"].as_u64() == Some(line)
-        })
-    })
 }
 
 #[test]
@@ -210,12 +169,17 @@ fn static_build_snapshot_frames_reach_the_programs_call_sites() {
                 .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
         );
         let v = common::load_snapshot(&snap);
-        let weights = malloc_line("load_weights");
+        let weights = common::call_line("shim_trace.c", "load_weights", "cudaMalloc(");
         let live = v["segments"].as_array().expect("segments").iter().any(|s| {
             s["blocks"].as_array().is_some_and(|bs| {
                 bs.iter().any(|b| {
                     b["state"] == "active_allocated"
-                        && frames_have(&b["frames"], "load_weights", weights)
+                        && common::frames_have(
+                            &b["frames"],
+                            "shim_trace.c",
+                            "load_weights",
+                            weights,
+                        )
                 })
             })
         });
@@ -224,11 +188,10 @@ fn static_build_snapshot_frames_reach_the_programs_call_sites() {
             "{unwinder}: no live block from load_weights:{weights}"
         );
         let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
-        let act = malloc_line("make_activation");
+        let act = common::call_line("shim_trace.c", "make_activation", "cudaMalloc(");
         assert!(
-            traces.iter().any(
-                |t| t["action"] == "alloc" && frames_have(&t["frames"], "make_activation", act)
-            ),
+            traces.iter().any(|t| t["action"] == "alloc"
+                && common::frames_have(&t["frames"], "shim_trace.c", "make_activation", act)),
             "{unwinder}: no alloc from make_activation:{act}"
         );
         // The shim's own frames are skipped at capture and the static runtime's
@@ -246,8 +209,17 @@ fn static_build_snapshot_frames_reach_the_programs_call_sites() {
             "{unwinder}: {first}"
         );
         assert!(
-            frames_have(&serde_json::json!([first]), "load_weights", weights)
-                || frames_have(&serde_json::json!([first]), "make_activation", act),
+            common::frames_have(
+                &serde_json::json!([first]),
+                "shim_trace.c",
+                "load_weights",
+                weights
+            ) || common::frames_have(
+                &serde_json::json!([first]),
+                "shim_trace.c",
+                "make_activation",
+                act
+            ),
             "{unwinder}: the first frame is the program's call site: {first}"
         );
     }
@@ -502,9 +474,9 @@ fn nvidias_dynamic_runtime_is_intercepted_once_at_cuda_malloc() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let m = kv(&stdout);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
-    assert_eq!(num(&m, "device_allocs"), 8);
+    let m = common::kv(&stdout);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "device_allocs"), 8);
     let reqs = procaddr_log(&stderr);
     assert!(
         reqs.len() > 400,

@@ -7,22 +7,6 @@ use std::collections::HashMap;
 
 const MIB: u64 = 1 << 20;
 
-/// Parse `key=value` lines (values up to the first space) into a map.
-fn kv(out: &str) -> HashMap<String, String> {
-    out.lines()
-        .flat_map(|l| l.split(' '))
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn num(m: &HashMap<String, String>, k: &str) -> i64 {
-    m.get(k)
-        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{k}: {e}"))
-}
-
 fn frag(mode: &str, conf: &str) -> (HashMap<String, String>, serde_json::Value) {
     let exe = common::compile("shim_frag", &[]);
     let dir = common::scratch(&format!("frag-{mode}-{}", conf.len()));
@@ -33,20 +17,20 @@ fn frag(mode: &str, conf: &str) -> (HashMap<String, String>, serde_json::Value) 
             .env("CUSHIM_ALLOC_CONF", conf)
             .env("SIMCUDA_REPORT", &report),
     );
-    (kv(&out), common::read_report(&report))
+    (common::kv(&out), common::read_report(&report))
 }
 
 #[test]
 fn seed_fragmentation_forward_order_reserves_256_mib() {
     let (m, report) = frag("forward", "");
-    assert_eq!(num(&m, "used_after") as u64, 256 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 256 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
 }
 
 #[test]
 fn seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = frag("reverse", "");
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
 }
 
@@ -57,8 +41,8 @@ fn freed_blocks_are_reused_without_device_allocations() {
         report["calls"]["cuMemAlloc_v2"], 8,
         "8 x 16 MiB cost 8 device allocations, the 9th none"
     );
-    assert_eq!(num(&m, "device_allocs"), 8);
-    assert_eq!(num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(common::num(&m, "device_allocs"), 8);
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
 }
 
 #[test]
@@ -79,12 +63,12 @@ fn without_the_shim_every_cuda_malloc_reaches_the_device() {
 fn out_of_memory_releases_the_cache_and_retries_then_fails_cleanly() {
     let exe = common::compile("shim_oom", &[]);
     let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_MEM_MB", "1024"));
-    let m = kv(&out);
-    assert_eq!(num(&m, "retries"), 1, "{out}");
-    assert_eq!(num(&m, "beyond"), 2, "cudaErrorMemoryAllocation");
-    assert_eq!(num(&m, "null"), 1);
-    assert_eq!(num(&m, "last_error"), 2);
-    assert_eq!(num(&m, "ooms"), 1);
+    let m = common::kv(&out);
+    assert_eq!(common::num(&m, "retries"), 1, "{out}");
+    assert_eq!(common::num(&m, "beyond"), 2, "cudaErrorMemoryAllocation");
+    assert_eq!(common::num(&m, "null"), 1);
+    assert_eq!(common::num(&m, "last_error"), 2);
+    assert_eq!(common::num(&m, "ooms"), 1);
     assert_eq!(m["after"], "ok");
 }
 
@@ -112,26 +96,30 @@ fn check_error_codes(intercept: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let m = kv(&stdout);
-    assert_eq!(num(&m, "null_out"), 1);
-    assert_eq!(num(&m, "zero_size"), 0);
-    assert_eq!(num(&m, "null"), 1, "cudaMalloc(&p, 0) leaves p NULL");
-    assert_eq!(num(&m, "free_null"), 0);
-    assert_eq!(num(&m, "free_unknown"), 1);
-    assert_eq!(num(&m, "free_first"), 0);
-    assert_eq!(num(&m, "free_double"), 1);
-    assert_eq!(num(&m, "last_error"), 1);
-    assert_eq!(num(&m, "last_error_cleared"), 0);
-    assert_eq!(num(&m, "free_interior"), 1);
-    assert_eq!(num(&m, "host_null_out"), 1);
-    assert_eq!(num(&m, "host_free_unknown"), 1);
-    assert_eq!(num(&m, "meminfo_null"), 1);
+    let m = common::kv(&stdout);
+    assert_eq!(common::num(&m, "null_out"), 1);
+    assert_eq!(common::num(&m, "zero_size"), 0);
     assert_eq!(
-        num(&m, "free_foreign"),
+        common::num(&m, "null"),
+        1,
+        "cudaMalloc(&p, 0) leaves p NULL"
+    );
+    assert_eq!(common::num(&m, "free_null"), 0);
+    assert_eq!(common::num(&m, "free_unknown"), 1);
+    assert_eq!(common::num(&m, "free_first"), 0);
+    assert_eq!(common::num(&m, "free_double"), 1);
+    assert_eq!(common::num(&m, "last_error"), 1);
+    assert_eq!(common::num(&m, "last_error_cleared"), 0);
+    assert_eq!(common::num(&m, "free_interior"), 1);
+    assert_eq!(common::num(&m, "host_null_out"), 1);
+    assert_eq!(common::num(&m, "host_free_unknown"), 1);
+    assert_eq!(common::num(&m, "meminfo_null"), 1);
+    assert_eq!(
+        common::num(&m, "free_foreign"),
         0,
         "memory the shim did not allocate is freed by CUDA"
     );
-    assert_eq!(num(&m, "free_foreign_again"), 1);
+    assert_eq!(common::num(&m, "free_foreign_again"), 1);
     assert!(
         stderr.contains("cushim:"),
         "invalid frees are logged: {stderr}"
@@ -162,7 +150,7 @@ fn disabled_shim_is_a_pure_pass_through() {
             .env("SIMCUDA_REPORT", &report),
     );
     assert_eq!(
-        num(&kv(&out), "device_allocs"),
+        common::num(&common::kv(&out), "device_allocs"),
         -1,
         "the C API reports inactive"
     );
@@ -175,10 +163,10 @@ fn pinned_blocks_are_reused_and_flag_combinations_kept_apart() {
     let dir = common::scratch("pinned");
     let report = dir.join("report.json");
     let out = common::run_ok(common::shim_cmd(&exe).env("SIMCUDA_REPORT", &report));
-    let m = kv(&out);
-    assert_eq!(num(&m, "reused"), 1);
-    assert_eq!(num(&m, "wc_kept_apart"), 1);
-    assert_eq!(num(&m, "default_reuses_default"), 1);
+    let m = common::kv(&out);
+    assert_eq!(common::num(&m, "reused"), 1);
+    assert_eq!(common::num(&m, "wc_kept_apart"), 1);
+    assert_eq!(common::num(&m, "default_reuses_default"), 1);
     let r = common::read_report(&report);
     let host_allocs = r["calls"]["cuMemHostAlloc"].as_u64().unwrap_or(0)
         + r["calls"]["cuMemAllocHost_v2"].as_u64().unwrap_or(0);
@@ -200,7 +188,10 @@ fn bad_alloc_conf_prints_one_line_and_keeps_defaults() {
     assert!(stderr.contains("max_split_size_mb"), "{stderr}");
     assert!(stderr.contains("no_such_key"), "{stderr}");
     assert_eq!(
-        num(&kv(&String::from_utf8_lossy(&out.stdout)), "used_after") as u64,
+        common::num(
+            &common::kv(&String::from_utf8_lossy(&out.stdout)),
+            "used_after"
+        ) as u64,
         256 * MIB
     );
 }

@@ -7,20 +7,6 @@ use std::collections::HashMap;
 const MIB: u64 = 1 << 20;
 const EXPANDABLE: &str = "expandable_segments:True";
 
-fn kv(out: &str) -> HashMap<String, String> {
-    out.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn num(m: &HashMap<String, String>, k: &str) -> u64 {
-    m.get(k)
-        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{k}: {e}"))
-}
-
 fn run(
     prog: &str,
     mode: &str,
@@ -40,7 +26,7 @@ fn run(
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    (kv(&stdout), common::read_report(&report), stderr)
+    (common::kv(&stdout), common::read_report(&report), stderr)
 }
 
 fn maps(r: &serde_json::Value) -> u64 {
@@ -56,7 +42,7 @@ fn seed_scenario_reserves_exactly_128_mib_in_both_orders() {
             maps(&r),
             r["calls"]["cuMemCreate"]
         );
-        assert_eq!(num(&m, "used_after"), 128 * MIB, "{mode}");
+        assert_eq!((common::num(&m, "used_after") as u64), 128 * MIB, "{mode}");
         assert_eq!(
             r["devices"][0]["peak_bytes_in_use"],
             128 * MIB,
@@ -73,22 +59,26 @@ fn seed_scenario_reserves_exactly_128_mib_in_both_orders() {
 #[test]
 fn allocating_across_a_hole_moves_free_pages_instead_of_growing() {
     let (m, r, _) = run("shim_expandable", "hole", &[]);
-    assert_eq!(num(&m, "used_three"), 60 * MIB);
-    assert_eq!(num(&m, "used_after"), 60 * MIB, "{m:?} {r}");
+    assert_eq!((common::num(&m, "used_three") as u64), 60 * MIB);
+    assert_eq!(
+        (common::num(&m, "used_after") as u64),
+        60 * MIB,
+        "{m:?} {r}"
+    );
 }
 
 #[test]
 fn blocks_keep_addresses_and_contents_while_the_reservation_grows_and_shrinks() {
     let (m, _, _) = run("shim_expandable", "data", &[]);
-    assert_eq!(num(&m, "data_intact"), 1);
+    assert_eq!((common::num(&m, "data_intact") as u64), 1);
 }
 
 #[test]
 fn empty_cache_returns_the_device_to_zero_bytes_and_zero_handles() {
     let (m, r, _) = run("shim_expandable", "empty", &[]);
-    assert!(num(&m, "used_before_empty") > 0);
-    assert_eq!(num(&m, "empty_rc"), 0);
-    assert_eq!(num(&m, "used_after_empty"), 0);
+    assert!((common::num(&m, "used_before_empty") as u64) > 0);
+    assert_eq!((common::num(&m, "empty_rc") as u64), 0);
+    assert_eq!((common::num(&m, "used_after_empty") as u64), 0);
     assert_eq!(r["devices"][0]["live_physical_handles"], 0, "{r}");
     assert_eq!(r["devices"][0]["bytes_in_use"], 0, "{r}");
 }
@@ -100,8 +90,12 @@ fn failed_cu_mem_create_midway_leaks_nothing_and_the_next_allocation_succeeds() 
         "fail",
         &[("SIMCUDA_FAIL", "cuMemCreate@every:2")],
     );
-    assert_eq!(num(&m, "first"), 2);
-    assert_eq!(num(&m, "used_after_fail"), 0, "no created page left behind");
+    assert_eq!((common::num(&m, "first") as u64), 2);
+    assert_eq!(
+        (common::num(&m, "used_after_fail") as u64),
+        0,
+        "no created page left behind"
+    );
     assert_eq!(m["second"], "ok");
     assert_eq!(r["devices"][0]["live_physical_handles"], 0, "{r}");
 }
@@ -113,8 +107,12 @@ fn failed_cu_mem_map_midway_leaks_nothing_and_the_next_allocation_succeeds() {
         "fail",
         &[("SIMCUDA_FAIL", "cuMemMap@every:2")],
     );
-    assert_eq!(num(&m, "first"), 2);
-    assert_eq!(num(&m, "used_after_fail"), 0, "no mapped page left behind");
+    assert_eq!((common::num(&m, "first") as u64), 2);
+    assert_eq!(
+        (common::num(&m, "used_after_fail") as u64),
+        0,
+        "no mapped page left behind"
+    );
     assert_eq!(m["second"], "ok");
     assert_eq!(r["devices"][0]["live_physical_handles"], 0, "{r}");
 }
@@ -122,7 +120,11 @@ fn failed_cu_mem_map_midway_leaks_nothing_and_the_next_allocation_succeeds() {
 #[test]
 fn device_without_vmm_falls_back_to_ordinary_segments_with_one_line() {
     let (m, r, stderr) = run("shim_frag", "forward", &[("SIMCUDA_VMM", "0")]);
-    assert_eq!(num(&m, "used_after"), 256 * MIB, "ordinary segments again");
+    assert_eq!(
+        (common::num(&m, "used_after") as u64),
+        256 * MIB,
+        "ordinary segments again"
+    );
     assert!(r["calls"]["cuMemAlloc_v2"].as_u64().unwrap_or(0) > 0);
     assert_eq!(
         stderr.lines().filter(|l| l.contains("expandable")).count(),

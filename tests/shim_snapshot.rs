@@ -11,34 +11,6 @@ fn trace_prog() -> std::path::PathBuf {
     common::compile("shim_trace", &[])
 }
 
-/// The line of the first `cudaMalloc` after `fn_name(` in the test program's source.
-fn malloc_line(fn_name: &str) -> u64 {
-    let src =
-        std::fs::read_to_string(common::artifacts::source_root().join("tests/c/shim_trace.c"))
-            .expect("reading shim_trace.c");
-    let start = src
-        .find(&format!("*{fn_name}("))
-        .expect("function in source");
-    let before = src[..start].lines().count() as u64;
-    let rel = src[start..]
-        .lines()
-        .position(|l| l.contains("cudaMalloc("))
-        .expect("cudaMalloc in function") as u64;
-    before + rel
-}
-
-fn frames_have(frames: &serde_json::Value, name: &str, line: u64) -> bool {
-    frames.as_array().is_some_and(|fs| {
-        fs.iter().any(|f| {
-            f["name"].as_str().is_some_and(|n| n.contains(name))
-                && f["filename"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("shim_trace.c"))
-                && f["line"].as_u64() == Some(line)
-        })
-    })
-}
-
 #[test]
 fn snapshot_frames_name_the_programs_functions_files_and_lines() {
     for unwinder in ["dwarf", "fp"] {
@@ -51,12 +23,17 @@ fn snapshot_frames_name_the_programs_functions_files_and_lines() {
                 .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
         );
         let v = common::load_snapshot(&snap);
-        let weights = malloc_line("load_weights");
+        let weights = common::call_line("shim_trace.c", "load_weights", "cudaMalloc(");
         let seg_ok = v["segments"].as_array().expect("segments").iter().any(|s| {
             s["blocks"].as_array().is_some_and(|bs| {
                 bs.iter().any(|b| {
                     b["state"] == "active_allocated"
-                        && frames_have(&b["frames"], "load_weights", weights)
+                        && common::frames_have(
+                            &b["frames"],
+                            "shim_trace.c",
+                            "load_weights",
+                            weights,
+                        )
                 })
             })
         });
@@ -64,12 +41,11 @@ fn snapshot_frames_name_the_programs_functions_files_and_lines() {
             seg_ok,
             "{unwinder}: no live block carries load_weights at line {weights}"
         );
-        let act = malloc_line("make_activation");
+        let act = common::call_line("shim_trace.c", "make_activation", "cudaMalloc(");
         let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
         assert!(
-            traces.iter().any(
-                |t| t["action"] == "alloc" && frames_have(&t["frames"], "make_activation", act)
-            ),
+            traces.iter().any(|t| t["action"] == "alloc"
+                && common::frames_have(&t["frames"], "shim_trace.c", "make_activation", act)),
             "{unwinder}: no alloc event from make_activation:{act}"
         );
         let first = &traces

@@ -11,5 +11,6 @@ pub mod ring;
 pub mod runtime_frames;
 pub mod stack;
 pub mod symbolize;
+pub mod thread_stack;
 pub mod unwind_dwarf;
 pub mod unwind_fp;

@@ -27,19 +27,7 @@ fn stack_top() -> Option<usize> {
 }
 
 fn lookup_stack_top() -> Option<usize> {
-    // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after;
-    // the out-pointers are valid locals.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        (rc == 0 && !addr.is_null()).then(|| addr as usize + size)
-    }
+    crate::trace::thread_stack::bounds().map(|(_, hi)| hi as usize)
 }
 
 /// Walk a frame chain starting at frame pointer `fp`, reading only inside `lo..hi`.

@@ -273,3 +273,51 @@ fn load_snapshot_with(path: &Path, args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("snapshot JSON")
 }
+
+/// Parse the `key=value` words a C test program prints (values up to the next space).
+pub fn kv(out: &str) -> std::collections::HashMap<String, String> {
+    out.lines()
+        .flat_map(|l| l.split(' '))
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The integer value of `k` in a [`kv`] map; panics naming the key when absent or not a number.
+pub fn num(m: &std::collections::HashMap<String, String>, k: &str) -> i64 {
+    m.get(k)
+        .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+/// The line of the first line containing `call` after the definition of `fn_name` in
+/// `tests/c/<c_file>` (where a test expects the frame of that call).
+pub fn call_line(c_file: &str, fn_name: &str, call: &str) -> u64 {
+    let path = artifacts::source_root().join("tests/c").join(c_file);
+    let src = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let start = src
+        .find(&format!("{fn_name}("))
+        .unwrap_or_else(|| panic!("{fn_name} not in {c_file}"));
+    let before = src[..start].lines().count() as u64;
+    let rel = src[start..]
+        .lines()
+        .position(|l| l.contains(call))
+        .unwrap_or_else(|| panic!("{call} not in {fn_name}")) as u64;
+    before + rel
+}
+
+/// Whether snapshot frame `f` is `name` at `c_file:line`.
+pub fn is_frame(f: &serde_json::Value, c_file: &str, name: &str, line: u64) -> bool {
+    f["name"].as_str().is_some_and(|n| n.contains(name))
+        && f["filename"].as_str().is_some_and(|p| p.ends_with(c_file))
+        && f["line"].as_u64() == Some(line)
+}
+
+/// Whether a snapshot frame list holds `name` at `c_file:line`.
+pub fn frames_have(frames: &serde_json::Value, c_file: &str, name: &str, line: u64) -> bool {
+    frames
+        .as_array()
+        .is_some_and(|fs| fs.iter().any(|f| is_frame(f, c_file, name, line)))
+}

@@ -195,30 +195,12 @@ fn stack_bounds() -> Option<(u64, u64)> {
     let cached = BOUNDS.try_with(Cell::get).ok()?;
     match cached {
         (0, 0) => {
-            let found = lookup_stack_bounds();
+            let found = crate::trace::thread_stack::bounds();
             let _ = BOUNDS.try_with(|b| b.set(found.unwrap_or((1, 1))));
             found
         }
         (1, 1) => None,
         known => Some(known),
-    }
-}
-
-/// The calling thread's stack `lo..hi`, from `pthread_getattr_np`.
-fn lookup_stack_bounds() -> Option<(u64, u64)> {
-    // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after;
-    // the out-pointers are valid locals.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        let lo = addr as u64;
-        (rc == 0 && lo != 0 && size >= 16).then(|| (lo, lo + size as u64))
     }
 }
 
