@@ -206,3 +206,62 @@ fn empty_cache_waits_for_pending_frees_and_releases_everything() {
     assert_eq!(a.stats(0)["active_bytes.all.current"], 0);
     assert!(a.segments(0).is_empty());
 }
+
+#[test]
+fn a_batch_that_completes_moments_after_it_is_recorded_serves_the_miss_without_growing() {
+    // Work finishes a little after the events are recorded (the third query sees them done):
+    // the miss polls the fresh batch briefly and reuses the freed block. (12 MiB: a
+    // segment of exactly the request, so no remainder could serve the next round.)
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 7, true);
+    dev.set_auto_complete(false);
+    dev.set_complete_after_queries(3);
+    for _ in 0..100 {
+        let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+        a.free(p, 0, 0).unwrap();
+    }
+    assert_eq!(dev.counters().malloc, 1, "one segment serves every round");
+    assert_eq!(dev.counters().sync_device, 0, "polled, never synchronized");
+}
+
+#[test]
+fn a_batch_that_stays_busy_makes_the_miss_grow_after_a_bounded_poll() {
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 7, true);
+    dev.set_auto_complete(false);
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    let t = std::time::Instant::now();
+    let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    assert_ne!(p, q, "the pending block is not handed out");
+    assert_eq!(
+        dev.counters().malloc,
+        2,
+        "the cache grew instead of waiting"
+    );
+    assert_eq!(dev.counters().sync_device, 0);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "the poll is bounded"
+    );
+    assert_eq!(pending_blocks(&a), 1);
+}
+
+#[test]
+fn a_miss_does_not_poll_when_no_waiting_block_could_serve_it() {
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 7, true);
+    dev.set_auto_complete(false);
+    dev.set_complete_after_queries(1_000_000);
+    let p = a.malloc(0, 2 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    let before = dev.counters().event_query;
+    let _q = a.malloc(0, 64 * MIB, 0, 0).unwrap();
+    // One poll of the batch at the start of the malloc and one after recording it, none
+    // in a loop: the 2 MiB block could never serve 64 MiB.
+    assert!(
+        dev.counters().event_query - before <= 2,
+        "{}",
+        dev.counters().event_query - before
+    );
+}

@@ -58,6 +58,8 @@ impl Counters {
 struct EventState {
     dev: i32,
     done: bool,
+    /// Queries left before a recorded event completes by itself (0: never by queries).
+    queries_left: u32,
 }
 
 struct Inner {
@@ -74,6 +76,7 @@ struct Inner {
     events: HashMap<u64, EventState>,
     next_event: u64,
     auto_complete: bool,
+    complete_after_queries: u32,
     capturing: HashSet<Stream>,
     host: HashMap<DevPtr, (u64, u32)>,
     next_host: u64,
@@ -110,6 +113,7 @@ impl FakeDevice {
                 events: HashMap::new(),
                 next_event: 1,
                 auto_complete: true,
+                complete_after_queries: 0,
                 capturing: HashSet::new(),
                 host: HashMap::new(),
                 next_host: 0x10_0000_0000,
@@ -128,6 +132,13 @@ impl FakeDevice {
     /// [`FakeDevice::complete_events`], `event_sync` or a device synchronization.
     pub fn set_auto_complete(&self, on: bool) {
         self.inner.lock().auto_complete = on;
+    }
+
+    /// With auto-completion off: a recorded event completes by itself on its `n`-th query
+    /// (0: only by [`FakeDevice::complete_events`] or a synchronization). Models work that
+    /// finishes a little after the event was recorded.
+    pub fn set_complete_after_queries(&self, n: u32) {
+        self.inner.lock().complete_after_queries = n;
     }
 
     /// Complete every recorded event.
@@ -414,7 +425,14 @@ impl Device for FakeDevice {
         g.counters.create_event += 1;
         let e = g.next_event;
         g.next_event += 1;
-        g.events.insert(e, EventState { dev, done: true });
+        g.events.insert(
+            e,
+            EventState {
+                dev,
+                done: true,
+                queries_left: 0,
+            },
+        );
         Ok(Event(e))
     }
 
@@ -428,9 +446,11 @@ impl Device for FakeDevice {
             return Err(DeviceError::Driver(1));
         }
         let auto = g.auto_complete;
+        let after = g.complete_after_queries;
         match g.events.get_mut(&event.0) {
             Some(e) if e.dev == dev => {
                 e.done = auto;
+                e.queries_left = after;
                 Ok(())
             }
             _ => Err(DeviceError::Driver(400)),
@@ -440,10 +460,12 @@ impl Device for FakeDevice {
     fn event_done(&self, _dev: i32, event: Event) -> DevResult<bool> {
         let mut g = self.inner.lock();
         g.counters.event_query += 1;
-        g.events
-            .get(&event.0)
-            .map(|e| e.done)
-            .ok_or(DeviceError::Driver(400))
+        let e = g.events.get_mut(&event.0).ok_or(DeviceError::Driver(400))?;
+        if !e.done && e.queries_left > 0 {
+            e.queries_left -= 1;
+            e.done = e.queries_left == 0;
+        }
+        Ok(e.done)
     }
 
     fn event_sync(&self, _dev: i32, event: Event) -> DevResult<()> {

@@ -78,6 +78,11 @@ impl Pending {
         !self.unbatched.is_empty() || !self.batches.is_empty()
     }
 
+    /// The blocks waiting for recorded events, oldest batch first.
+    pub fn batched_blocks(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.batches.iter().flat_map(|b| b.blocks.iter().copied())
+    }
+
     pub fn has_unbatched(&self) -> bool {
         !self.unbatched.is_empty()
     }
