@@ -108,7 +108,7 @@ pub fn on_oom(s: &Shim) {
 }
 
 /// Arm the exit dump and the signal dumper thread, when `CUSHIM_SNAPSHOT` names a path.
-pub fn install(_shim: &Shim) {
+pub fn install() {
     if template().is_none() {
         return;
     }
@@ -137,9 +137,9 @@ pub fn install(_shim: &Shim) {
         return;
     }
     WRITE_FD.store(wfd, Ordering::Relaxed);
-    // SAFETY: installing a handler with a zeroed, then filled, sigaction; the previous one is
-    // saved before ours can run (PREV is set before sigaction returns ours as active... we
-    // read the old action first with a NULL new action).
+    // SAFETY: plain sigaction calls on zero-initialised structs. The program's previous
+    // action is read first (NULL new action) and stored in PREV before ours is installed,
+    // so the handler never runs without knowing what to chain to.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old);

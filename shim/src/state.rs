@@ -71,7 +71,7 @@ fn init() -> Option<Shim> {
     let history = History::from_env();
     let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
     let shim = Shim { alloc, history };
-    crate::dump::install(&shim);
+    crate::dump::install();
     Some(shim)
 }
 
