@@ -5,9 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
 
 const MIB: u64 = 1 << 20;
 const HISTORY: &str = "enabled=all,context=all,stacks=native";
@@ -228,36 +226,7 @@ fn static_build_snapshot_frames_reach_the_programs_call_sites() {
 #[test]
 fn static_build_live_snapshots_under_signals_parse_and_results_stay_correct() {
     let exe = common::compile_static("shim_trace", &[]);
-    let dir = common::scratch("static-signals");
-    let template = dir.join("live-%n.pickle");
-    let mut child = common::shim_cmd(&exe)
-        .args(["threads", "50000"])
-        .env("CUSHIM_SNAPSHOT", &template)
-        .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting the program");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
-    for _ in 0..20 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(child.wait().expect("waiting").success());
-    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("listing")
-        .map_while(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
-        .collect();
-    assert!(files.len() >= 2, "{files:?}");
-    for f in &files {
-        let v = common::load_snapshot_counts(f);
-        assert!(v["segments"].is_u64(), "{}", f.display());
-    }
+    common::signal_storm_keeps_results_and_snapshots(&exe, "static-signals", 100);
 }
 
 #[test]

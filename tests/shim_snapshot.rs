@@ -2,9 +2,6 @@
 //! repeated stacks, live dumps on a signal under load, safe file writing.
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-
 const HISTORY: &str = "enabled=all,context=all,stacks=native";
 
 fn trace_prog() -> std::path::PathBuf {
@@ -82,40 +79,7 @@ fn a_hundred_thousand_events_from_one_call_site_stay_under_10_mb() {
 
 #[test]
 fn a_hundred_signals_while_two_threads_allocate_leave_correct_results_and_parsable_snapshots() {
-    let dir = common::scratch("snap-signals");
-    let template = dir.join("live-%n.pickle");
-    let mut child = common::shim_cmd(&trace_prog())
-        .args(["threads", "50000"])
-        .env("CUSHIM_SNAPSHOT", &template)
-        .env("CUSHIM_HISTORY", format!("{HISTORY},max_entries=20000"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting the program");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
-    for _ in 0..100 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
-        std::thread::sleep(std::time::Duration::from_micros(500));
-    }
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().expect("waiting");
-    assert!(status.success(), "{status}");
-    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("listing")
-        .map_while(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
-        .collect();
-    assert!(
-        files.len() >= 2,
-        "at least one live dump and the exit dump: {files:?}"
-    );
-    for f in &files {
-        let v = common::load_snapshot_counts(f);
-        assert!(v["segments"].is_u64(), "{}", f.display());
-    }
+    common::signal_storm_keeps_results_and_snapshots(&trace_prog(), "snap-signals", 100);
 }
 
 #[test]

@@ -321,3 +321,47 @@ pub fn frames_have(frames: &serde_json::Value, c_file: &str, name: &str, line: u
         .as_array()
         .is_some_and(|fs| fs.iter().any(|f| is_frame(f, c_file, name, line)))
 }
+
+/// Issue 5's live-dump scenario for any build of `shim_trace.c`/`driver_trace.c`: run
+/// `exe threads 50000` (two threads allocating) with the shim and a `%n` snapshot template,
+/// wait for its "ready", send `signals` SIGUSR1 500 µs apart, and require correct results,
+/// at least one live dump besides the exit dump, and every snapshot loadable by Python.
+pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals: u32) {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch(name);
+    let mut child = shim_cmd(exe)
+        .args(["threads", "50000"])
+        .env("CUSHIM_SNAPSHOT", dir.join("live-%n.pickle"))
+        .env(
+            "CUSHIM_HISTORY",
+            "enabled=all,context=all,stacks=native,max_entries=20000",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the program");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("utf8"), "ready");
+    for _ in 0..signals {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("waiting");
+    assert!(status.success(), "{status}");
+    assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("listing")
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    assert!(
+        files.len() >= 2,
+        "at least one live dump and the exit dump: {files:?}"
+    );
+    for f in &files {
+        let v = load_snapshot_counts(f);
+        assert!(v["segments"].is_u64(), "{}", f.display());
+    }
+}
