@@ -5,6 +5,7 @@
 //! (`libcuda.so.1`, `libcuda.so`, `libcudart.so.12`, `libcudart.so`), all pointing at one
 //! `libsimcuda.so`, so whichever name a process loads it by, it gets one process state.
 
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -84,6 +85,20 @@ pub fn sim_layout(dir: &Path) -> io::Result<PathBuf> {
 /// Compile a C program against simcuda's headers, linked to `libcudart` from `libdir`
 /// (normally the sim layout), with debug info and frame pointers.
 pub fn compile_c(src: &Path, out: &Path, libdir: &Path, extra: &[&str]) -> io::Result<()> {
+    let mut link: Vec<OsString> = extra.iter().map(OsString::from).collect();
+    link.push("-lcudart".into());
+    compile_c_linked(src, out, libdir, &link)
+}
+
+/// Compile a C program against simcuda's headers with debug info and frame pointers,
+/// searching `libdir` for libraries; `link` (objects, archives, `-l` flags) follows the
+/// source, so a program can link a static runtime instead of `-lcudart`.
+pub fn compile_c_linked(
+    src: &Path,
+    out: &Path,
+    libdir: &Path,
+    link: &[OsString],
+) -> io::Result<()> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let output = Command::new(&cc)
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread"])
@@ -96,8 +111,7 @@ pub fn compile_c(src: &Path, out: &Path, libdir: &Path, extra: &[&str]) -> io::R
         .arg(out)
         .arg("-L")
         .arg(libdir)
-        .args(extra)
-        .arg("-lcudart")
+        .args(link)
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("running {cc}: {e}")))?;
     if !output.status.success() {

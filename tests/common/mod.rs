@@ -67,19 +67,36 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// `tests/c/<name>.c`.
+fn c_source(name: &str) -> PathBuf {
+    artifacts::source_root()
+        .join("tests")
+        .join("c")
+        .join(format!("{name}.c"))
+}
+
 /// Compile `tests/c/<name>.c` (once per test binary and name) linked to simcuda's
 /// `libcudart`, with `extra` compiler arguments; returns the executable.
 pub fn compile(name: &str, extra: &[&str]) -> PathBuf {
-    let src = artifacts::source_root()
-        .join("tests")
-        .join("c")
-        .join(format!("{name}.c"));
-    compile_src(&src, name, extra)
+    compile_src(&c_source(name), name, extra)
 }
 
 /// Compile any C source (see [`compile`]); the output is named `name` (plus a hash of
 /// `extra`) in the build directory's `test-bin`.
 pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    test_program(name, extra, |tmp| {
+        artifacts::compile_c(src, tmp, sim_lib_dir(), extra)
+    })
+}
+
+/// The executable `name` (tagged with a hash of `extra`) in `test-bin`, built by `build`
+/// into a temporary path on first use and renamed into place: two tests needing the same
+/// program at once never see a half-written executable.
+fn test_program(
+    name: &str,
+    extra: &[&str],
+    build: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> PathBuf {
     let tag: u64 = extra
         .iter()
         .flat_map(|s| s.bytes())
@@ -90,12 +107,10 @@ pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&bins).expect("creating test-bin");
     let out = bins.join(format!("{name}-{tag:x}-{}", std::process::id()));
     if !out.exists() {
-        // Compile under a unique name, then rename: two tests compiling the same program
-        // at once never see a half-written executable.
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = bins.join(format!(".{name}-{tag:x}-{}-{n}", std::process::id()));
-        artifacts::compile_c(src, &tmp, sim_lib_dir(), extra).expect("compiling a C test program");
+        build(&tmp).expect("compiling a C test program");
         std::fs::rename(&tmp, &out).expect("installing a compiled test program");
     }
     out
@@ -201,48 +216,12 @@ pub fn static_runtime() -> &'static Path {
 /// runtime (the `simcuda/static` stand-in) instead of `-lcudart`, with `extra` arguments
 /// after it (e.g. `-lcuda` for a program that also calls the driver). Returns the program.
 pub fn compile_static(name: &str, extra: &[&str]) -> PathBuf {
-    let src = artifacts::source_root()
-        .join("tests")
-        .join("c")
-        .join(format!("{name}.c"));
-    let tag: u64 = extra
-        .iter()
-        .flat_map(|s| s.bytes())
-        .fold(1469598103934665603u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(1099511628211)
-        });
-    let bins = build_dir().join("test-bin");
-    std::fs::create_dir_all(&bins).expect("creating test-bin");
-    let out = bins.join(format!("{name}-static-{tag:x}-{}", std::process::id()));
-    // One compile at a time, so a parallel test never runs a half-written program.
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !out.exists() {
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-        let res = Command::new(&cc)
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread"])
-            .arg("-I")
-            .arg(artifacts::simcuda_include_dir())
-            .arg("-I")
-            .arg(artifacts::shim_include_dir())
-            .arg(&src)
-            .arg(static_runtime())
-            .arg("-o")
-            .arg(&out)
-            .arg("-L")
-            .arg(sim_lib_dir())
-            .args(extra)
-            .arg("-ldl")
-            .output()
-            .expect("running cc");
-        assert!(
-            res.status.success(),
-            "cc failed on {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&res.stderr)
-        );
-    }
-    out
+    let mut link: Vec<std::ffi::OsString> = vec![static_runtime().into()];
+    link.extend(extra.iter().map(std::ffi::OsString::from));
+    link.push("-ldl".into());
+    test_program(&format!("{name}-static"), extra, |tmp| {
+        artifacts::compile_c_linked(&c_source(name), tmp, sim_lib_dir(), &link)
+    })
 }
 
 /// Load a snapshot with Python's standard library, as PyTorch's viewers do, as JSON data.
