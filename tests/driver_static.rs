@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::Path;
 
 const MIB: u64 = 1 << 20;
-const HISTORY: &str = "enabled=all,context=all,stacks=native";
 
 fn frag_prog() -> std::path::PathBuf {
     common::compile_static("shim_frag", &[])
@@ -156,71 +155,10 @@ fn static_build_pinned_blocks_are_reused_and_flags_kept_apart() {
 
 #[test]
 fn static_build_snapshot_frames_reach_the_programs_call_sites() {
+    // The shim's own frames are skipped at capture and the static runtime's (`cudaMalloc`
+    // of the stand-in, linked into the program) at dump time.
     let exe = common::compile_static("shim_trace", &[]);
-    for unwinder in ["dwarf", "fp"] {
-        let dir = common::scratch(&format!("static-snap-{unwinder}"));
-        let snap = dir.join("snap.pickle");
-        common::run_ok(
-            common::shim_cmd(&exe)
-                .arg("sites")
-                .env("CUSHIM_SNAPSHOT", &snap)
-                .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
-        );
-        let v = common::load_snapshot(&snap);
-        let weights = common::call_line("shim_trace.c", "load_weights", "cudaMalloc(");
-        let live = v["segments"].as_array().expect("segments").iter().any(|s| {
-            s["blocks"].as_array().is_some_and(|bs| {
-                bs.iter().any(|b| {
-                    b["state"] == "active_allocated"
-                        && common::frames_have(
-                            &b["frames"],
-                            "shim_trace.c",
-                            "load_weights",
-                            weights,
-                        )
-                })
-            })
-        });
-        assert!(
-            live,
-            "{unwinder}: no live block from load_weights:{weights}"
-        );
-        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
-        let act = common::call_line("shim_trace.c", "make_activation", "cudaMalloc(");
-        assert!(
-            traces.iter().any(|t| t["action"] == "alloc"
-                && common::frames_have(&t["frames"], "shim_trace.c", "make_activation", act)),
-            "{unwinder}: no alloc from make_activation:{act}"
-        );
-        // The shim's own frames are skipped at capture and the static runtime's
-        // (`cudaMalloc` of the stand-in, linked into the program) at dump time: the stack
-        // starts at the program's call site.
-        let frames = &traces
-            .iter()
-            .find(|t| t["action"] == "alloc")
-            .expect("an alloc")["frames"];
-        let first = &frames[0];
-        assert!(
-            !first["filename"]
-                .as_str()
-                .is_some_and(|f| f.ends_with("cudart_static.c")),
-            "{unwinder}: {first}"
-        );
-        assert!(
-            common::frames_have(
-                &serde_json::json!([first]),
-                "shim_trace.c",
-                "load_weights",
-                weights
-            ) || common::frames_have(
-                &serde_json::json!([first]),
-                "shim_trace.c",
-                "make_activation",
-                act
-            ),
-            "{unwinder}: the first frame is the program's call site: {first}"
-        );
-    }
+    common::snapshot_frames_start_at_the_programs_call_sites(&exe, "static-snap");
 }
 
 #[test]

@@ -10,53 +10,7 @@ fn trace_prog() -> std::path::PathBuf {
 
 #[test]
 fn snapshot_frames_name_the_programs_functions_files_and_lines() {
-    for unwinder in ["dwarf", "fp"] {
-        let dir = common::scratch(&format!("snap-sites-{unwinder}"));
-        let snap = dir.join("snap.pickle");
-        common::run_ok(
-            common::shim_cmd(&trace_prog())
-                .arg("sites")
-                .env("CUSHIM_SNAPSHOT", &snap)
-                .env("CUSHIM_HISTORY", format!("{HISTORY},unwinder={unwinder}")),
-        );
-        let v = common::load_snapshot(&snap);
-        let weights = common::call_line("shim_trace.c", "load_weights", "cudaMalloc(");
-        let seg_ok = v["segments"].as_array().expect("segments").iter().any(|s| {
-            s["blocks"].as_array().is_some_and(|bs| {
-                bs.iter().any(|b| {
-                    b["state"] == "active_allocated"
-                        && common::frames_have(
-                            &b["frames"],
-                            "shim_trace.c",
-                            "load_weights",
-                            weights,
-                        )
-                })
-            })
-        });
-        assert!(
-            seg_ok,
-            "{unwinder}: no live block carries load_weights at line {weights}"
-        );
-        let act = common::call_line("shim_trace.c", "make_activation", "cudaMalloc(");
-        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
-        assert!(
-            traces.iter().any(|t| t["action"] == "alloc"
-                && common::frames_have(&t["frames"], "shim_trace.c", "make_activation", act)),
-            "{unwinder}: no alloc event from make_activation:{act}"
-        );
-        let first = &traces
-            .iter()
-            .find(|t| t["action"] == "alloc")
-            .expect("an alloc")["frames"][0];
-        assert!(
-            !first["filename"]
-                .as_str()
-                .unwrap_or("")
-                .contains("shim/src"),
-            "{unwinder}: the first frame is the program's, not the shim's: {first}"
-        );
-    }
+    common::snapshot_frames_start_at_the_programs_call_sites(&trace_prog(), "snap-sites");
 }
 
 #[test]

@@ -380,3 +380,61 @@ pub fn stress_never_corrupts_and_stats_match_the_device(exe: &Path, ops: u32) {
         );
     }
 }
+
+/// Issue 5's frames check for any build of `shim_trace.c`: with each unwinder, the exit
+/// snapshot of `exe sites` has a live block carrying `load_weights` at its `cudaMalloc` line,
+/// an alloc event from `make_activation`, and every stack starts at the program's call site
+/// (neither the shim's frames nor a linked-in runtime's come first).
+pub fn snapshot_frames_start_at_the_programs_call_sites(exe: &Path, name: &str) {
+    const C: &str = "shim_trace.c";
+    let weights = call_line(C, "load_weights", "cudaMalloc(");
+    let act = call_line(C, "make_activation", "cudaMalloc(");
+    for unwinder in ["dwarf", "fp"] {
+        let dir = scratch(&format!("{name}-{unwinder}"));
+        let snap = dir.join("snap.pickle");
+        run_ok(
+            shim_cmd(exe)
+                .arg("sites")
+                .env("CUSHIM_SNAPSHOT", &snap)
+                .env(
+                    "CUSHIM_HISTORY",
+                    format!("enabled=all,context=all,stacks=native,unwinder={unwinder}"),
+                ),
+        );
+        let v = load_snapshot(&snap);
+        let live = v["segments"].as_array().expect("segments").iter().any(|s| {
+            s["blocks"].as_array().is_some_and(|bs| {
+                bs.iter().any(|b| {
+                    b["state"] == "active_allocated"
+                        && frames_have(&b["frames"], C, "load_weights", weights)
+                })
+            })
+        });
+        assert!(
+            live,
+            "{unwinder}: no live block carries load_weights at line {weights}"
+        );
+        let traces = v["device_traces"][0].as_array().expect("device_traces[0]");
+        assert!(
+            traces
+                .iter()
+                .any(|t| t["action"] == "alloc"
+                    && frames_have(&t["frames"], C, "make_activation", act)),
+            "{unwinder}: no alloc event from make_activation:{act}"
+        );
+        let first = &traces
+            .iter()
+            .find(|t| t["action"] == "alloc")
+            .expect("an alloc")["frames"][0];
+        let file = first["filename"].as_str().unwrap_or("");
+        assert!(
+            !file.contains("shim/src") && !file.ends_with("cudart_static.c"),
+            "{unwinder}: the first frame is the program's: {first}"
+        );
+        assert!(
+            is_frame(first, C, "load_weights", weights)
+                || is_frame(first, C, "make_activation", act),
+            "{unwinder}: the first frame is the program's call site: {first}"
+        );
+    }
+}
