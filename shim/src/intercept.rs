@@ -65,11 +65,17 @@ fn read_mode() -> u8 {
     })
 }
 
+#[inline]
 fn mode() -> u8 {
     let m = MODE.load(Ordering::Relaxed);
     if m != UNREAD {
         return m;
     }
+    mode_first()
+}
+
+#[cold]
+fn mode_first() -> u8 {
     let m = read_mode();
     // Two threads may race here; both read the same environment, so either store wins.
     MODE.store(m, Ordering::Relaxed);
@@ -77,6 +83,7 @@ fn mode() -> u8 {
 }
 
 /// Whether `layer` is intercepted in this process.
+#[inline]
 pub fn enabled(layer: Layer) -> bool {
     let bit = match layer {
         Layer::Runtime => RUNTIME,
@@ -119,6 +126,7 @@ pub fn inside() -> bool {
 
 /// The shim for a runtime export, or `None` when the call must pass through (runtime layer
 /// not intercepted, shim disabled or not initializable).
+#[inline]
 pub fn runtime_state() -> Option<&'static crate::state::Shim> {
     if !enabled(Layer::Runtime) {
         return None;

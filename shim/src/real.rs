@@ -68,12 +68,20 @@ real_runtime! {
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.
 /// Arguments are plain identifiers, so nothing but the call runs inside the unsafe block.
+///
+/// While the real function runs the thread is marked inside the shim (when the runtime
+/// layer is intercepted), so the driver hooks pass the real runtime's driver calls through:
+/// a program call is intercepted once. With `CUSHIM_INTERCEPT=driver` it is not marked, so
+/// the driver hooks see what the real runtime does.
 #[macro_export]
 macro_rules! call_real {
     ($name:ident($($a:ident),*)) => {
         match $crate::real::REAL.$name {
-            // SAFETY: forwarding the program's own arguments to the real function.
-            Some(f) => unsafe { f($($a),*) },
+            Some(f) => {
+                let _inside = $crate::intercept::Inside::enter_runtime();
+                // SAFETY: forwarding the program's own arguments to the real function.
+                unsafe { f($($a),*) }
+            }
             None => $crate::ffi::ERR_UNKNOWN,
         }
     };

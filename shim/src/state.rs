@@ -34,10 +34,17 @@ pub fn disabled_by_env() -> bool {
 }
 
 /// The shim, or `None` when calls must pass through to the real functions.
+#[inline]
 pub fn get() -> Option<&'static Shim> {
     if let Some(s) = STATE.get() {
         return s.as_ref();
     }
+    get_first()
+}
+
+/// [`get`] before the state is built: build it, unless this thread is building it.
+#[cold]
+fn get_first() -> Option<&'static Shim> {
     if INITIALIZING.with(|f| f.get()) {
         return None;
     }
@@ -56,6 +63,9 @@ fn init() -> Option<Shim> {
     if disabled_by_env() {
         return None;
     }
+    // The shim's own start-up (the real runtime's initialization below included) is never
+    // intercepted by the driver hooks when the runtime layer is.
+    let _inside = crate::intercept::Inside::enter_runtime();
     // Let the real runtime initialize itself (the context-init idiom), so its primary context
     // exists and is current before the shim uses the driver.
     let null = std::ptr::null_mut();

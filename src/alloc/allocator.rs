@@ -3,13 +3,15 @@
 //!
 //! Invariant: every call takes exactly one lock in the common case (the device named by the
 //! caller, or the hinted device for frees); a lock is never held while taking another,
-//! except `snapshot`/`empty_cache`, which take them one after the other.
+//! except `snapshot`/`empty_cache`, which take them one after the other. Whatever reads a
+//! device's blocks or statistics from here goes through [`settled`] (or a `DeviceState`
+//! method that settles), so it never sees a deferred merge (`deferred.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::caching::{Ctx, DeviceState};
 use super::host::HostCache;
@@ -37,6 +39,14 @@ pub struct CachingAllocator {
 }
 
 const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
+
+/// Lock a device's state with its deferred merge done, for anything that reads its blocks
+/// or statistics.
+fn settled(st: &Mutex<DeviceState>) -> MutexGuard<'_, DeviceState> {
+    let mut g = st.lock();
+    g.settle();
+    g
+}
 
 impl CachingAllocator {
     /// `make_sink(d)` gives the event sink of device `d`, and `make_sink(-1)` the pinned
@@ -189,13 +199,13 @@ impl CachingAllocator {
 
     pub fn mem_get_info(&self, dev: i32) -> DevResult<(u64, u64)> {
         let st = self.state(dev).ok_or(INVALID_DEVICE)?;
-        st.lock().mem_get_info(&self.ctx())
+        settled(st).mem_get_info(&self.ctx())
     }
 
     /// PyTorch-named statistics of device `dev` (empty for an unknown device).
     pub fn stats(&self, dev: i32) -> BTreeMap<String, i64> {
         self.state(dev)
-            .map(|st| st.lock().stats.to_map())
+            .map(|st| settled(st).stats.to_map())
             .unwrap_or_default()
     }
 
@@ -205,7 +215,7 @@ impl CachingAllocator {
 
     pub fn reset_peak_stats(&self) {
         for st in &self.states {
-            st.lock().stats.reset_peaks();
+            settled(st).stats.reset_peaks();
         }
         self.host.lock().reset_peaks();
     }
@@ -226,15 +236,32 @@ impl CachingAllocator {
     /// Segments of device `dev` (without recording a snapshot event).
     pub fn segments(&self, dev: i32) -> Vec<SegmentInfo> {
         self.state(dev)
-            .map(|st| st.lock().segments_info())
+            .map(|st| settled(st).segments_info())
             .unwrap_or_default()
     }
 
     /// Mapped expandable pages of device `dev` as (address, size).
     pub fn expandable_pages(&self, dev: i32) -> Vec<(DevPtr, u64)> {
         self.state(dev)
-            .map(|st| st.lock().expandable_pages())
+            .map(|st| settled(st).expandable_pages())
             .unwrap_or_default()
+    }
+
+    /// Mallocs of device `dev` answered from a deferred merge so far (`deferred.rs`).
+    pub fn deferred_hits(&self, dev: i32) -> u64 {
+        self.state(dev)
+            .map(|st| st.lock().deferred_hits)
+            .unwrap_or(0)
+    }
+
+    /// Make every free merge at once, as if deferral did not exist. Only for the test that
+    /// proves the two give the same results.
+    #[doc(hidden)]
+    pub fn merge_frees_at_once(&self) {
+        for st in &self.states {
+            let mut g = settled(st);
+            g.defer = false;
+        }
     }
 
     /// Events recorded for pending-free batches on device `dev` so far.
@@ -249,7 +276,7 @@ impl CachingAllocator {
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
         let mut out = Vec::with_capacity(self.states.len() + 1);
         for st in &self.states {
-            let mut g = st.lock();
+            let mut g = settled(st);
             g.record(Action::Snapshot, 0, 0, 0, 0);
             out.push(DeviceSnapshot {
                 device: g.dev,

@@ -3,8 +3,9 @@
 //!
 //! Invariant (maintained by every method, under the device's lock): every byte of every
 //! segment and reservation belongs to exactly one block of its chain; a block is in a pool
-//! iff it is `Free`; `live` holds exactly the `Allocated` and `Pending` blocks by address;
-//! the statistics equal what the blocks and segments say.
+//! iff it is `Free`, except the one block whose merge is deferred (`deferred.rs`); `live`
+//! holds exactly the `Allocated` and `Pending` blocks by address; once the deferred block
+//! is settled, the blocks, pools and statistics are exactly what the policy below gives.
 //!
 //! # The policy, in our words
 //!
@@ -61,12 +62,11 @@
 //! `set_per_process_memory_fraction`; here the fraction is a configuration key defaulting to
 //! 1.0, so the threshold alone enables it.
 
-use super::addr_hash::AddrMap;
-use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
 use super::block::{Arena, Block, BlockId, State};
 use super::expandable::Expandable;
+use super::live::LiveMap;
 use super::pending::Pending;
 use super::pool::Pool;
 use super::rounding::{is_small, round_size, segment_size, MIN_BLOCK, SMALL_SIZE};
@@ -103,12 +103,22 @@ pub struct DeviceState {
     pub(crate) blocks: Arena,
     pub(crate) small: Pool,
     pub(crate) large: Pool,
-    pub(crate) live: AddrMap<BlockId>,
+    pub(crate) live: LiveMap,
     pub(crate) segments: BTreeMap<DevPtr, Segment>,
     pub(crate) exp: Expandable,
     pub(crate) pending: Pending,
     pub(crate) stats: DeviceStats,
     pub(crate) sink: Box<dyn EventSink>,
+    /// `sink.enabled()`, read once (it is constant): the hot path tests a field, not a
+    /// virtual call.
+    history: bool,
+    /// A block the program freed whose merge and pool insertion wait (see `deferred.rs`).
+    pub(crate) deferred: Option<BlockId>,
+    /// Whether frees defer their merge (always, except in the test that proves deferring
+    /// changes nothing).
+    pub(crate) defer: bool,
+    /// Mallocs answered from the deferred block (for that test and the benchmarks).
+    pub(crate) deferred_hits: u64,
     scratch: Vec<BlockId>,
     total_memory: u64,
 }
@@ -128,12 +138,16 @@ impl DeviceState {
             blocks: Arena::default(),
             small: Pool::default(),
             large: Pool::default(),
-            live: AddrMap::default(),
+            live: LiveMap::default(),
             segments: BTreeMap::new(),
             exp: Expandable::new(conf.expandable_segments),
             pending: Pending::new(conf.free_sync),
             stats: DeviceStats::default(),
+            history: sink.enabled(),
             sink,
+            deferred: None,
+            defer: true,
+            deferred_hits: 0,
             scratch: Vec::new(),
             total_memory: 0,
         }
@@ -148,7 +162,7 @@ impl DeviceState {
         stream: Stream,
         stack: StackId,
     ) {
-        if self.sink.enabled() {
+        if self.history {
             self.sink.record(TraceEvent {
                 action,
                 device: self.dev,
@@ -221,6 +235,7 @@ impl DeviceState {
 
     // ----------------------------------------------------------------------------- malloc
 
+    #[inline]
     pub(crate) fn malloc(
         &mut self,
         ctx: &Ctx,
@@ -233,6 +248,26 @@ impl DeviceState {
         }
         let rounded = round_size(size, ctx.conf);
         let large = !is_small(rounded);
+        if self.deferred.is_some() && !self.pending.any() {
+            if let Some(ptr) = self.malloc_deferred(ctx, rounded, size, large, stream, stack) {
+                return Ok(ptr);
+            }
+        }
+        self.malloc_full(ctx, size, rounded, large, stream, stack)
+    }
+
+    /// The whole malloc sequence (kept out of line: the cached path above stays small).
+    #[inline(never)]
+    fn malloc_full(
+        &mut self,
+        ctx: &Ctx,
+        size: u64,
+        rounded: u64,
+        large: bool,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<DevPtr, AllocError> {
+        self.settle();
         self.complete_pending(ctx, false);
         let mut found = self.best_fit(ctx, stream, rounded, large);
         if found.is_none() && self.pending.has_unbatched() {
@@ -329,7 +364,7 @@ impl DeviceState {
             return Ok(id);
         }
         self.stats.num_ooms += 1;
-        if self.sink.enabled() {
+        if self.history {
             let device_free = ctx
                 .device
                 .mem_get_info(self.dev)
@@ -357,19 +392,11 @@ impl DeviceState {
         rounded: u64,
         large: bool,
     ) -> Option<BlockId> {
-        let max_split = ctx.conf.max_split_size;
         let pool = self.pool_mut(large);
         pool.lookups += 1;
         let (bsize, id) = pool.best_fit(stream, rounded)?;
-        if self.blocks[id].res.is_none() {
-            if rounded < max_split && bsize >= max_split {
-                return None;
-            }
-            if rounded >= max_split
-                && bsize >= rounded.saturating_add(ctx.conf.max_non_split_rounding_size)
-            {
-                return None;
-            }
+        if self.blocks[id].res.is_none() && oversize_refuses(ctx.conf, rounded, bsize) {
+            return None;
         }
         Some(id)
     }
@@ -380,21 +407,22 @@ impl DeviceState {
             let b = &self.blocks[id];
             (b.size, b.large, b.res.is_some())
         };
-        let remaining = bsize - rounded;
-        let split = if !large || expandable {
-            remaining >= MIN_BLOCK
-        } else {
-            rounded < ctx.conf.max_split_size && remaining > SMALL_SIZE
-        };
-        if split {
+        if splits(ctx.conf, large, expandable, rounded, bsize) {
             let tail = self.blocks.split(id, rounded);
             self.pool_insert(tail);
         }
+        self.hand_out(ctx, id, size, stack)
+    }
+
+    /// The second half of [`Self::take`]: block `id` (split as needed, in no pool) becomes
+    /// the program's allocation of `size` bytes.
+    #[inline]
+    pub(crate) fn hand_out(&mut self, ctx: &Ctx, id: BlockId, size: u64, stack: StackId) -> DevPtr {
         let b = &mut self.blocks[id];
         b.state = State::Allocated;
         b.requested = size;
         b.stack = stack;
-        let (addr, bsize, stream) = (b.addr, b.size, b.stream);
+        let (addr, bsize, stream, large) = (b.addr, b.size, b.stream, b.large);
         self.live.insert(addr, id);
         let s = &mut self.stats;
         s.allocation.add(large, 1);
@@ -476,19 +504,17 @@ impl DeviceState {
         async_stream: Option<Stream>,
         stack: StackId,
     ) -> Result<(), FreeError> {
-        // One hash lookup: the entry found here is also what an immediate free removes.
-        let entry = match self.live.entry(ptr) {
-            Entry::Occupied(e) => Some(e),
-            Entry::Vacant(_) => None,
-        };
-        let Some(entry) = entry else {
+        // A free is a point where the previous free's merge must have happened.
+        self.settle();
+        // One lookup: the entry found here is also what an immediate free removes.
+        let Some(entry) = self.live.entry(ptr) else {
             return Err(if self.contains(ptr) {
                 FreeError::InvalidValue
             } else {
                 FreeError::NotOurs
             });
         };
-        let id = *entry.get();
+        let id = entry.id();
         let (state, size, requested, large, stream, alloc_stack) = {
             let b = &self.blocks[id];
             (b.state, b.size, b.requested, b.large, b.stream, b.stack)
@@ -525,7 +551,13 @@ impl DeviceState {
             self.blocks[id].state = State::Pending;
             self.pending.push(id, async_stream);
         } else {
-            self.finish_free(id);
+            if self.defer {
+                self.retire(id);
+                // Merged and pooled by the next call that needs it (`deferred.rs`).
+                self.deferred = Some(id);
+            } else {
+                self.finish_free(id);
+            }
         }
         Ok(())
     }
@@ -533,12 +565,19 @@ impl DeviceState {
     /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.
     pub(crate) fn complete_free(&mut self, id: BlockId) {
         let addr = self.blocks[id].addr;
-        self.live.remove(&addr);
+        self.live.remove(addr);
         self.finish_free(id);
     }
 
     /// [`Self::complete_free`] for a block already taken out of `live`.
     fn finish_free(&mut self, id: BlockId) {
+        self.retire(id);
+        self.merge_and_pool(id);
+    }
+
+    /// A freed block stops being active: stats, `free_completed`, state `Free` (not yet
+    /// merged or in a pool).
+    fn retire(&mut self, id: BlockId) {
         let (addr, size, requested, large, stream, stack) = {
             let b = &self.blocks[id];
             (b.addr, b.size, b.requested, b.large, b.stream, b.stack)
@@ -551,7 +590,6 @@ impl DeviceState {
         let b = &mut self.blocks[id];
         b.state = State::Free;
         b.requested = 0;
-        self.merge_and_pool(id);
     }
 
     /// Merge a `Free` block (not in a pool) with free neighbours and put it in its pool.
@@ -624,5 +662,33 @@ impl DeviceState {
         } else {
             Ok((free, total))
         }
+    }
+}
+
+/// Whether best fit refuses a cached ordinary block of `bsize` bytes for a request of
+/// `rounded` bytes: a request below `max_split_size` never takes an oversize block, and an
+/// oversize request only one that wastes less than `max_non_split_rounding_size`.
+pub(crate) fn oversize_refuses(conf: &AllocConf, rounded: u64, bsize: u64) -> bool {
+    let max_split = conf.max_split_size;
+    if rounded < max_split {
+        bsize >= max_split
+    } else {
+        bsize >= rounded.saturating_add(conf.max_non_split_rounding_size)
+    }
+}
+
+/// Whether taking `rounded` bytes of a block of `bsize` bytes splits off the tail.
+pub(crate) fn splits(
+    conf: &AllocConf,
+    large: bool,
+    expandable: bool,
+    rounded: u64,
+    bsize: u64,
+) -> bool {
+    let remaining = bsize - rounded;
+    if !large || expandable {
+        remaining >= MIN_BLOCK
+    } else {
+        rounded < conf.max_split_size && remaining > SMALL_SIZE
     }
 }

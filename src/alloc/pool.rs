@@ -121,6 +121,34 @@ impl Pool {
         (s == stream).then_some((sz, id))
     }
 
+    /// Whether [`Self::best_fit`]`(stream, size)` would answer the block keyed
+    /// `(stream, cand_size, cand_addr)` if that key were inserted (it is not in the pool)
+    /// and the entry keyed `(stream, gone_size, gone_addr)` removed, when `gone` is given.
+    /// Lets the deferred merge ask what the merged pool would answer without building it.
+    pub fn would_pick(
+        &self,
+        stream: Stream,
+        size: u64,
+        (cand_size, cand_addr): (u64, DevPtr),
+        gone: Option<(u64, DevPtr)>,
+    ) -> bool {
+        let gone = gone.map(|(sz, a)| (stream, sz, a));
+        let first = match &self.store {
+            Store::Vec(v) => v[lower_bound(v, &(stream, size, 0))..]
+                .iter()
+                .map(|(k, _)| *k)
+                .find(|k| Some(*k) != gone),
+            Store::Tree(t) => t
+                .range((stream, size, 0)..)
+                .map(|(k, _)| *k)
+                .find(|k| Some(*k) != gone),
+        };
+        match first {
+            None => true,
+            Some((s, sz, a)) => s != stream || (sz, a) > (cand_size, cand_addr),
+        }
+    }
+
     /// The largest blocks of `stream`, largest first.
     pub fn largest_first(&self, stream: Stream) -> impl Iterator<Item = (u64, BlockId)> + '_ {
         let (vec_part, tree_part) = match &self.store {
@@ -187,6 +215,45 @@ mod tests {
         assert_eq!(p.best_fit(7, 2048), None);
         assert_eq!(p.best_fit(3, 1), None);
         assert_eq!(p.largest_first(0).next(), Some((4096, 1)));
+    }
+
+    /// `would_pick` answers what `best_fit` answers on the pool with the candidate
+    /// inserted and the gone entry removed, on random pools in both stores.
+    #[test]
+    fn would_pick_agrees_with_best_fit_on_the_modified_pool() {
+        let mut rng = fastrand::Rng::with_seed(9);
+        for round in 0..400 {
+            let mut p = Pool::default();
+            let n = if round % 2 == 0 { 6 } else { 80 };
+            let mut keys = Vec::new();
+            for i in 0..n {
+                let k = (rng.u64(0..2), rng.u64(1..8) * 512, i * 4096 + 512);
+                p.insert(k.0, k.1, k.2, i as BlockId);
+                keys.push(k);
+            }
+            let stream = rng.u64(0..2);
+            let size = rng.u64(1..8) * 512;
+            // The deferred merge only asks about candidates big enough for the request.
+            let cand = (size + rng.u64(0..6) * 512, rng.u64(0..n + 1) * 4096 + 1024);
+            let gone = keys
+                .iter()
+                .filter(|k| k.0 == stream)
+                .nth(rng.usize(0..3))
+                .map(|k| (k.1, k.2));
+            let mut q = Pool::default();
+            for (i, k) in keys.iter().enumerate() {
+                if Some((k.1, k.2)) != gone || k.0 != stream {
+                    q.insert(k.0, k.1, k.2, i as BlockId);
+                }
+            }
+            q.insert(stream, cand.0, cand.1, BlockId::MAX);
+            let want = q.best_fit(stream, size).map(|(_, id)| id) == Some(BlockId::MAX);
+            assert_eq!(
+                p.would_pick(stream, size, cand, gone),
+                want,
+                "round {round}"
+            );
+        }
     }
 
     /// The vector and the tree store give the same answers as a plain ordered map, across

@@ -83,6 +83,7 @@ impl DeviceState {
 
     /// Step (8) and `empty_cache`: release every whole free segment and free page.
     pub(crate) fn release_cached(&mut self, ctx: &Ctx) {
+        self.settle();
         self.complete_pending(ctx, true);
         for large in [false, true] {
             for id in self.whole_free_segments(large) {
@@ -141,9 +142,10 @@ impl DeviceState {
 
     /// Forget every block (device reset): complete frees, release everything we can.
     pub(crate) fn reset(&mut self, ctx: &Ctx) {
+        self.settle();
         let _ = ctx.device.synchronize_device(self.dev);
         self.drain_pending(ctx);
-        let live: Vec<BlockId> = self.live.values().copied().collect();
+        let live: Vec<BlockId> = self.live.ids().collect();
         for id in live {
             let (addr, size, large, stream) = {
                 let b = &self.blocks[id];

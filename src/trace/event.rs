@@ -96,6 +96,7 @@ pub fn now_us() -> i64 {
 /// `record` runs under that lock and must not allocate after warm-up or take another lock.
 pub trait EventSink: Send {
     /// Whether any event is recorded at all (lets the allocator skip taking timestamps).
+    /// Constant for the sink's life: the allocator reads it once, when it takes the sink.
     fn enabled(&self) -> bool;
     /// Record one event (the sink applies its own filters, such as `skip_actions`).
     fn record(&mut self, ev: TraceEvent);
