@@ -77,6 +77,7 @@ impl CachingAllocator {
         self.states.len()
     }
 
+    #[inline]
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             device: &*self.device,
@@ -85,11 +86,13 @@ impl CachingAllocator {
         }
     }
 
+    #[inline]
     fn state(&self, dev: i32) -> Option<&Mutex<DeviceState>> {
         usize::try_from(dev).ok().and_then(|d| self.states.get(d))
     }
 
     /// `cudaMalloc` (stream 0) and friends. Size 0 gives a null pointer.
+    #[inline]
     pub fn malloc(
         &self,
         dev: i32,
@@ -115,6 +118,7 @@ impl CachingAllocator {
         self.malloc(dev, size, stream, stack)
     }
 
+    #[inline]
     fn free_inner(
         &self,
         ptr: DevPtr,
@@ -142,6 +146,7 @@ impl CachingAllocator {
     }
 
     /// `cudaFree`: `NotOurs` means the pointer should go to the real free.
+    #[inline]
     pub fn free(&self, ptr: DevPtr, hint_dev: i32, stack: StackId) -> Result<(), FreeError> {
         self.free_inner(ptr, None, hint_dev, stack)
     }

@@ -416,7 +416,7 @@ impl DeviceState {
 
     /// The second half of [`Self::take`]: block `id` (split as needed, in no pool) becomes
     /// the program's allocation of `size` bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hand_out(&mut self, ctx: &Ctx, id: BlockId, size: u64, stack: StackId) -> DevPtr {
         let b = &mut self.blocks[id];
         b.state = State::Allocated;
@@ -497,6 +497,7 @@ impl DeviceState {
     }
 
     /// The program frees `ptr`. `async_stream` is the stream of `cudaFreeAsync`.
+    #[inline]
     pub(crate) fn free(
         &mut self,
         ctx: &Ctx,
@@ -577,6 +578,7 @@ impl DeviceState {
 
     /// A freed block stops being active: stats, `free_completed`, state `Free` (not yet
     /// merged or in a pool).
+    #[inline(always)]
     fn retire(&mut self, id: BlockId) {
         let (addr, size, requested, large, stream, stack) = {
             let b = &self.blocks[id];

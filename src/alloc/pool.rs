@@ -125,6 +125,7 @@ impl Pool {
     /// `(stream, cand_size, cand_addr)` if that key were inserted (it is not in the pool)
     /// and the entry keyed `(stream, gone_size, gone_addr)` removed, when `gone` is given.
     /// Lets the deferred merge ask what the merged pool would answer without building it.
+    #[inline]
     pub fn would_pick(
         &self,
         stream: Stream,
@@ -133,15 +134,19 @@ impl Pool {
         gone: Option<(u64, DevPtr)>,
     ) -> bool {
         let gone = gone.map(|(sz, a)| (stream, sz, a));
+        // Keys are unique, so the gone entry is skipped at most once.
+        fn first_but(mut keys: impl Iterator<Item = Key>, gone: Option<Key>) -> Option<Key> {
+            match keys.next() {
+                Some(k) if Some(k) == gone => keys.next(),
+                other => other,
+            }
+        }
         let first = match &self.store {
-            Store::Vec(v) => v[lower_bound(v, &(stream, size, 0))..]
-                .iter()
-                .map(|(k, _)| *k)
-                .find(|k| Some(*k) != gone),
-            Store::Tree(t) => t
-                .range((stream, size, 0)..)
-                .map(|(k, _)| *k)
-                .find(|k| Some(*k) != gone),
+            Store::Vec(v) => first_but(
+                v[lower_bound(v, &(stream, size, 0))..].iter().map(|(k, _)| *k),
+                gone,
+            ),
+            Store::Tree(t) => first_but(t.range((stream, size, 0)..).map(|(k, _)| *k), gone),
         };
         match first {
             None => true,

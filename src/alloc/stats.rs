@@ -27,7 +27,7 @@ impl Stat {
     }
 
     /// `update(amount)` for an amount known to be >= 0, without the sign test.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, amount: i64) {
         debug_assert!(amount >= 0);
         self.current += amount;
@@ -36,7 +36,7 @@ impl Stat {
     }
 
     /// `update(-amount)` for an amount known to be >= 0: a decrease never raises the peak.
-    #[inline]
+    #[inline(always)]
     pub fn sub(&mut self, amount: i64) {
         debug_assert!(amount >= 0);
         self.current -= amount;
@@ -74,7 +74,7 @@ impl StatArray {
     }
 
     /// `update(large, amount)` for `amount >= 0`.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, large: bool, amount: i64) {
         self.all.add(amount);
         if large {
@@ -85,7 +85,7 @@ impl StatArray {
     }
 
     /// `update(large, -amount)` for `amount >= 0`.
-    #[inline]
+    #[inline(always)]
     pub fn sub(&mut self, large: bool, amount: i64) {
         self.all.sub(amount);
         if large {
