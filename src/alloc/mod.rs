@@ -7,6 +7,7 @@ mod addr_hash;
 mod allocator;
 pub mod block;
 pub mod caching;
+pub mod devlock;
 pub mod expandable;
 pub mod fake_device;
 pub mod host;
