@@ -545,6 +545,87 @@ mod tests {
         }
     }
 
+    /// Spins briefly, then yields (so that a descheduled peer is not starved on 2 cores),
+    /// until `counter` reaches `target`; false after 10 s.
+    fn wait_for(counter: &AtomicU64, target: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut spins = 0u32;
+        while counter.load(Ordering::Acquire) < target {
+            spins += 1;
+            if spins < 1_000 {
+                std::hint::spin_loop();
+            } else if Instant::now() < deadline {
+                thread::yield_now();
+            } else {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Each round, the main thread holds the lock until the other thread is about to call
+    /// `lock`, releases at a random moment around the one at which that thread gives up
+    /// spinning and registers to sleep, then leaves the lock alone until that thread reports it
+    /// got in: a single lost wakeup is a hang here (nobody else unlocks to heal it), which the
+    /// deadline turns into a failure.
+    #[test]
+    fn no_lost_wakeup_when_the_release_races_the_sleeper_registration() {
+        const ROUNDS: u64 = 20_000;
+        for heavy in modes() {
+            let lock = Arc::new(DevLock::new_with_mode(Counter(0), heavy));
+            let arrived = Arc::new(AtomicU64::new(0));
+            let done = Arc::new(AtomicU64::new(0));
+            let waiter = {
+                let (lock, arrived, done) =
+                    (Arc::clone(&lock), Arc::clone(&arrived), Arc::clone(&done));
+                thread::spawn(move || {
+                    for round in 1..=ROUNDS {
+                        // The main thread takes the lock for this round once `done` says the
+                        // previous one is over; wait for that before arriving.
+                        while lock.try_lock().is_some() {
+                            thread::yield_now();
+                        }
+                        arrived.store(round, Ordering::Release);
+                        lock.lock().0 += 1;
+                        done.store(round, Ordering::Release);
+                    }
+                })
+            };
+            let mut rng: u64 = 0x2545_F491_4F6C_DD1D;
+            for round in 1..=ROUNDS {
+                let mut g = lock.lock();
+                g.0 += 1;
+                assert!(
+                    wait_for(&arrived, round),
+                    "round {round}: waiter never arrived"
+                );
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Around the waiter's spin budget (SPIN_LIMIT spin_loops), sometimes longer.
+                for _ in 0..(rng % (4 * u64::from(SPIN_LIMIT))) {
+                    std::hint::spin_loop();
+                }
+                drop(g);
+                assert!(
+                    wait_for(&done, round),
+                    "round {round}: waiter never woke (heavy_barrier = {})",
+                    lock.heavy_barrier
+                );
+            }
+            waiter.join().expect("waiter panicked");
+            assert_eq!(lock.lock().0, 2 * ROUNDS);
+            let registrations = lock.stats.registrations.load(Ordering::Relaxed);
+            eprintln!(
+                "release-vs-registration race (heavy_barrier = {}): {registrations} \
+                 registrations, {} futex waits in {ROUNDS} rounds",
+                lock.heavy_barrier,
+                lock.stats.futex_waits.load(Ordering::Relaxed),
+            );
+            assert!(registrations > 0, "the race was never exercised");
+        }
+    }
+
     #[test]
     fn new_picks_heavy_barrier_mode_exactly_when_the_membarrier_probe_succeeds() {
         let supported = sys::membarrier_available();
