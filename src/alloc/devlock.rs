@@ -345,12 +345,18 @@ mod sys {
 
     /// Whether `MEMBARRIER_CMD_PRIVATE_EXPEDITED` is supported, registered for this process and
     /// works; probed on first use (a racing second probe is harmless: registering is idempotent).
+    #[inline]
     pub(super) fn membarrier_available() -> bool {
         match MEMBARRIER.load(Ordering::Acquire) {
-            AVAILABLE => return true,
-            UNAVAILABLE => return false,
-            _ => {}
+            AVAILABLE => true,
+            UNAVAILABLE => false,
+            _ => probe(),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn probe() -> bool {
         let supported = membarrier(MEMBARRIER_CMD_QUERY);
         let ok = supported >= 0
             && supported & libc::c_long::from(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
