@@ -8,6 +8,7 @@ mod allocator;
 pub mod block;
 pub mod caching;
 mod deferred;
+pub mod devlock;
 pub mod expandable;
 pub mod fake_device;
 pub mod host;
