@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
 
 use super::caching::{Ctx, DeviceState};
+use super::devlock::{DevLock, DevLockGuard};
 use super::host::HostCache;
 use super::info::SegmentInfo;
 use super::{AllocError, FreeError};
@@ -33,8 +33,8 @@ pub struct DeviceSnapshot {
 pub struct CachingAllocator {
     device: Arc<dyn Device>,
     conf: AllocConf,
-    states: Vec<Mutex<DeviceState>>,
-    host: Mutex<HostCache>,
+    states: Vec<DevLock<DeviceState>>,
+    host: DevLock<HostCache>,
     streams_seen: AtomicBool,
 }
 
@@ -42,7 +42,7 @@ const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
 
 /// Lock a device's state with its deferred merge done, for anything that reads its blocks
 /// or statistics.
-fn settled(st: &Mutex<DeviceState>) -> MutexGuard<'_, DeviceState> {
+fn settled(st: &DevLock<DeviceState>) -> DevLockGuard<'_, DeviceState> {
     let mut g = st.lock();
     g.settle();
     g
@@ -58,11 +58,11 @@ impl CachingAllocator {
     ) -> Self {
         let n = device.device_count().max(1);
         let states = (0..n as i32)
-            .map(|d| Mutex::new(DeviceState::new(d, &conf, make_sink(d))))
+            .map(|d| DevLock::new(DeviceState::new(d, &conf, make_sink(d))))
             .collect();
         CachingAllocator {
             device,
-            host: Mutex::new(HostCache::new(make_sink(-1))),
+            host: DevLock::new(HostCache::new(make_sink(-1))),
             conf,
             states,
             streams_seen: AtomicBool::new(false),
@@ -87,7 +87,7 @@ impl CachingAllocator {
     }
 
     #[inline]
-    fn state(&self, dev: i32) -> Option<&Mutex<DeviceState>> {
+    fn state(&self, dev: i32) -> Option<&DevLock<DeviceState>> {
         usize::try_from(dev).ok().and_then(|d| self.states.get(d))
     }
 
