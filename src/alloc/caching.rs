@@ -154,6 +154,7 @@ impl DeviceState {
     }
 
     /// Record one event when history is on.
+    #[inline(always)]
     pub(crate) fn record(
         &mut self,
         action: Action,
@@ -163,17 +164,22 @@ impl DeviceState {
         stack: StackId,
     ) {
         if self.history {
-            self.sink.record(TraceEvent {
-                action,
-                device: self.dev,
-                addr,
-                size,
-                stream,
-                time_us: now_us(),
-                stack,
-                device_free: 0,
-            });
+            self.record_now(action, addr, size, stream, stack);
         }
+    }
+
+    #[inline(never)]
+    fn record_now(&mut self, action: Action, addr: u64, size: u64, stream: Stream, stack: StackId) {
+        self.sink.record(TraceEvent {
+            action,
+            device: self.dev,
+            addr,
+            size,
+            stream,
+            time_us: now_us(),
+            stack,
+            device_free: 0,
+        });
     }
 
     pub(crate) fn pool_mut(&mut self, large: bool) -> &mut Pool {

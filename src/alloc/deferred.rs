@@ -94,24 +94,32 @@ impl DeviceState {
         let merged_is_split =
             prev.is_some() || tail.map_or(next, |t| self.blocks[t].next).is_some();
         let s = &mut self.stats;
-        if let Some(t) = tail {
-            // The free's merge: T leaves its pool, M enters it.
-            if self.blocks[t].counted_split {
+        let tail_counted = tail.is_some_and(|t| self.blocks[t].counted_split);
+        if tail_counted && !merged_is_split {
+            // T left its pool and came back as the split's tail; M was never counted.
+            s.inactive_split.sub_then_add(large, 1);
+            s.inactive_split_bytes.sub_then_add(large, tail_size as i64);
+        } else {
+            // The same moves one by one, in order (M's passage can raise the peak).
+            if tail_counted {
+                // The free's merge: T leaves its pool, M enters it.
                 s.inactive_split.sub(large, 1);
                 s.inactive_split_bytes.sub(large, tail_size as i64);
             }
-        }
-        if merged_is_split {
-            // M entered its pool (counted) and leaves it for this malloc.
-            s.inactive_split.add(large, 1);
-            s.inactive_split_bytes.add(large, merged as i64);
-            s.inactive_split.sub(large, 1);
-            s.inactive_split_bytes.sub(large, merged as i64);
+            if merged_is_split {
+                // M entered its pool (counted) and leaves it for this malloc.
+                s.inactive_split.add(large, 1);
+                s.inactive_split_bytes.add(large, merged as i64);
+                s.inactive_split.sub(large, 1);
+                s.inactive_split_bytes.sub(large, merged as i64);
+            }
+            if tail.is_some() {
+                // The split's new tail enters the pool: T again, as a fresh block.
+                s.inactive_split.add(large, 1);
+                s.inactive_split_bytes.add(large, tail_size as i64);
+            }
         }
         if let Some(t) = tail {
-            // The split's new tail enters the pool: T again, as a fresh block.
-            s.inactive_split.add(large, 1);
-            s.inactive_split_bytes.add(large, tail_size as i64);
             let tb = &mut self.blocks[t];
             tb.gc_base = lookups;
             tb.counted_split = true;

@@ -30,6 +30,7 @@ pub enum LiveEntry<'a> {
 }
 
 impl LiveEntry<'_> {
+    #[inline]
     pub fn id(&self) -> BlockId {
         match self {
             LiveEntry::Front(_, id) => *id,
@@ -37,6 +38,7 @@ impl LiveEntry<'_> {
         }
     }
 
+    #[inline]
     pub fn remove(self) {
         match self {
             LiveEntry::Front(slot, _) => *slot = None,
@@ -69,6 +71,7 @@ impl LiveMap {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, addr: DevPtr) -> Option<BlockId> {
         match self.front {
             Some((a, id)) if a == addr => {

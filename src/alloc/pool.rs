@@ -48,6 +48,7 @@ pub struct Pool {
 }
 
 /// Index of the first vector entry whose key is not below `key`.
+#[inline]
 fn lower_bound(v: &[(Key, BlockId)], key: &Key) -> usize {
     v.partition_point(|(k, _)| k < key)
 }

@@ -19,6 +19,7 @@ pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 pub const ROUND_LARGE: u64 = 2 << 20;
 
 /// Round `n` up to a multiple of `unit` (saturating).
+#[inline]
 pub fn round_up(n: u64, unit: u64) -> u64 {
     n.div_ceil(unit).saturating_mul(unit)
 }
@@ -43,6 +44,7 @@ fn next_division(size: u64, divisions: u64) -> u64 {
 }
 
 /// The block size the allocator hands out for a request of `size` bytes.
+#[inline]
 pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
     if size < MIN_BLOCK {
         return MIN_BLOCK;
@@ -57,6 +59,7 @@ pub fn round_size(size: u64, conf: &AllocConf) -> u64 {
 }
 
 /// Whether a rounded size is served from the small pool.
+#[inline]
 pub fn is_small(rounded: u64) -> bool {
     rounded <= SMALL_SIZE
 }

@@ -73,26 +73,40 @@ impl StatArray {
         }
     }
 
+    /// The pool's own counter (selected without a branch on the hot path).
+    #[inline(always)]
+    fn pool(&mut self, large: bool) -> &mut Stat {
+        if large {
+            &mut self.large
+        } else {
+            &mut self.small
+        }
+    }
+
     /// `update(large, amount)` for `amount >= 0`.
     #[inline(always)]
     pub fn add(&mut self, large: bool, amount: i64) {
         self.all.add(amount);
-        if large {
-            self.large.add(amount);
-        } else {
-            self.small.add(amount);
-        }
+        self.pool(large).add(amount);
     }
 
     /// `update(large, -amount)` for `amount >= 0`.
     #[inline(always)]
     pub fn sub(&mut self, large: bool, amount: i64) {
         self.all.sub(amount);
-        if large {
-            self.large.sub(amount);
-        } else {
-            self.small.sub(amount);
-        }
+        self.pool(large).sub(amount);
+    }
+
+    /// `sub(large, amount)` then `add(large, amount)`, for `amount >= 0`: only the sums move
+    /// (the current value comes back to where it was, which never exceeds the peak).
+    #[inline(always)]
+    pub fn sub_then_add(&mut self, large: bool, amount: i64) {
+        debug_assert!(amount >= 0);
+        self.all.allocated += amount;
+        self.all.freed += amount;
+        let p = self.pool(large);
+        p.allocated += amount;
+        p.freed += amount;
     }
 
     fn reset_peak(&mut self) {

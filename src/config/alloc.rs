@@ -296,6 +296,7 @@ impl AllocConf {
     }
 
     /// Divisions for a request of `size` bytes (0 or 1 = plain 512-byte rounding).
+    #[inline]
     pub fn divisions_for(&self, size: u64) -> u64 {
         let log = 63 - size.max(1).leading_zeros() as usize;
         let index = log.saturating_sub(20).min(ROUNDUP_INTERVALS - 1);
