@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-
 use super::caching::{Ctx, DeviceState};
 use super::devlock::{DevLock, DevLockGuard};
 use super::host::HostCache;
@@ -133,11 +132,24 @@ impl CachingAllocator {
                 other => return other,
             }
         }
+        self.free_elsewhere(&ctx, ptr, stream, hint_dev, stack)
+    }
+
+    /// [`Self::free_inner`] on every device but the hinted one (out of line: rare).
+    #[inline(never)]
+    fn free_elsewhere(
+        &self,
+        ctx: &Ctx,
+        ptr: DevPtr,
+        stream: Option<Stream>,
+        hint_dev: i32,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
         for (d, st) in self.states.iter().enumerate() {
             if d as i32 == hint_dev {
                 continue;
             }
-            match st.lock().free(&ctx, ptr, stream, stack) {
+            match st.lock().free(ctx, ptr, stream, stack) {
                 Err(FreeError::NotOurs) => {}
                 other => return other,
             }

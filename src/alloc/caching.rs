@@ -503,7 +503,7 @@ impl DeviceState {
     }
 
     /// The program frees `ptr`. `async_stream` is the stream of `cudaFreeAsync`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free(
         &mut self,
         ctx: &Ctx,
@@ -515,11 +515,7 @@ impl DeviceState {
         self.settle();
         // One lookup: the entry found here is also what an immediate free removes.
         let Some(entry) = self.live.entry(ptr) else {
-            return Err(if self.contains(ptr) {
-                FreeError::InvalidValue
-            } else {
-                FreeError::NotOurs
-            });
+            return Err(self.refused_free(ptr));
         };
         let id = entry.id();
         let (state, size, requested, large, stream, alloc_stack) = {
@@ -555,18 +551,33 @@ impl DeviceState {
         };
         self.record(Action::FreeRequested, ptr, requested, stream, stack);
         if wait {
-            self.blocks[id].state = State::Pending;
-            self.pending.push(id, async_stream);
+            self.free_pending(id, async_stream);
+        } else if self.defer {
+            self.retire(id);
+            // Merged and pooled by the next call that needs it (`deferred.rs`).
+            self.deferred = Some(id);
         } else {
-            if self.defer {
-                self.retire(id);
-                // Merged and pooled by the next call that needs it (`deferred.rs`).
-                self.deferred = Some(id);
-            } else {
-                self.finish_free(id);
-            }
+            self.finish_free(id);
         }
         Ok(())
+    }
+
+    /// Why a pointer that is not a live block start is refused.
+    #[cold]
+    #[inline(never)]
+    fn refused_free(&self, ptr: DevPtr) -> FreeError {
+        if self.contains(ptr) {
+            FreeError::InvalidValue
+        } else {
+            FreeError::NotOurs
+        }
+    }
+
+    /// A freed block that queued work may still use waits for its stream(s).
+    #[inline(never)]
+    fn free_pending(&mut self, id: BlockId, async_stream: Option<Stream>) {
+        self.blocks[id].state = State::Pending;
+        self.pending.push(id, async_stream);
     }
 
     /// A freed block becomes reusable: stats, `free_completed`, merge, back to its pool.

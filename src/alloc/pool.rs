@@ -144,7 +144,9 @@ impl Pool {
         }
         let first = match &self.store {
             Store::Vec(v) => first_but(
-                v[lower_bound(v, &(stream, size, 0))..].iter().map(|(k, _)| *k),
+                v[lower_bound(v, &(stream, size, 0))..]
+                    .iter()
+                    .map(|(k, _)| *k),
                 gone,
             ),
             Store::Tree(t) => first_but(t.range((stream, size, 0)..).map(|(k, _)| *k), gone),
