@@ -176,6 +176,12 @@
 //!
 //! `try_lock` (only `Debug` uses it) follows the same paths without waiting: a lock biased to
 //! another thread reports itself as held.
+//!
+//! Where this differs from a plain mutex: the owner counts as "inside" from `A`, two
+//! instructions before it is really in. So a signal handler (or, after `fork`, the child) that
+//! locks while the owner thread was between `A` and `B` waits as if the owner held the lock;
+//! neither is supported for a plain mutex held at that moment either, and the allocator is not
+//! async-signal-safe anyway.
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -411,7 +417,7 @@ impl<T> DevLock<T> {
                 }
                 return;
             }
-            round += 1;
+            round = round.saturating_add(1);
             if round <= SPIN_LIMIT {
                 std::hint::spin_loop();
             } else if round <= SPIN_LIMIT + 20 {
