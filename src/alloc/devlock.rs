@@ -98,6 +98,90 @@
 //!
 //! Poisoning: none (as in `parking_lot`); a panic while holding the guard releases the lock when
 //! the guard is dropped during unwinding.
+//!
+//! # Biased mode: no atomic RMW at all for the thread that uses the lock
+//!
+//! Most CUDA programs call the allocator from one thread. In heavy-barrier mode a lock is
+//! therefore *biased* to the first thread that takes it (HotSpot's biased locking), and that
+//! thread then enters and leaves with plain loads and stores; another thread that wants the
+//! lock *revokes* the bias once, paying a `membarrier`, and from then on the lock is the plain
+//! `word` protocol above for everybody, the former owner included (bias once, revoke once, no
+//! re-biasing).
+//!
+//! `bias`: 0 unbiased (nobody has locked yet), `T` biased to the thread whose token is `T`, or
+//! `NO_BIAS` (never biased, or revocation complete: use `word`). It only moves
+//! `0 -> T -> NO_BIAS` (a CAS from 0, then stores of `NO_BIAS`), so `T` is fixed for the lock's
+//! life. `owner_in`: 1 while the owner is inside (or entering) through the biased path; only the
+//! owner writes it. `revoked`: 0, then 1 forever once somebody asked for revocation.
+//!
+//! The token is the thread pointer (`%fs:0`, which the x86-64 psABI requires to hold the TCB's
+//! own address; `pthread_self()` elsewhere): non-zero, never `NO_BIAS`, distinct between live
+//! threads, one `mov`, unlike a `thread_local!` in a cdylib (`__tls_get_addr`).
+//!
+//! * owner enter (`bias == me`): `Z: owner_in.load(Relaxed) == 0` (else: the owner is already
+//!   inside, see below: take the contended path), `A: owner_in.store(1, Relaxed)`; compiler
+//!   fence; `B: revoked.load(Relaxed)`; 0: inside. 1: `owner_in.store(0, Release)`,
+//!   `bias.store(NO_BIAS, Release)` (the owner completes the revocation itself) and use `word`.
+//! * owner leave: `U: owner_in.store(0, Release)`. No wake-up: the revoker polls.
+//! * first locker (`bias == 0`): `bias.cas(0 -> me)`, then as the owner.
+//! * revoker (`bias` is another thread's token): `C: revoked.store(1, SeqCst)`;
+//!   `M: membarrier(PRIVATE_EXPEDITED)`; poll (spin, yield, then sleeps of at most 1 ms: this
+//!   happens once per lock) until `E: owner_in.load(Acquire) == 0`, then
+//!   `bias.store(NO_BIAS, Release)`, or until it reads `bias == NO_BIAS` (Acquire); then `word`.
+//! * everybody else (`bias == NO_BIAS`, Acquire): `word`, exactly as above.
+//!
+//! **Dekker, both directions.** The owner does `A` then `B`, the revoker `C` then `E`, with the
+//! heavy barrier between `C` and `E`, so the argument of the previous section applies verbatim:
+//! `M` puts a full fence `F_O` at some point of the owner's program order. For every entry
+//! attempt `k` of the owner: if `F_O` is before `B_k`, `C; F_R <S F_O; B_k` makes `B_k` read 1
+//! and the attempt bails out (and so does every later attempt: `revoked` is never reset, and
+//! read-read coherence); if `F_O` is after `B_k` it is after `A_k` (the compiler fence keeps
+//! `B_k` after `A_k` in program order; the hardware may let `B_k` pass `A_k` in the store buffer,
+//! which is exactly what `F_O` repairs), so `A_k; F_O <S F_R; E` makes every poll `E` read `A_k`
+//! or a later store of `owner_in`. Hence every entry that got in has its `A_k` before `F_O`, and
+//! since `owner_in`'s modification order is the owner's program order, a poll that reads 0 reads
+//! the `U` (or bail-out store) that follows the last of them: the owner is out and will never
+//! come back through the biased path. If the owner had no `F_O` because it did not exist yet, it
+//! was spawned after `M` by a thread that had one, and spawning synchronises; a thread that has
+//! exited executes nothing.
+//!
+//! **Ordering of the protected data.** Biased critical sections are ordered among themselves by
+//! the owner's program order. Each happens-before every later `word` critical section: the
+//! revoker's `E` (Acquire) reads the owner's `U` or a later Release store of the owner, and
+//! passes this on with its Release store of `NO_BIAS`; a third thread acquires that store when
+//! it reads `NO_BIAS`; the owner's own `word` sections follow its bail-out in program order.
+//! `word` sections are ordered by `word` as above. So all critical sections are totally ordered
+//! by happens-before: no data race on `T`, and mutual exclusion.
+//!
+//! **Re-entry and token reuse.** Check `Z` is what keeps a second guard from being handed out:
+//! a thread that locks again while holding a biased guard (or a signal handler interrupting the
+//! owner's critical section) sees its own `owner_in == 1` and takes the contended path, where it
+//! waits for `owner_in == 0` forever: the deadlock a plain mutex gives, never a second `&mut T`.
+//! A thread that exits frees its TCB, and a new thread may get the same address, hence the same
+//! token: it simply inherits the bias. That is sound because the dead owner executes nothing,
+//! and glibc hands the TCB memory to a new thread only after the kernel has reported the old
+//! one's exit (the `tid` cleared by `CLONE_CHILD_CLEARTID`, read under the stack-cache lock;
+//! then `clone`), so the old thread's stores, `owner_in` included, happen-before the new one
+//! runs: without that ordering the new thread's own TCB and TLS initialisation would race too.
+//! If the dead owner left `owner_in == 1` (it leaked a guard with `mem::forget`/`Box::leak`,
+//! possibly still referenced from another thread), `Z` sends the heir to the contended path and
+//! the lock stays held forever, as a plain mutex with a leaked guard does.
+//!
+//! **If the barrier fails.** Biasing is enabled only when the membarrier probe succeeded. A
+//! revoker whose `PRIVATE_EXPEDITED` call fails re-registers, then tries `MEMBARRIER_CMD_GLOBAL`
+//! (RCU-based, slow, no registration); until one succeeds it must not trust `owner_in`, and
+//! waits (1 ms sleeps, retrying the barrier) for the owner to complete the revocation itself the
+//! next time it locks (`bias == NO_BIAS`). Sound in every case; only liveness then depends on the
+//! owner locking again.
+//!
+//! `try_lock` (only `Debug` uses it) follows the same paths without waiting: a lock biased to
+//! another thread reports itself as held.
+//!
+//! Where this differs from a plain mutex: the owner counts as "inside" from `A`, two
+//! instructions before it is really in. So a signal handler (or, after `fork`, the child) that
+//! locks while the owner thread was between `A` and `B` waits as if the owner held the lock;
+//! neither is supported for a plain mutex held at that moment either, and the allocator is not
+//! async-signal-safe anyway.
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -105,14 +189,26 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 #[cfg(test)]
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{compiler_fence, AtomicU32, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU32, AtomicUsize, Ordering};
 
 /// Spins (each a `spin_loop` hint plus a relaxed load) before registering to sleep: critical
 /// sections are normally tens of nanoseconds, but may contain a device call of milliseconds.
 const SPIN_LIMIT: u32 = 100;
 
-/// A mutex whose uncontended lock+unlock costs one atomic RMW (see the module documentation).
+/// `bias` value: not biased, use `word` (never biased, or revocation complete).
+const NO_BIAS: usize = usize::MAX;
+/// `bias` value: biasing enabled, nobody has locked yet.
+const UNBIASED: usize = 0;
+
+/// A mutex whose uncontended lock+unlock costs one atomic RMW, or none at all for the thread the
+/// lock is biased to (see the module documentation).
 pub struct DevLock<T> {
+    /// `UNBIASED`, the owner's thread token, or `NO_BIAS`; moves only in that order.
+    bias: AtomicUsize,
+    /// 1 while the bias owner is inside (or entering) through the biased path; owner-written.
+    owner_in: AtomicU32,
+    /// 1 once some thread asked for the bias to be revoked; never reset.
+    revoked: AtomicU32,
     /// 0 free, 1 held.
     word: AtomicU32,
     /// Threads registered to sleep (between their `fetch_add` and `fetch_sub`).
@@ -124,12 +220,24 @@ pub struct DevLock<T> {
     value: UnsafeCell<T>,
 }
 
-/// Test-only counters of the slow path, per lock so that parallel tests do not mix.
+/// Test-only counters, per lock so that parallel tests do not mix.
 #[cfg(test)]
 #[derive(Default)]
 struct TestStats {
     registrations: AtomicU64,
     futex_waits: AtomicU64,
+    /// Acquisitions through the biased path; incremented inside the critical section with a
+    /// plain load and store (exact: the lock orders them), so the fast path stays RMW-free.
+    biased: AtomicU64,
+    /// Acquisitions through `word` (any CAS that took it), counted the same way.
+    word: AtomicU64,
+    /// Revocations completed by a revoker (not by the owner's bail-out), counted the same way.
+    revocations: AtomicU64,
+}
+
+#[cfg(test)]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 // SAFETY: the lock hands out access to `T` to one thread at a time, so it can be shared between
@@ -139,20 +247,36 @@ unsafe impl<T: Send> Send for DevLock<T> {}
 unsafe impl<T: Send> Sync for DevLock<T> {}
 
 impl<T> DevLock<T> {
-    /// A lock in heavy-barrier mode if this process can use `membarrier` (probed once per
-    /// process), otherwise in conventional RMW-release mode.
+    /// A lock in heavy-barrier mode, biased to its first user, if this process can use
+    /// `membarrier` (probed once per process), otherwise in conventional RMW-release mode.
     pub fn new(value: T) -> DevLock<T> {
         Self::new_with_mode(value, true)
     }
 
-    /// A lock in the requested release mode. `heavy_barrier: true` is honoured only if the
-    /// per-process membarrier probe succeeded; otherwise the lock falls back to RMW mode.
+    /// A lock in the requested release mode, biased whenever heavy-barrier mode is active.
+    /// `heavy_barrier: true` is honoured only if the per-process membarrier probe succeeded;
+    /// otherwise the lock falls back to RMW mode.
     #[doc(hidden)]
     pub fn new_with_mode(value: T, heavy_barrier: bool) -> DevLock<T> {
+        Self::new_with_modes(value, heavy_barrier, true)
+    }
+
+    /// As [`DevLock::new_with_mode`]; `biased: false` turns biasing off. Biasing needs the
+    /// heavy barrier, so it is active only if heavy-barrier mode is.
+    #[doc(hidden)]
+    pub fn new_with_modes(value: T, heavy_barrier: bool, biased: bool) -> DevLock<T> {
+        let heavy_barrier = heavy_barrier && sys::membarrier_available();
         DevLock {
+            bias: AtomicUsize::new(if heavy_barrier && biased {
+                UNBIASED
+            } else {
+                NO_BIAS
+            }),
+            owner_in: AtomicU32::new(0),
+            revoked: AtomicU32::new(0),
             word: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
-            heavy_barrier: heavy_barrier && sys::membarrier_available(),
+            heavy_barrier,
             #[cfg(test)]
             stats: TestStats::default(),
             value: UnsafeCell::new(value),
@@ -162,29 +286,187 @@ impl<T> DevLock<T> {
     /// Acquires the lock, sleeping if it is held for longer than a short spin.
     #[inline]
     pub fn lock(&self) -> DevLockGuard<'_, T> {
-        if self
-            .word
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_slow();
+        // Acquire: reading `NO_BIAS` must order the biased critical sections before ours.
+        let bias = self.bias.load(Ordering::Acquire);
+        if bias == NO_BIAS {
+            if self
+                .word
+                .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                self.lock_slow();
+            }
+            return self.word_guard();
         }
+        if bias == sys::thread_token() {
+            if let Some(guard) = self.try_enter_biased() {
+                return guard;
+            }
+        }
+        self.lock_bias_contended()
+    }
+
+    /// The owner's entry: `Z`, `A`, compiler fence, `B` (module docs). `None` if the owner is
+    /// already inside (re-entry) or the bias has been revoked (after completing the revocation).
+    #[inline]
+    fn try_enter_biased(&self) -> Option<DevLockGuard<'_, T>> {
+        // Z: only the owner writes `owner_in`, so this reads our own latest store.
+        if self.owner_in.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        // A, then B; the revoker's membarrier orders them (module docs).
+        self.owner_in.store(1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if self.revoked.load(Ordering::Relaxed) != 0 {
+            self.owner_saw_revocation();
+            return None;
+        }
+        #[cfg(test)]
+        bump(&self.stats.biased);
+        Some(DevLockGuard {
+            lock: self,
+            biased: true,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The owner read `revoked == 1`: it leaves, will never enter through the biased path again,
+    /// and publishes that (with its past critical sections) by completing the revocation.
+    #[cold]
+    #[inline(never)]
+    fn owner_saw_revocation(&self) {
+        self.owner_in.store(0, Ordering::Release);
+        self.bias.store(NO_BIAS, Ordering::Release);
+    }
+
+    #[inline]
+    fn word_guard(&self) -> DevLockGuard<'_, T> {
+        #[cfg(test)]
+        bump(&self.stats.word);
         DevLockGuard {
             lock: self,
+            biased: false,
             _not_send: PhantomData,
         }
     }
 
-    /// Acquires the lock if it is free, without waiting.
+    /// Everything but the two fast paths: first lock (bias it), another thread's bias (revoke),
+    /// our bias after a revocation or on re-entry.
+    #[cold]
+    #[inline(never)]
+    fn lock_bias_contended(&self) -> DevLockGuard<'_, T> {
+        let me = sys::thread_token();
+        loop {
+            match self.bias.load(Ordering::Acquire) {
+                NO_BIAS => {
+                    if self
+                        .word
+                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        self.lock_slow();
+                    }
+                    return self.word_guard();
+                }
+                UNBIASED => {
+                    // Success or not, the next round sees our token or the winner's.
+                    let _ = self.bias.compare_exchange(
+                        UNBIASED,
+                        me,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    );
+                }
+                bias => {
+                    if bias == me {
+                        if let Some(guard) = self.try_enter_biased() {
+                            return guard;
+                        }
+                        if self.owner_in.load(Ordering::Relaxed) == 0 {
+                            // Bailed out on `revoked`: `bias` is `NO_BIAS` now.
+                            continue;
+                        }
+                        // Re-entry (or an heir of a leaked guard): wait like any other thread,
+                        // i.e. forever, as a plain mutex would; never a second guard.
+                    }
+                    self.revoke();
+                }
+            }
+        }
+    }
+
+    /// Revokes another thread's bias; returns once `bias == NO_BIAS`, i.e. when the owner is out
+    /// of the biased path for good and its critical sections happen-before ours.
+    #[cold]
+    #[inline(never)]
+    fn revoke(&self) {
+        // C, then M, then poll E (module docs).
+        self.revoked.store(1, Ordering::SeqCst);
+        let mut fenced = sys::revocation_barrier();
+        let mut round = 0u32;
+        loop {
+            if self.bias.load(Ordering::Acquire) == NO_BIAS {
+                return;
+            }
+            if fenced && self.owner_in.load(Ordering::Acquire) == 0 {
+                self.bias.store(NO_BIAS, Ordering::Release);
+                #[cfg(test)]
+                {
+                    // Not under the lock: a test-only RMW is fine here (cold, once per lock).
+                    self.stats.revocations.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+            round = round.saturating_add(1);
+            if round <= SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else if round <= SPIN_LIMIT + 20 {
+                std::thread::yield_now();
+            } else {
+                // 16 us doubling to 1 ms: the owner may be in a device call of milliseconds.
+                let shift = (round - SPIN_LIMIT - 20).min(6);
+                std::thread::sleep(std::time::Duration::from_micros(16 << shift));
+                if !fenced {
+                    fenced = sys::revocation_barrier();
+                }
+            }
+        }
+    }
+
+    /// Acquires the lock if it is free, without waiting. A lock biased to another thread
+    /// reports itself as held (taking it would mean revoking, which may wait).
     #[inline]
     fn try_lock(&self) -> Option<DevLockGuard<'_, T>> {
-        self.word
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| DevLockGuard {
-                lock: self,
-                _not_send: PhantomData,
-            })
+        let me = sys::thread_token();
+        loop {
+            match self.bias.load(Ordering::Acquire) {
+                NO_BIAS => {
+                    return self
+                        .word
+                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                        .ok()
+                        .map(|_| self.word_guard());
+                }
+                UNBIASED => {
+                    let _ = self.bias.compare_exchange(
+                        UNBIASED,
+                        me,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    );
+                }
+                bias if bias == me => {
+                    if let Some(guard) = self.try_enter_biased() {
+                        return Some(guard);
+                    }
+                    if self.owner_in.load(Ordering::Relaxed) != 0 {
+                        return None;
+                    }
+                    // Bailed out on `revoked`: retry through `word`.
+                }
+                _ => return None,
+            }
+        }
     }
 
     pub fn into_inner(self) -> T {
@@ -278,6 +560,8 @@ impl fmt::Debug for LockedPlaceholder {
 #[must_use = "if unused the DevLock will immediately unlock"]
 pub struct DevLockGuard<'a, T> {
     lock: &'a DevLock<T>,
+    /// Taken through the biased path (release: `U`), or through `word`.
+    biased: bool,
     /// `!Send`: the guard is released on the thread that took it.
     _not_send: PhantomData<*const ()>,
 }
@@ -306,7 +590,12 @@ impl<T> DerefMut for DevLockGuard<'_, T> {
 impl<T> Drop for DevLockGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.unlock();
+        if self.biased {
+            // U: the revoker's Acquire poll of `owner_in` synchronises with this.
+            self.lock.owner_in.store(0, Ordering::Release);
+        } else {
+            self.lock.unlock();
+        }
     }
 }
 
@@ -322,6 +611,7 @@ mod sys {
 
     // From <linux/membarrier.h>; libc does not export these.
     const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1 << 0;
     const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
     const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
@@ -374,6 +664,40 @@ mod sys {
                 && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
     }
 
+    /// The barrier a revoker issues: `PRIVATE_EXPEDITED` (re-registering if needed), else
+    /// `GLOBAL` (RCU-based, slow, needs no registration); false if neither could be issued.
+    #[cold]
+    pub(super) fn revocation_barrier() -> bool {
+        heavy_barrier() || membarrier(MEMBARRIER_CMD_GLOBAL) == 0
+    }
+
+    /// This thread's token for biasing: the thread pointer. The x86-64 psABI requires `%fs:0`
+    /// to hold the TCB's own address, so it is non-zero and distinct between live threads.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) fn thread_token() -> usize {
+        let tp: usize;
+        // SAFETY: reads the 8 bytes at `%fs:0`, which glibc and musl keep mapped and pointing to
+        // the TCB for every thread's whole life; no other effect. `pure`: within one function
+        // activation the thread (hence the value) does not change.
+        unsafe {
+            std::arch::asm!(
+                "mov {}, qword ptr fs:[0]",
+                out(reg) tp,
+                options(nostack, preserves_flags, readonly, pure)
+            );
+        }
+        tp
+    }
+
+    /// This thread's token for biasing: `pthread_self()` (the TCB address in glibc and musl).
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline]
+    pub(super) fn thread_token() -> usize {
+        // SAFETY: pthread_self has no preconditions.
+        unsafe { libc::pthread_self() as usize }
+    }
+
     /// Sleeps while `*word == expected`; returns on wake, value mismatch, signal, or (if
     /// `bounded`) after 1 ms. The caller re-checks in every case.
     pub(super) fn futex_wait(word: &AtomicU32, expected: u32, bounded: bool) {
@@ -423,6 +747,15 @@ mod sys {
         false
     }
 
+    pub(super) fn revocation_barrier() -> bool {
+        false
+    }
+
+    /// Unused in practice: without membarrier no lock is ever biased.
+    pub(super) fn thread_token() -> usize {
+        1
+    }
+
     pub(super) fn futex_wait(_word: &AtomicU32, _expected: u32, _bounded: bool) {
         std::thread::yield_now();
     }
@@ -439,16 +772,40 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// A counter that is deliberately not atomic: only the lock makes its increments exact.
+    #[derive(Debug)]
     struct Counter(u64);
 
-    fn modes() -> [bool; 2] {
-        [true, false]
+    /// (heavy_barrier, biased): biased, heavy-barrier unbiased, RMW.
+    fn modes() -> [(bool, bool); 3] {
+        [(true, true), (true, false), (false, false)]
+    }
+
+    /// Which mode a lock ended up in (the request is downgraded without membarrier).
+    fn mode_name<T>(lock: &DevLock<T>) -> &'static str {
+        match (
+            lock.heavy_barrier,
+            lock.stats.biased.load(Ordering::Relaxed) > 0,
+        ) {
+            (true, true) => "biased",
+            (true, false) => "heavy-barrier",
+            (false, _) => "RMW",
+        }
+    }
+
+    /// Makes the current thread the bias owner (if biasing is on), then revokes the bias from
+    /// another thread, so that the rest of a test exercises the plain `word` protocol.
+    fn revoke_bias<T: Send>(lock: &DevLock<T>) {
+        drop(lock.lock());
+        thread::scope(|s| {
+            s.spawn(|| drop(lock.lock()));
+        });
+        assert_eq!(lock.bias.load(Ordering::Relaxed), NO_BIAS);
     }
 
     #[test]
     fn mutual_exclusion_gives_exact_total_in_both_modes() {
-        for heavy in modes() {
-            let lock = Arc::new(DevLock::new_with_mode(Counter(0), heavy));
+        for (heavy, biased) in modes() {
+            let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
             let threads: Vec<_> = (0..4)
                 .map(|_| {
                     let lock = Arc::clone(&lock);
@@ -465,19 +822,16 @@ mod tests {
             for t in threads {
                 t.join().expect("worker panicked");
             }
-            assert_eq!(
-                lock.lock().0,
-                800_000,
-                "heavy_barrier = {}",
-                lock.heavy_barrier
-            );
+            assert_eq!(lock.lock().0, 800_000, "mode {}", mode_name(&lock));
         }
     }
 
     #[test]
     fn sleepers_blocked_behind_a_long_holder_reach_the_futex_and_are_woken() {
-        for heavy in modes() {
-            let lock = Arc::new(DevLock::new_with_mode(Counter(0), heavy));
+        for (heavy, biased) in modes() {
+            let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
+            // Revokers wait on `owner_in`, not on the futex: start from the revoked state.
+            revoke_bias(&lock);
             let guard = lock.lock();
             let threads: Vec<_> = (0..3)
                 .map(|_| {
@@ -509,8 +863,8 @@ mod tests {
     fn no_lost_wakeup_under_churn_with_sleeping_holders_in_both_modes() {
         const THREADS: u64 = 3;
         const ITERS: u64 = 20_000;
-        for heavy in modes() {
-            let lock = Arc::new(DevLock::new_with_mode(Counter(0), heavy));
+        for (heavy, biased) in modes() {
+            let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
             let (done_tx, done_rx) = mpsc::channel();
             for seed in 0..THREADS {
                 let lock = Arc::clone(&lock);
@@ -543,8 +897,8 @@ mod tests {
             }
             assert_eq!(lock.lock().0, THREADS * ITERS);
             eprintln!(
-                "churn (heavy_barrier = {}): {} registrations, {} futex waits",
-                lock.heavy_barrier,
+                "churn ({} mode): {} registrations, {} futex waits",
+                mode_name(&lock),
                 lock.stats.registrations.load(Ordering::Relaxed),
                 lock.stats.futex_waits.load(Ordering::Relaxed),
             );
@@ -577,8 +931,8 @@ mod tests {
     #[test]
     fn no_lost_wakeup_when_the_release_races_the_sleeper_registration() {
         const ROUNDS: u64 = 20_000;
-        for heavy in modes() {
-            let lock = Arc::new(DevLock::new_with_mode(Counter(0), heavy));
+        for (heavy, biased) in modes() {
+            let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
             let arrived = Arc::new(AtomicU64::new(0));
             let done = Arc::new(AtomicU64::new(0));
             let waiter = {
@@ -615,17 +969,17 @@ mod tests {
                 drop(g);
                 assert!(
                     wait_for(&done, round),
-                    "round {round}: waiter never woke (heavy_barrier = {})",
-                    lock.heavy_barrier
+                    "round {round}: waiter never woke ({} mode)",
+                    mode_name(&lock)
                 );
             }
             waiter.join().expect("waiter panicked");
             assert_eq!(lock.lock().0, 2 * ROUNDS);
             let registrations = lock.stats.registrations.load(Ordering::Relaxed);
             eprintln!(
-                "release-vs-registration race (heavy_barrier = {}): {registrations} \
+                "release-vs-registration race ({} mode): {registrations} \
                  registrations, {} futex waits in {ROUNDS} rounds",
-                lock.heavy_barrier,
+                mode_name(&lock),
                 lock.stats.futex_waits.load(Ordering::Relaxed),
             );
             assert!(registrations > 0, "the race was never exercised");
@@ -648,6 +1002,19 @@ mod tests {
         assert_eq!(lock.heavy_barrier, supported);
         assert_eq!(DevLock::new_with_mode((), true).heavy_barrier, supported);
         assert!(!DevLock::new_with_mode((), false).heavy_barrier);
+        // Biasing exactly when heavy-barrier mode is active and not turned off.
+        let unbiased_if_supported = if supported { UNBIASED } else { NO_BIAS };
+        assert_eq!(lock.bias.load(Ordering::Relaxed), unbiased_if_supported);
+        let heavy_biased = DevLock::new_with_modes((), true, true);
+        assert_eq!(
+            heavy_biased.bias.load(Ordering::Relaxed),
+            unbiased_if_supported
+        );
+        let heavy_unbiased = DevLock::new_with_modes((), true, false);
+        assert_eq!(heavy_unbiased.bias.load(Ordering::Relaxed), NO_BIAS);
+        assert_eq!(heavy_unbiased.heavy_barrier, supported);
+        let rmw = DevLock::new_with_modes((), false, true);
+        assert_eq!(rmw.bias.load(Ordering::Relaxed), NO_BIAS);
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         if supported {
             assert!(sys::heavy_barrier(), "registered membarrier failed");
@@ -656,8 +1023,8 @@ mod tests {
 
     #[test]
     fn panic_inside_the_guard_releases_the_lock() {
-        for heavy in modes() {
-            let lock = DevLock::new_with_mode(Counter(0), heavy);
+        for (heavy, biased) in modes() {
+            let lock = DevLock::new_with_modes(Counter(0), heavy, biased);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut g = lock.lock();
                 g.0 += 1;
@@ -688,6 +1055,227 @@ mod tests {
         assert_eq!(lock.into_inner(), [1, 2]);
     }
 
+    /// Runs `f` on a fresh thread; a hang past 60 s (or a panic) fails the test.
+    fn with_watchdog(what: &str, f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = mpsc::channel();
+        let worker = thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(()) => worker.join().expect("worker panicked after finishing"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let e = worker
+                    .join()
+                    .expect_err("the worker exited without reporting");
+                std::panic::resume_unwind(e);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: stuck for 60 s"),
+        }
+    }
+
+    #[test]
+    fn single_thread_takes_the_biased_path_and_never_touches_word() {
+        const N: u64 = 1_000_000;
+        let lock = DevLock::new(Counter(0));
+        for _ in 0..N {
+            let mut g = lock.lock();
+            g.0 += 1;
+            // Held through the biased path: `word` stays free.
+            assert_eq!(lock.word.load(Ordering::Relaxed), 0);
+        }
+        assert_eq!(lock.lock().0, N);
+        let (biased, word) = (
+            lock.stats.biased.load(Ordering::Relaxed),
+            lock.stats.word.load(Ordering::Relaxed),
+        );
+        if !sys::membarrier_available() {
+            eprintln!("membarrier unavailable: no biasing; all {word} acquisitions via word");
+            assert_eq!((biased, word), (0, N + 1));
+            return;
+        }
+        assert_eq!(biased, N + 1, "biased acquisitions");
+        assert_eq!(word, 0, "acquisitions through word");
+        assert_eq!(lock.bias.load(Ordering::Relaxed), sys::thread_token());
+        assert_eq!(lock.owner_in.load(Ordering::Relaxed), 0);
+        assert_eq!(lock.revoked.load(Ordering::Relaxed), 0);
+    }
+
+    /// Data that only the lock protects: `in_cs` is set for the whole critical section, so a
+    /// second thread inside at the same time sees it set.
+    struct Shared {
+        count: u64,
+        in_cs: bool,
+    }
+
+    fn hammer(lock: &DevLock<Shared>, iters: u64) {
+        for _ in 0..iters {
+            let mut g = lock.lock();
+            assert!(!g.in_cs, "two threads inside the critical section");
+            g.in_cs = true;
+            let g = std::hint::black_box(&mut g);
+            let v = std::hint::black_box(g.count);
+            g.count = v + 1;
+            std::hint::black_box(&mut *g);
+            g.in_cs = false;
+        }
+    }
+
+    #[test]
+    fn mutual_exclusion_holds_across_the_revocation_of_a_busy_owner() {
+        // Fresh locks each round, so every round races a revocation against the owner's loop.
+        let rounds: u64 = if cfg!(debug_assertions) { 20 } else { 200 };
+        const ITERS: u64 = 5_000;
+        const OTHERS: u64 = 3;
+        with_watchdog("revocation under load", move || {
+            let (mut revoked_by_revoker, mut revoked_by_owner) = (0, 0);
+            for round in 0..rounds {
+                let lock = DevLock::new(Shared {
+                    count: 0,
+                    in_cs: false,
+                });
+                let biased = std::sync::Barrier::new(OTHERS as usize + 1);
+                thread::scope(|s| {
+                    s.spawn(|| {
+                        hammer(&lock, 1);
+                        biased.wait();
+                        hammer(&lock, ITERS);
+                    });
+                    for _ in 0..OTHERS {
+                        s.spawn(|| {
+                            biased.wait();
+                            hammer(&lock, ITERS);
+                        });
+                    }
+                });
+                let g = lock.lock();
+                assert_eq!(g.count, 1 + (OTHERS + 1) * ITERS, "round {round}");
+                assert!(!g.in_cs);
+                drop(g);
+                if sys::membarrier_available() {
+                    assert_eq!(lock.bias.load(Ordering::Relaxed), NO_BIAS, "round {round}");
+                    assert!(lock.stats.biased.load(Ordering::Relaxed) >= 1);
+                    match lock.stats.revocations.load(Ordering::Relaxed) {
+                        0 => revoked_by_owner += 1,
+                        _ => revoked_by_revoker += 1,
+                    }
+                }
+            }
+            eprintln!(
+                "{rounds} rounds: revocation completed by a revoker in {revoked_by_revoker}, \
+                 by the owner's bail-out only in {revoked_by_owner}"
+            );
+        });
+    }
+
+    #[test]
+    fn revoker_waits_for_the_owner_to_leave_a_long_biased_critical_section() {
+        with_watchdog("revoker behind a long owner", || {
+            let lock = DevLock::new(Shared {
+                count: 0,
+                in_cs: false,
+            });
+            let inside = std::sync::Barrier::new(2);
+            thread::scope(|s| {
+                s.spawn(|| {
+                    let mut g = lock.lock();
+                    g.in_cs = true;
+                    inside.wait();
+                    thread::sleep(Duration::from_millis(20));
+                    g.count += 1;
+                    g.in_cs = false;
+                });
+                s.spawn(|| {
+                    inside.wait();
+                    let t = Instant::now();
+                    let mut g = lock.lock();
+                    let waited = t.elapsed();
+                    assert!(!g.in_cs, "got in while the owner was inside");
+                    assert_eq!(g.count, 1, "the owner's critical section is not visible");
+                    g.count += 1;
+                    if sys::membarrier_available() {
+                        assert!(!g.biased && lock.stats.revocations.load(Ordering::Relaxed) == 1);
+                    }
+                    eprintln!("revoker waited {waited:?} for a 20 ms owner");
+                    assert!(
+                        waited >= Duration::from_millis(15),
+                        "waited only {waited:?}"
+                    );
+                });
+            });
+            assert_eq!(lock.lock().count, 2);
+        });
+    }
+
+    #[test]
+    fn locking_after_the_owner_thread_exits_inherits_or_revokes_the_bias() {
+        with_watchdog("lock after owner exit", || {
+            let lock = Arc::new(DevLock::new(Counter(0)));
+            let owner_token = {
+                let lock = Arc::clone(&lock);
+                thread::spawn(move || {
+                    lock.lock().0 += 1;
+                    sys::thread_token()
+                })
+                .join()
+                .expect("owner panicked")
+            };
+            // A new thread: glibc's stack cache usually gives it the dead owner's TCB, hence its
+            // token (inheritance); otherwise it revokes.
+            let (heir_token, heir_biased) = {
+                let lock = Arc::clone(&lock);
+                thread::spawn(move || {
+                    let mut g = lock.lock();
+                    g.0 += 1;
+                    (sys::thread_token(), g.biased)
+                })
+                .join()
+                .expect("heir panicked")
+            };
+            // And the main thread, alive all along, certainly revokes if still biased.
+            lock.lock().0 += 1;
+            assert_eq!(lock.lock().0, 3);
+            if sys::membarrier_available() {
+                assert_eq!(heir_biased, heir_token == owner_token);
+                assert_eq!(lock.bias.load(Ordering::Relaxed), NO_BIAS);
+                assert_eq!(lock.stats.revocations.load(Ordering::Relaxed), 1);
+            }
+            eprintln!(
+                "heir {} the dead owner's token",
+                if heir_token == owner_token {
+                    "reused (inherited the bias)"
+                } else {
+                    "did not reuse (revoked the bias)"
+                }
+            );
+        });
+    }
+
+    #[test]
+    fn the_owner_cannot_get_a_second_guard_while_it_holds_one() {
+        let lock = DevLock::new(Counter(0));
+        let g = lock.lock();
+        assert!(
+            lock.try_lock().is_none(),
+            "re-entry handed out a second guard"
+        );
+        assert_eq!(format!("{lock:?}"), "DevLock { data: <locked> }");
+        drop(g);
+        assert!(lock.try_lock().is_some());
+        if sys::membarrier_available() {
+            // Still biased, never revoked by the refused re-entry.
+            assert_eq!(lock.bias.load(Ordering::Relaxed), sys::thread_token());
+            assert_eq!(lock.revoked.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    /// The owner's fast path in isolation, for disassembly (`objdump -d` the test binary and
+    /// look for `probe_biased_lock_unlock`).
+    #[inline(never)]
+    fn probe_biased_lock_unlock(lock: &DevLock<u64>) {
+        *lock.lock() += 1;
+    }
+
     #[test]
     #[ignore = "measurement: run with --release --ignored --nocapture"]
     fn measure_uncontended_lock_unlock() {
@@ -702,11 +1290,15 @@ mod tests {
             }
             t.elapsed().as_nanos() as f64 / N as f64
         }
-        for round in 0..2 {
-            let heavy = DevLock::new_with_mode(0u64, true);
+        let probe: fn(&DevLock<u64>) = std::hint::black_box(probe_biased_lock_unlock);
+        for round in 0..3 {
+            let biased = DevLock::new_with_modes(0u64, true, true);
+            let heavy = DevLock::new_with_modes(0u64, true, false);
             let rmw = DevLock::new_with_mode(0u64, false);
             let pl = parking_lot::Mutex::new(0u64);
             let std_m = std::sync::Mutex::new(0u64);
+            let b = per_op(|| *std::hint::black_box(&biased).lock() += 1);
+            let bp = per_op(|| probe(std::hint::black_box(&biased)));
             let h = per_op(|| *std::hint::black_box(&heavy).lock() += 1);
             let r = per_op(|| *std::hint::black_box(&rmw).lock() += 1);
             let p = per_op(|| *std::hint::black_box(&pl).lock() += 1);
@@ -715,10 +1307,13 @@ mod tests {
                     *g += 1;
                 }
             });
+            assert_eq!(biased.stats.word.load(Ordering::Relaxed), 0);
             eprintln!(
-                "round {round}: ns per lock+unlock over {N}: DevLock heavy-barrier mode \
-                 (active: {}) {h:.2}, DevLock RMW mode {r:.2}, parking_lot::Mutex {p:.2}, \
-                 std::sync::Mutex {s:.2}",
+                "round {round}: ns per lock+unlock over {N}: DevLock biased owner (active: {}) \
+                 {b:.2} (through the out-of-line probe {bp:.2}), DevLock heavy-barrier mode \
+                 unbiased (active: {}) {h:.2}, DevLock RMW mode {r:.2}, parking_lot::Mutex \
+                 {p:.2}, std::sync::Mutex {s:.2}",
+                biased.stats.biased.load(Ordering::Relaxed) > 0,
                 heavy.heavy_barrier
             );
         }
