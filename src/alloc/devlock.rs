@@ -191,9 +191,32 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{compiler_fence, AtomicU32, AtomicUsize, Ordering};
 
-/// Spins (each a `spin_loop` hint plus a relaxed load) before registering to sleep: critical
-/// sections are normally tens of nanoseconds, but may contain a device call of milliseconds.
+/// Spins (each a `spin_loop` hint plus a relaxed load) a revoker makes before it yields and
+/// then sleeps with backoff. Critical sections are normally tens of nanoseconds, but may
+/// contain a device call of milliseconds.
 const SPIN_LIMIT: u32 = 100;
+/// Rounds of `spin_for_word` before a waiter registers to sleep: pauses doubling from 1 to
+/// [`MAX_PAUSES`] between reads, the last [`YIELD_ROUNDS`] a `sched_yield` instead (about
+/// 5-10 µs of spinning in all on the development VM, like parking_lot's spin-then-park).
+const SPIN_ROUNDS: u32 = 14;
+const YIELD_ROUNDS: u32 = 4;
+const MAX_PAUSES: u32 = 64;
+
+/// The `spin_loop` hints a waiter makes before its yields (for the race test).
+#[cfg(test)]
+const WAITER_SPIN_PAUSES: u64 = {
+    let (mut total, mut pauses, mut round) = (0u64, 1u64, 0);
+    while round < SPIN_ROUNDS - YIELD_ROUNDS {
+        total += pauses;
+        pauses = if pauses * 2 < MAX_PAUSES as u64 {
+            pauses * 2
+        } else {
+            MAX_PAUSES as u64
+        };
+        round += 1;
+    }
+    total
+};
 
 /// `bias` value: not biased, use `word` (never biased, or revocation complete).
 const NO_BIAS: usize = usize::MAX;
@@ -480,38 +503,64 @@ impl<T> DevLock<T> {
     #[cold]
     #[inline(never)]
     fn lock_slow(&self) {
-        for _ in 0..SPIN_LIMIT {
-            std::hint::spin_loop();
+        loop {
+            if self.spin_for_word() {
+                return;
+            }
+            // I: register. SeqCst: in RMW mode this is half of the SeqCst Dekker pair.
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            #[cfg(test)]
+            self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+            // M: make every unlocker's store-then-load ordered with respect to I (module docs).
+            let fenced = !self.heavy_barrier || sys::heavy_barrier();
+            // R: SeqCst for RMW mode; implies Acquire for the critical section.
+            let mut got = self
+                .word
+                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            if !got {
+                #[cfg(test)]
+                self.stats.futex_waits.fetch_add(1, Ordering::Relaxed);
+                sys::futex_wait(&self.word, 1, !fenced);
+                got = self
+                    .word
+                    .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok();
+            }
+            // Deregister whether or not the lock was taken: while this thread spins again,
+            // unlockers pay no wake-up (a holder that relocks at once would otherwise make a
+            // futex call per unlock for as long as a barged-past sleeper stays registered).
+            // The next sleep registers and fences anew, so the argument above holds for it.
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
+            if got {
+                return;
+            }
+        }
+    }
+
+    /// Try for `word` with exponentially growing pauses between relaxed reads (fewer reads
+    /// of the holder's cache line than a tight loop), then a few yields. True when taken.
+    fn spin_for_word(&self) -> bool {
+        let mut pauses = 1u32;
+        for round in 0..SPIN_ROUNDS {
+            if round < SPIN_ROUNDS - YIELD_ROUNDS {
+                for _ in 0..pauses {
+                    std::hint::spin_loop();
+                }
+                pauses = (pauses * 2).min(MAX_PAUSES);
+            } else {
+                std::thread::yield_now();
+            }
             if self.word.load(Ordering::Relaxed) == 0
                 && self
                     .word
                     .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return;
+                return true;
             }
         }
-
-        // I: register. SeqCst: in RMW mode this is half of the SeqCst Dekker pair.
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        #[cfg(test)]
-        self.stats.registrations.fetch_add(1, Ordering::Relaxed);
-        // M: make every unlocker's store-then-load ordered with respect to I (module docs).
-        let fenced = !self.heavy_barrier || sys::heavy_barrier();
-        loop {
-            // R: SeqCst for RMW mode; implies Acquire for the critical section.
-            if self
-                .word
-                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
-                break;
-            }
-            #[cfg(test)]
-            self.stats.futex_waits.fetch_add(1, Ordering::Relaxed);
-            sys::futex_wait(&self.word, 1, !fenced);
-        }
-        self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        false
     }
 
     #[inline]
@@ -962,8 +1011,8 @@ mod tests {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                // Around the waiter's spin budget (SPIN_LIMIT spin_loops), sometimes longer.
-                for _ in 0..(rng % (4 * u64::from(SPIN_LIMIT))) {
+                // Around the waiter's spin budget, sometimes longer.
+                for _ in 0..(rng % (4 * WAITER_SPIN_PAUSES)) {
                     std::hint::spin_loop();
                 }
                 drop(g);
