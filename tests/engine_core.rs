@@ -2,7 +2,9 @@
 //! coalesce, oversize, the out-of-memory sequence, garbage collection, the memory fraction,
 //! free errors, statistics and trace events.
 
-use std::sync::{Arc, Mutex};
+mod engine_support;
+use engine_support::VecSink;
+use std::sync::Arc;
 
 use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
@@ -12,21 +14,6 @@ use cushim::trace::event::{Action, EventSink, NullSink, TraceEvent};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<TraceEvent>>>);
-
-impl EventSink for VecSink {
-    fn enabled(&self) -> bool {
-        true
-    }
-    fn record(&mut self, ev: TraceEvent) {
-        self.0.lock().unwrap().push(ev);
-    }
-    fn events(&self) -> Vec<TraceEvent> {
-        self.0.lock().unwrap().clone()
-    }
-}
 
 fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
     let dev = Arc::new(FakeDevice::new(1, capacity));

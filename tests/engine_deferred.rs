@@ -3,7 +3,9 @@
 //! once, get the same pointers and errors, and the same statistics (peaks and sums
 //! included), segment listings and events whenever they are compared.
 
-use std::sync::{Arc, Mutex};
+mod engine_support;
+use engine_support::VecSink;
+use std::sync::Arc;
 
 use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::CachingAllocator;
@@ -12,23 +14,6 @@ use cushim::trace::event::{EventSink, TraceEvent};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<TraceEvent>>>);
-
-impl EventSink for VecSink {
-    fn enabled(&self) -> bool {
-        true
-    }
-    fn record(&mut self, ev: TraceEvent) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(ev);
-        }
-    }
-    fn events(&self) -> Vec<TraceEvent> {
-        self.0.lock().map(|v| v.clone()).unwrap_or_default()
-    }
-}
 
 struct Side {
     dev: Arc<FakeDevice>,

@@ -2,6 +2,8 @@
 //! the segment listing stays consistent at every step, growth never creates memory while
 //! free pages could serve it, and 4 threads on 2 devices never get overlapping blocks.
 
+mod engine_support;
+use engine_support::VecSink;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -297,21 +299,6 @@ fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
         check(&a, &dev, 0);
         assert_eq!(dev.used(0), 0, "{conf}");
         println!("{conf:?}: {failures} allocations failed under injected faults");
-    }
-}
-
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<cushim::trace::event::TraceEvent>>>);
-
-impl cushim::trace::event::EventSink for VecSink {
-    fn enabled(&self) -> bool {
-        true
-    }
-    fn record(&mut self, ev: cushim::trace::event::TraceEvent) {
-        self.0.lock().unwrap().push(ev);
-    }
-    fn events(&self) -> Vec<cushim::trace::event::TraceEvent> {
-        self.0.lock().unwrap().clone()
     }
 }
 

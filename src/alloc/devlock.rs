@@ -312,14 +312,7 @@ impl<T> DevLock<T> {
         // Acquire: reading `NO_BIAS` must order the biased critical sections before ours.
         let bias = self.bias.load(Ordering::Acquire);
         if bias == NO_BIAS {
-            if self
-                .word
-                .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                self.lock_slow();
-            }
-            return self.word_guard();
+            return self.lock_word();
         }
         if bias == sys::thread_token() {
             if let Some(guard) = self.try_enter_biased() {
@@ -375,22 +368,26 @@ impl<T> DevLock<T> {
 
     /// Everything but the two fast paths: first lock (bias it), another thread's bias (revoke),
     /// our bias after a revocation or on re-entry.
+    /// Acquires through `word` (the lock is not biased).
+    #[inline]
+    fn lock_word(&self) -> DevLockGuard<'_, T> {
+        if self
+            .word
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_slow();
+        }
+        self.word_guard()
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_bias_contended(&self) -> DevLockGuard<'_, T> {
         let me = sys::thread_token();
         loop {
             match self.bias.load(Ordering::Acquire) {
-                NO_BIAS => {
-                    if self
-                        .word
-                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        self.lock_slow();
-                    }
-                    return self.word_guard();
-                }
+                NO_BIAS => return self.lock_word(),
                 UNBIASED => {
                     // Success or not, the next round sees our token or the winner's.
                     let _ = self.bias.compare_exchange(
