@@ -171,7 +171,13 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     if ptr == 0 {
         return None;
     }
-    let dev = ctx_device().unwrap_or(0);
+    // The device is only a hint (the allocator tries every device), so with one device
+    // there is nothing to ask the driver (as `state::alloc_device` for the runtime layer).
+    let dev = if s.alloc.device_count() == 1 {
+        0
+    } else {
+        ctx_device().unwrap_or(0)
+    };
     let stack = s.history.free_stack();
     let r = match stream {
         None => s.alloc.free(ptr, dev, stack),
