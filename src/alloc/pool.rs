@@ -14,6 +14,7 @@
 //! logarithmic inserts, so a program with many thousands of cached fragments pays no
 //! linear shifting.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::block::BlockId;
@@ -45,7 +46,16 @@ pub struct Pool {
     store: Store,
     /// Number of lookups so far (the garbage collector's clock).
     pub lookups: u64,
+    /// Bumped by every insertion and removal: equal versions mean equal contents.
+    version: u64,
+    /// The last [`Pool::would_pick`] question, with the version it was asked at, and its
+    /// answer. A cached pair asks the same question of an unchanged pool every time; the
+    /// answer depends on nothing else, so it is reused instead of searched again.
+    memo: Cell<Option<(Question, u64, bool)>>,
 }
+
+/// What [`Pool::would_pick`] is asked: stream, size, candidate, gone entry.
+type Question = (Stream, u64, (u64, DevPtr), Option<(u64, DevPtr)>);
 
 /// Index of the first vector entry whose key is not below `key`.
 #[inline]
@@ -55,6 +65,7 @@ fn lower_bound(v: &[(Key, BlockId)], key: &Key) -> usize {
 
 impl Pool {
     pub fn insert(&mut self, stream: Stream, size: u64, addr: DevPtr, id: BlockId) {
+        self.version += 1;
         let key = (stream, size, addr);
         match &mut self.store {
             Store::Vec(v) => {
@@ -80,6 +91,7 @@ impl Pool {
     }
 
     pub fn remove(&mut self, stream: Stream, size: u64, addr: DevPtr) -> bool {
+        self.version += 1;
         let key = (stream, size, addr);
         match &mut self.store {
             Store::Vec(v) => {
@@ -128,6 +140,24 @@ impl Pool {
     /// Lets the deferred merge ask what the merged pool would answer without building it.
     #[inline]
     pub fn would_pick(
+        &self,
+        stream: Stream,
+        size: u64,
+        cand: (u64, DevPtr),
+        gone: Option<(u64, DevPtr)>,
+    ) -> bool {
+        let question = (stream, size, cand, gone);
+        if let Some((q, version, answer)) = self.memo.get() {
+            if version == self.version && q == question {
+                return answer;
+            }
+        }
+        let answer = self.would_pick_search(stream, size, cand, gone);
+        self.memo.set(Some((question, self.version, answer)));
+        answer
+    }
+
+    fn would_pick_search(
         &self,
         stream: Stream,
         size: u64,
@@ -202,6 +232,7 @@ impl Pool {
     }
 
     pub fn clear(&mut self) {
+        self.version += 1;
         self.store = Store::default();
     }
 }
@@ -262,6 +293,22 @@ mod tests {
                 "round {round}"
             );
         }
+    }
+
+    /// A remembered answer is never reused once the pool has changed.
+    #[test]
+    fn would_pick_forgets_its_answer_when_the_pool_changes() {
+        let mut p = Pool::default();
+        p.insert(0, 8192, 0x10000, 1);
+        // Candidate of 4096 bytes at 0x20000: nothing smaller in the way.
+        assert!(p.would_pick(0, 1024, (4096, 0x20000), None));
+        assert!(p.would_pick(0, 1024, (4096, 0x20000), None));
+        p.insert(0, 2048, 0x30000, 2);
+        assert!(!p.would_pick(0, 1024, (4096, 0x20000), None));
+        p.remove(0, 2048, 0x30000);
+        assert!(p.would_pick(0, 1024, (4096, 0x20000), None));
+        // A different question on the same pool is answered afresh.
+        assert!(!p.would_pick(0, 1024, (16384, 0x20000), None));
     }
 
     /// The vector and the tree store give the same answers as a plain ordered map, across

@@ -32,7 +32,11 @@ impl Stat {
         debug_assert!(amount >= 0);
         self.current += amount;
         self.allocated += amount;
-        self.peak = self.peak.max(self.current);
+        // A branch, not a `max`: in steady state the peak is not exceeded and nothing is
+        // stored.
+        if self.current > self.peak {
+            self.peak = self.current;
+        }
     }
 
     /// `update(-amount)` for an amount known to be >= 0: a decrease never raises the peak.
