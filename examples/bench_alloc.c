@@ -9,7 +9,8 @@
  *
  * usage: bench_alloc [-t THREADS] [-m glibc,runtime,driver] [-s 512,1048576,67108864]
  *                    [-b BATCH_MS] [-r REPEATS]
- * Output, one line per measurement (median over REPEATS batches of ~BATCH_MS each):
+ * Output, one line per measurement (median over REPEATS batches of ~BATCH_MS each; for each
+ * size the kinds' batches alternate, so load changes hit them alike):
  *   bench kind=runtime size=512 threads=1 pairs=N ns_per_pair=X pairs_per_s=Y
  * and one line saying whether the shim is in the process and how many device allocations
  * it made (0 with a statically linked cudart: those calls never reach the shim):
@@ -181,35 +182,48 @@ int main(int argc, char **argv) {
             want_driver = 0;
         }
     }
-    for (int k = GLIBC; k <= DRIVER; k++) {
-        if (!strstr(modes, kind_name[k]) || (k == DRIVER && !want_driver))
-            continue;
-        /* The driver API needs the context current on each thread: one thread only. */
-        int t = k == DRIVER ? 1 : threads;
-        for (int s = 0; s < nsizes; s++) {
-            int err = 0;
+    /* Per size, the kinds' batches are interleaved (glibc, runtime, driver, glibc, ...) so
+     * that a change in the machine's load hits every kind alike and the ratios between them
+     * hold even when the absolute figures move. */
+    int on[DRIVER + 1];
+    for (int k = GLIBC; k <= DRIVER; k++)
+        on[k] = strstr(modes, kind_name[k]) && (k != DRIVER || want_driver);
+    for (int s = 0; s < nsizes; s++) {
+        long n[DRIVER + 1] = {0};
+        double secs[DRIVER + 1][100];
+        int err = 0;
+        for (int k = GLIBC; k <= DRIVER; k++) {
+            if (!on[k])
+                continue;
+            /* The driver API needs the context current on each thread: one thread only. */
+            int t = k == DRIVER ? 1 : threads;
             /* Warm up (fills the cache), then calibrate a batch to ~batch_ms. */
             double one = timed(k, sizes[s], 1, t, &err);
             double probe = timed(k, sizes[s], 16, t, &err) / 16;
             if (probe < one)
                 one = probe;
-            long n = (long)(batch_ms * 1e-3 / (one > 1e-9 ? one : 1e-9));
-            if (n < 4)
-                n = 4;
-            if (n > 20000000)
-                n = 20000000;
-            double secs[100];
-            for (int r = 0; r < repeats && !err; r++)
-                secs[r] = timed(k, sizes[s], n, t, &err);
-            if (err) {
-                fprintf(stderr, "bench_alloc: %s pair of %zu bytes failed\n", kind_name[k],
-                        sizes[s]);
-                return 1;
-            }
-            qsort(secs, repeats, sizeof secs[0], cmp_double);
-            double med = secs[repeats / 2];
+            n[k] = (long)(batch_ms * 1e-3 / (one > 1e-9 ? one : 1e-9));
+            if (n[k] < 4)
+                n[k] = 4;
+            if (n[k] > 20000000)
+                n[k] = 20000000;
+        }
+        for (int r = 0; r < repeats && !err; r++)
+            for (int k = GLIBC; k <= DRIVER && !err; k++)
+                if (on[k])
+                    secs[k][r] = timed(k, sizes[s], n[k], k == DRIVER ? 1 : threads, &err);
+        if (err) {
+            fprintf(stderr, "bench_alloc: a pair of %zu bytes failed\n", sizes[s]);
+            return 1;
+        }
+        for (int k = GLIBC; k <= DRIVER; k++) {
+            if (!on[k])
+                continue;
+            int t = k == DRIVER ? 1 : threads;
+            qsort(secs[k], repeats, sizeof secs[k][0], cmp_double);
+            double med = secs[k][repeats / 2];
             printf("bench kind=%s size=%zu threads=%d pairs=%ld ns_per_pair=%.1f pairs_per_s=%.0f\n",
-                   kind_name[k], sizes[s], t, n * t, med / n * 1e9, n * t / med);
+                   kind_name[k], sizes[s], t, n[k] * t, med / n[k] * 1e9, n[k] * t / med);
             fflush(stdout);
         }
     }
