@@ -3,10 +3,14 @@
 //!
 //! Invariants: the mode is read once, with `getenv` (no allocation, safe inside `dlsym`), and
 //! never changes afterwards; a bad value is named in one line on stderr and the default is
-//! kept; `CUSHIM_DISABLE` turns both layers off (nothing is substituted anywhere). While a thread is inside a shim export that handles a call ([`Inside`]), the driver
-//! hooks and the `dlsym` / `cuGetProcAddress` substitutions on that thread pass straight to
-//! the real driver: one program call is intercepted once, never twice, and the shim's own
-//! driver calls always reach the real driver.
+//! kept; `CUSHIM_DISABLE` turns both layers off (nothing is substituted anywhere). While a
+//! thread is inside the shim ([`Inside`]: a driver hook handling a call, a runtime export
+//! calling into the real runtime, the shim's start-up), the driver hooks and the `dlsym` /
+//! `cuGetProcAddress` substitutions on that thread pass straight to the real driver: one
+//! program call is intercepted once, never twice, and the shim's own driver calls always
+//! reach the real driver (the engine's go through `cudarc`, whose `dlsym` calls come from
+//! inside libcushim.so and are never substituted). A runtime export's cached path touches no
+//! thread-local state.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};

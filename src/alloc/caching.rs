@@ -50,8 +50,10 @@
 //! **Freeing.** A free decrements `allocation`/`allocated_bytes` at once. When the block
 //! may still be in use by queued work (see `pending.rs`) it becomes `Pending`; otherwise,
 //! or once its batch completes, it becomes `Free` (decrementing `active`, `active_bytes`,
-//! `requested_bytes`), merges, and returns to its pool. Cached memory goes back to the
-//! device only in the sequence above, on `empty_cache`, or at a device reset.
+//! `requested_bytes`), merges, and returns to its pool. (A free the program makes merges
+//! lazily, at the next call that needs it, which changes nothing anyone can observe; see
+//! `deferred.rs`.) Cached memory goes back to the device only in the sequence above, on
+//! `empty_cache`, or at a device reset.
 //!
 //! **Statistics.** Named as PyTorch names them; `inactive_split` counts free blocks that
 //! share their segment; `oversize_*` count blocks/segments of at least `max_split_size`;
