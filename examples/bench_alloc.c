@@ -8,7 +8,9 @@
  * `nvcc` against the real toolkit (no kernels, plain runtime API).
  *
  * usage: bench_alloc [-t THREADS] [-m glibc,runtime,driver] [-s 512,1048576,67108864]
- *                    [-b BATCH_MS] [-r REPEATS]
+ *                    [-b BATCH_MS] [-r REPEATS] [-S STREAMS]
+ * -S creates that many non-blocking streams first (idle, kept alive): a program that has
+ * streams, whose frees a stream-safe cache must treat differently.
  * Output, one line per measurement (median over REPEATS batches of ~BATCH_MS each; for each
  * size the kinds' batches alternate, so load changes hit them alike):
  *   bench kind=runtime size=512 threads=1 pairs=N ns_per_pair=X pairs_per_s=Y
@@ -137,7 +139,7 @@ static long long shim_device_allocs(void) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 1, repeats = 5;
+    int threads = 1, repeats = 5, nstreams = 0;
     double batch_ms = 20;
     const char *modes = "glibc,runtime,driver";
     size_t sizes[MAX_SIZES] = {512, 1 << 20, 64 << 20};
@@ -151,6 +153,8 @@ int main(int argc, char **argv) {
             batch_ms = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "-r"))
             repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-S"))
+            nstreams = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-s")) {
             nsizes = 0;
             char *list = strdup(argv[i + 1]);
@@ -162,8 +166,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (threads < 1 || threads > MAX_THREADS || repeats < 1 || repeats > 99) {
-        fprintf(stderr, "bench_alloc: threads must be 1..%d, repeats 1..99\n", MAX_THREADS);
+    if (threads < 1 || threads > MAX_THREADS || repeats < 1 || repeats > 99 || nstreams < 0 ||
+        nstreams > 64) {
+        fprintf(stderr, "bench_alloc: threads must be 1..%d, repeats 1..99, streams 0..64\n",
+                MAX_THREADS);
         return 2;
     }
     /* Context first: the runtime creates the primary context and makes it current. */
@@ -171,6 +177,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_alloc: no CUDA device\n");
         return 1;
     }
+    cudaStream_t streams[64];
+    for (int i = 0; i < nstreams; i++)
+        if (cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking) != cudaSuccess) {
+            fprintf(stderr, "bench_alloc: cudaStreamCreateWithFlags failed\n");
+            return 1;
+        }
     int want_driver = strstr(modes, "driver") != NULL;
     if (want_driver) {
         void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -279,11 +279,14 @@ fn engine_frag_rows() -> Vec<Row> {
 /// 1. Cached pair through the preloaded exports in a real process on simcuda.
 fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
     const G: &str = "1 pair";
-    let run = |shim: bool| -> Result<String, String> {
+    let run_with = |shim: bool, extra: &[&str]| -> Result<String, String> {
         let p = procs.as_ref().map_err(Clone::clone)?;
         let exe = p.compile("bench_alloc")?;
-        p.run(&exe, &e.alloc_args, shim, &[], Duration::from_secs(60))
+        let mut args = extra.to_vec();
+        args.extend_from_slice(&e.alloc_args);
+        p.run(&exe, &args, shim, &[], Duration::from_secs(60))
     };
+    let run = |shim: bool| run_with(shim, &[]);
     let plain = match run(false) {
         Ok(out) => out,
         Err(e) => {
@@ -304,10 +307,11 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
         .is_some_and(|n| n > 0);
     let mut rows = Vec::new();
     for s in SIZES {
-        let (Some(glibc), Some(raw)) = (
-            procs::find(&base, "glibc", s),
-            procs::find(&base, "driver", s),
-        ) else {
+        // glibc from the shimmed process itself, whose batches alternate with the shim's
+        // (bench_alloc), so both are measured in the same state of the machine; the raw
+        // driver from the process without the shim.
+        let glibc = procs::find(&ours, "glibc", s).or_else(|| procs::find(&base, "glibc", s));
+        let (Some(glibc), Some(raw)) = (glibc, procs::find(&base, "driver", s)) else {
             rows.push(Row::skipped(
                 G,
                 format!("pairs of {}", size_name(s)),
@@ -353,6 +357,27 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
                 )
                 .baseline("simcuda cuMemAlloc_v2+cuMemFree_v2", raw.ns_per_pair),
             );
+        }
+    }
+    // The same pair once the program has created a stream: under free_sync:auto each free
+    // then waits for the streams (an event batch), so this is not the cached fast path.
+    let streamed = run_with(true, &["-m", "runtime", "-S", "1"]);
+    let with_stream = streamed.as_deref().map(procs::pairs).unwrap_or_default();
+    for s in SIZES {
+        let name = format!(
+            "cudaMalloc+cudaFree {} via shim, one stream created (free_sync:auto)",
+            size_name(s)
+        );
+        match (&streamed, procs::find(&with_stream, "runtime", s)) {
+            (Ok(_), Some(p)) => {
+                let mut row = Row::new(G, name, p.ns_per_pair, "ns");
+                if let Some(no_stream) = procs::find(&ours, "runtime", s) {
+                    row = row.baseline("no stream", no_stream.ns_per_pair);
+                }
+                rows.push(row);
+            }
+            (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
+            (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
         }
     }
     rows
