@@ -32,8 +32,9 @@
 //! **The malloc sequence.** (1) Blocks whose pending frees completed return to the pools.
 //! (2) Best fit. (3) If nothing fits but freed blocks still wait, the waiting blocks are
 //! covered (one event per live stream, or a device synchronization) and (1)-(2) retried;
-//! when a waiting block could serve the request by itself, the fresh batch is polled for
-//! up to 100 µs first (on idle streams it completes within that, and growing costs more).
+//! when a waiting block could serve the request by itself, the fresh batch is polled (with
+//! a yield between polls) for up to 100 µs first (on idle streams it completes within that,
+//! and growing costs more).
 //! (4) With `garbage_collection_threshold` set and reserved memory above that fraction of
 //! the allowed memory, whole cached large segments that have waited longest unused (age
 //! counted in pool lookups, at least the average age) are released until enough is under
@@ -329,7 +330,11 @@ impl DeviceState {
         }
         let start = std::time::Instant::now();
         while self.pending.any() && start.elapsed() < FRESH_BATCH_GRACE {
-            std::hint::spin_loop();
+            // Yield rather than spin: whatever completes the events may need this CPU (a
+            // simulated stream's worker thread, on a machine with few cores). With spinning,
+            // a loop of 64 MiB pairs with one idle stream grew the cache to 18-82 segments on
+            // the 2-core VM; with the yield, to 1-2 (bench_alloc -s 67108864 -S 1).
+            std::thread::yield_now();
             self.complete_pending(ctx, false);
             if let Some(id) = self.best_fit(ctx, stream, rounded, large) {
                 return Some(id);
