@@ -32,9 +32,9 @@
 //! **The malloc sequence.** (1) Blocks whose pending frees completed return to the pools.
 //! (2) Best fit. (3) If nothing fits but freed blocks still wait, the waiting blocks are
 //! covered (one event per live stream, or a device synchronization) and (1)-(2) retried;
-//! when a waiting block could serve the request by itself, the fresh batch is polled (with
-//! a yield between polls) for up to 100 µs first (on idle streams it completes within that,
-//! and growing costs more).
+//! when a waiting block could serve the request by itself, the fresh batch is polled (16
+//! quick polls, then with a yield between polls) for up to 100 µs first (on idle streams it
+//! completes within that, and growing costs more).
 //! (4) With `garbage_collection_threshold` set and reserved memory above that fraction of
 //! the allowed memory, whole cached large segments that have waited longest unused (age
 //! counted in pool lookups, at least the average age) are released until enough is under
@@ -82,6 +82,8 @@ use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STA
 /// How long a malloc that finds nothing free polls a batch of events it just recorded
 /// before growing the cache (see `DeviceState::await_fresh_batch`).
 const FRESH_BATCH_GRACE: std::time::Duration = std::time::Duration::from_micros(100);
+/// Polls made before the first yield, whatever the time (each is an event query).
+const FRESH_BATCH_SPINS: u32 = 16;
 
 /// What a device state needs from its allocator for one call.
 pub(crate) struct Ctx<'a> {
@@ -329,12 +331,21 @@ impl DeviceState {
             return None;
         }
         let start = std::time::Instant::now();
-        while self.pending.any() && start.elapsed() < FRESH_BATCH_GRACE {
-            // Yield rather than spin: whatever completes the events may need this CPU (a
-            // simulated stream's worker thread, on a machine with few cores). With spinning,
-            // a loop of 64 MiB pairs with one idle stream grew the cache to 18-82 segments on
-            // the 2-core VM; with the yield, to 1-2 (bench_alloc -s 67108864 -S 1).
-            std::thread::yield_now();
+        let mut polls = 0u32;
+        while self.pending.any()
+            && (polls < FRESH_BATCH_SPINS || start.elapsed() < FRESH_BATCH_GRACE)
+        {
+            // A few quick polls first (a device signals completion by itself), then yield
+            // between polls rather than spin: whatever completes the events may need this CPU
+            // (a simulated stream's worker thread, on a machine with few cores). With spinning
+            // only, a loop of 64 MiB pairs with one idle stream grew the cache to 18-82
+            // segments on the 2-core VM; with the yields, to 1-2 (bench_alloc -s 67108864 -S 1).
+            if polls < FRESH_BATCH_SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            polls += 1;
             self.complete_pending(ctx, false);
             if let Some(id) = self.best_fit(ctx, stream, rounded, large) {
                 return Some(id);
