@@ -122,7 +122,7 @@ pub struct DeviceState {
     /// Whether frees defer their merge (always, except in the test that proves deferring
     /// changes nothing).
     pub(crate) defer: bool,
-    /// Mallocs answered from the deferred block (for that test and the benchmarks).
+    /// Mallocs answered from the deferred block (read by that test).
     pub(crate) deferred_hits: u64,
     scratch: Vec<BlockId>,
     total_memory: u64,

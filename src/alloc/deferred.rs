@@ -11,9 +11,10 @@
 //! Why: the commonest thing a cached allocation does is come back to the block its own
 //! size freed last. With the merge done at once, a cached malloc+free pair of a small
 //! block splits its segment and merges it back every time: two pool removals, two pool
-//! insertions, an arena insertion and removal (about 40% of the pair, perf). The deferred
-//! merge answers the next malloc from the unmerged block whenever the merged pool would have
-//! answered with the same block split at the same point, and then none of that happens.
+//! insertions, an arena insertion and removal (together about a third of the pair's perf
+//! samples when the merge was immediate). The deferred merge answers the next malloc from
+//! the unmerged block whenever the merged pool would have answered with the same block split
+//! at the same point, and then none of that happens.
 //!
 //! When that is so (`malloc_deferred`): with `d` the deferred block and `T` its free
 //! address successor if any, the immediate merge makes `M = d + T` (a free predecessor would
