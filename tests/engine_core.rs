@@ -3,29 +3,16 @@
 //! free errors, statistics and trace events.
 
 mod engine_support;
-use engine_support::VecSink;
+use engine_support::{setup, stat, VecSink};
 use std::sync::Arc;
 
 use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::{AllocError, CachingAllocator, FreeError};
-use cushim::config::alloc::parse;
 use cushim::trace::event::{Action, EventSink, NullSink, TraceEvent};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
-    let dev = Arc::new(FakeDevice::new(1, capacity));
-    let (c, errs) = parse(conf);
-    assert!(errs.is_empty(), "{errs:?}");
-    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
-    (dev, a)
-}
-
-fn stat(a: &CachingAllocator, key: &str) -> i64 {
-    a.stats(0)[key]
-}
 
 #[test]
 fn seed_fragmentation_scenario_reserves_256_then_128_mib() {

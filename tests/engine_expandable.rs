@@ -2,28 +2,15 @@
 //! donate their pages, shrinking releases whole free pages, failed growths leave nothing
 //! behind, and devices without VMM fall back to ordinary segments.
 
-use std::sync::Arc;
+mod engine_support;
+use engine_support::{setup, stat};
 
 use cushim::alloc::fake_device::{FakeDevice, Op};
 use cushim::alloc::info::{BlockState, SegmentInfo};
 use cushim::alloc::{AllocError, CachingAllocator};
-use cushim::config::alloc::parse;
-use cushim::trace::event::NullSink;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
-    let dev = Arc::new(FakeDevice::new(1, capacity));
-    let (c, errs) = parse(conf);
-    assert!(errs.is_empty(), "{errs:?}");
-    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
-    (dev, a)
-}
-
-fn stat(a: &CachingAllocator, key: &str) -> i64 {
-    a.stats(0)[key]
-}
 
 /// Listing invariants: blocks contiguous and summing to the segment, segments disjoint,
 /// stats equal to the listing, the device's mapped bytes equal to reserved bytes.

@@ -1,19 +1,15 @@
 //! The pinned host cache: flag combinations kept apart, power-of-two buckets, reuse without
 //! new host allocations, its own statistics, free errors.
 
+mod engine_support;
 use std::sync::Arc;
 
 use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::{CachingAllocator, FreeError};
-use cushim::config::alloc::parse;
-use cushim::trace::event::NullSink;
 
+/// An allocator over a 1 GiB fake device.
 fn setup(conf: &str) -> (Arc<FakeDevice>, CachingAllocator) {
-    let dev = Arc::new(FakeDevice::new(1, 1 << 30));
-    let (c, errs) = parse(conf);
-    assert!(errs.is_empty(), "{errs:?}");
-    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
-    (dev, a)
+    engine_support::setup(conf, 1 << 30)
 }
 
 #[test]

@@ -1,24 +1,14 @@
 //! Stream safety of freed blocks (`free_sync`): immediate reuse without streams, lazy event
 //! batches with streams, device synchronization, capture, stream-ordered frees.
 
-use std::sync::Arc;
+mod engine_support;
+use engine_support::setup;
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::CachingAllocator;
-use cushim::config::alloc::parse;
-use cushim::trace::event::NullSink;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
-    let dev = Arc::new(FakeDevice::new(1, capacity));
-    let (c, errs) = parse(conf);
-    assert!(errs.is_empty(), "{errs:?}");
-    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
-    (dev, a)
-}
 
 fn pending_blocks(a: &CachingAllocator) -> usize {
     a.segments(0)

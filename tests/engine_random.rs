@@ -3,7 +3,7 @@
 //! free pages could serve it, and 4 threads on 2 devices never get overlapping blocks.
 
 mod engine_support;
-use engine_support::VecSink;
+use engine_support::{setup_devices as setup, VecSink};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -11,18 +11,9 @@ use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
-use cushim::trace::event::NullSink;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-fn setup(conf: &str, devices: usize, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
-    let dev = Arc::new(FakeDevice::new(devices, capacity));
-    let (c, errs) = parse(conf);
-    assert!(errs.is_empty(), "{errs:?}");
-    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
-    (dev, a)
-}
 
 /// Mixed sizes: mostly small, some large up to 64 MiB (log-uniform).
 fn size(rng: &mut fastrand::Rng) -> u64 {

@@ -1,8 +1,37 @@
-//! What the engine-level tests share: an event sink that keeps every event in memory.
+//! What the engine-level tests share: an allocator over a fake device, a statistic by name,
+//! and an event sink that keeps every event in memory. (Each test binary uses a part.)
+#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 
-use cushim::trace::event::{EventSink, TraceEvent};
+use cushim::alloc::fake_device::FakeDevice;
+use cushim::alloc::CachingAllocator;
+use cushim::config::alloc::parse;
+use cushim::trace::event::{EventSink, NullSink, TraceEvent};
+
+/// An allocator with configuration `conf` (which must parse cleanly) over a fake device of
+/// `devices` ordinals of `capacity` bytes each, history off.
+pub fn setup_devices(
+    conf: &str,
+    devices: usize,
+    capacity: u64,
+) -> (Arc<FakeDevice>, CachingAllocator) {
+    let dev = Arc::new(FakeDevice::new(devices, capacity));
+    let (c, errs) = parse(conf);
+    assert!(errs.is_empty(), "{errs:?}");
+    let a = CachingAllocator::new(dev.clone(), c, &|_| Box::new(NullSink));
+    (dev, a)
+}
+
+/// [`setup_devices`] with one device.
+pub fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
+    setup_devices(conf, 1, capacity)
+}
+
+/// Device 0's statistic `key` (PyTorch's name).
+pub fn stat(a: &CachingAllocator, key: &str) -> i64 {
+    a.stats(0)[key]
+}
 
 /// Records every event into a shared vector (clones share it), so a test can read what the
 /// allocator recorded after handing the sink over.
