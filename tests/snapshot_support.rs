@@ -216,6 +216,42 @@ pub fn fixture(history: &str) -> SnapshotInput {
     }
 }
 
+/// `tests/c/trace_fp.c`'s walk callback and entry point.
+pub type WalkFn = extern "C" fn(usize, *mut u64, usize) -> usize;
+pub type OuterFn = unsafe extern "C" fn(WalkFn, *mut u64, usize) -> usize;
+
+/// Build `tests/c/trace_fp.c` as a shared library with frame pointers and line tables
+/// (`lib_name` in scratch directory `dir`), load it, and return the source's path and its
+/// `trace_fp_outer`.
+pub fn load_trace_fp(dir: &str, lib_name: &str) -> (PathBuf, OuterFn) {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/trace_fp.c");
+    let out = scratch(dir).join(lib_name);
+    let st = Command::new("cc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling {}", src.display());
+    let path = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
+    // SAFETY (test): loading a library just built; the symbol has the declared type.
+    let outer = unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen {}", out.display());
+        let sym = libc::dlsym(h, c"trace_fp_outer".as_ptr());
+        assert!(!sym.is_null());
+        std::mem::transmute::<*mut libc::c_void, OuterFn>(sym)
+    };
+    (src, outer)
+}
+
 /// A fresh scratch directory.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -12,8 +12,7 @@ use cushim::trace::unwind_fp;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-type WalkFn = extern "C" fn(usize, *mut u64, usize) -> usize;
-type OuterFn = unsafe extern "C" fn(WalkFn, *mut u64, usize) -> usize;
+use support::{OuterFn, WalkFn};
 
 struct CLib {
     outer: OuterFn,
@@ -27,34 +26,11 @@ struct CLib {
 fn clib() -> &'static CLib {
     static LIB: OnceLock<CLib> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/trace_fp.c");
-        let out = support::scratch("trace-c").join("libtrace_fp.so");
-        let st = std::process::Command::new("cc")
-            .args([
-                "-shared",
-                "-fPIC",
-                "-g",
-                "-O1",
-                "-fno-omit-frame-pointer",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success(), "compiling {}", src.display());
-        let path = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
-        // SAFETY (test): loading a library we just built; the symbol has the declared type.
-        unsafe {
-            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
-            assert!(!h.is_null(), "dlopen {}", out.display());
-            let sym = libc::dlsym(h, c"trace_fp_outer".as_ptr());
-            assert!(!sym.is_null());
-            CLib {
-                outer: std::mem::transmute::<*mut libc::c_void, OuterFn>(sym),
-                src,
-                addr: sym as usize,
-            }
+        let (src, outer) = support::load_trace_fp("trace-c", "libtrace_fp.so");
+        CLib {
+            outer,
+            src,
+            addr: outer as usize,
         }
     })
 }

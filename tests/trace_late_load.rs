@@ -8,10 +8,6 @@ mod support;
 use cushim::config::history::Unwinder;
 use cushim::trace::stack::{capture, SkipRange};
 use cushim::trace::symbolize::Symbolizer;
-use std::path::PathBuf;
-
-type WalkFn = extern "C" fn(usize, *mut u64, usize) -> usize;
-type OuterFn = unsafe extern "C" fn(WalkFn, *mut u64, usize) -> usize;
 
 extern "C" fn walk_dwarf(_fp: usize, buf: *mut u64, n: usize) -> usize {
     // SAFETY (test): the C side passes a buffer of n words.
@@ -25,31 +21,7 @@ fn frames_of_a_library_loaded_after_first_symbolization_resolve_by_symbol_and_mo
     let mut warm = Symbolizer::new();
     let _ = warm.resolve(walk_dwarf as *const () as u64 + 1);
 
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/trace_fp.c");
-    let out = support::scratch("late-load").join("libtrace_late.so");
-    let st = std::process::Command::new("cc")
-        .args([
-            "-shared",
-            "-fPIC",
-            "-g",
-            "-O1",
-            "-fno-omit-frame-pointer",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let path = std::ffi::CString::new(out.to_str().unwrap()).unwrap();
-    // SAFETY (test): loading the library just built; the symbol has the declared type.
-    let outer = unsafe {
-        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null());
-        let sym = libc::dlsym(h, c"trace_fp_outer".as_ptr());
-        assert!(!sym.is_null());
-        std::mem::transmute::<*mut libc::c_void, OuterFn>(sym)
-    };
+    let (_, outer) = support::load_trace_fp("late-load", "libtrace_late.so");
     let mut buf = [0u64; 64];
     // SAFETY (test): the library's function writes at most 64 entries.
     let n = unsafe { outer(walk_dwarf, buf.as_mut_ptr(), buf.len()) };
