@@ -403,7 +403,7 @@ fn event_rows(e: &Effort) -> Vec<Row> {
             .target("adds <= 50 ns", plain - off <= 50.0),
         Row::new(
             G,
-            "of which: timestamp (now_us: TSC where the kernel trusts it, else clock_gettime)",
+            "of which: timestamp (now_us: CLOCK_MONOTONIC via the vDSO)",
             stamp,
             "ns",
         )
