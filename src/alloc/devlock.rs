@@ -256,6 +256,48 @@ struct TestStats {
     word: AtomicU64,
     /// Revocations completed by a revoker (not by the owner's bail-out), counted the same way.
     revocations: AtomicU64,
+    /// Forces one interleaving of the sleeper's registration with a release (tests only).
+    gate: TestGate,
+}
+
+/// A point in `lock_slow` where a test can park the registering waiter once, so that the
+/// test's release lands exactly there instead of only by luck.
+#[cfg(test)]
+#[derive(Default)]
+struct TestGate {
+    /// The [`GatePoint`] to park at (0: none).
+    at: AtomicU32,
+    /// Set by the waiter when it has parked.
+    reached: AtomicU32,
+    /// Set by the test to let the parked waiter go on.
+    open: AtomicU32,
+}
+
+/// Where [`TestGate`] parks the waiter.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+enum GatePoint {
+    /// After `I` (registered), before `M` (the barrier).
+    AfterRegister = 1,
+    /// After `M`, before `R` (the CAS).
+    AfterBarrier = 2,
+    /// After `R` failed, before `futex_wait`.
+    BeforeFutexWait = 3,
+}
+
+#[cfg(test)]
+impl TestGate {
+    fn pass(&self, here: GatePoint) {
+        if self.at.load(Ordering::Acquire) != here as u32
+            || self.reached.swap(1, Ordering::AcqRel) != 0
+        {
+            return;
+        }
+        while self.open.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -508,8 +550,12 @@ impl<T> DevLock<T> {
             self.sleepers.fetch_add(1, Ordering::SeqCst);
             #[cfg(test)]
             self.stats.registrations.fetch_add(1, Ordering::Relaxed);
+            #[cfg(test)]
+            self.stats.gate.pass(GatePoint::AfterRegister);
             // M: make every unlocker's store-then-load ordered with respect to I (module docs).
             let fenced = !self.heavy_barrier || sys::heavy_barrier();
+            #[cfg(test)]
+            self.stats.gate.pass(GatePoint::AfterBarrier);
             // R: SeqCst for RMW mode; implies Acquire for the critical section.
             let mut got = self
                 .word
@@ -518,6 +564,8 @@ impl<T> DevLock<T> {
             if !got {
                 #[cfg(test)]
                 self.stats.futex_waits.fetch_add(1, Ordering::Relaxed);
+                #[cfg(test)]
+                self.stats.gate.pass(GatePoint::BeforeFutexWait);
                 sys::futex_wait(&self.word, 1, !fenced);
                 got = self
                     .word

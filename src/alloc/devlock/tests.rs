@@ -75,20 +75,21 @@ fn sleepers_blocked_behind_a_long_holder_reach_the_futex_and_are_woken() {
                 thread::spawn(move || lock.lock().0 += 1)
             })
             .collect();
-        // Wait until all three are registered sleepers, then hold a further 20 ms.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while lock.stats.registrations.load(Ordering::Relaxed) < 3 {
-            assert!(Instant::now() < deadline, "waiters never registered");
+        // Wait until all three registered and found the lock held at their last check before
+        // sleeping (the holder holds until then, however slowly they are scheduled).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while lock.stats.futex_waits.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < deadline, "waiters never went to sleep");
             thread::sleep(Duration::from_millis(1));
         }
-        thread::sleep(Duration::from_millis(20));
         assert_eq!(guard.0, 0, "a waiter got in while the holder held the lock");
         drop(guard);
         for t in threads {
             t.join().expect("waiter panicked");
         }
         assert_eq!(lock.lock().0, 3);
-        assert_eq!(lock.stats.registrations.load(Ordering::Relaxed), 3);
+        // A spurious return from futex_wait may make a waiter register again.
+        assert!(lock.stats.registrations.load(Ordering::Relaxed) >= 3);
         let waits = lock.stats.futex_waits.load(Ordering::Relaxed);
         assert!(waits >= 3, "only {waits} futex waits for 3 sleepers");
         assert_eq!(lock.sleepers.load(Ordering::Relaxed), 0);
@@ -142,9 +143,9 @@ fn no_lost_wakeup_under_churn_with_sleeping_holders_in_both_modes() {
 }
 
 /// Spins briefly, then yields (so that a descheduled peer is not starved on 2 cores),
-/// until `counter` reaches `target`; false after 10 s.
+/// until `counter` reaches `target`; false after 60 s.
 fn wait_for(counter: &AtomicU64, target: u64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut spins = 0u32;
     while counter.load(Ordering::Acquire) < target {
         spins += 1;
@@ -160,13 +161,15 @@ fn wait_for(counter: &AtomicU64, target: u64) -> bool {
 }
 
 /// Each round, the main thread holds the lock until the other thread is about to call
-/// `lock`, releases at a random moment around the one at which that thread gives up
+/// `lock`, releases at a pseudo-random moment around the one at which that thread gives up
 /// spinning and registers to sleep, then leaves the lock alone until that thread reports it
 /// got in: a single lost wakeup is a hang here (nobody else unlocks to heal it), which the
-/// deadline turns into a failure.
+/// deadline turns into a failure. A stress loop: how often the release actually lands in
+/// the registration window depends on scheduling, so it is reported, never asserted (the
+/// forced interleavings are `a_release_at_each_step_of_the_sleeper_registration_...`).
 #[test]
 fn no_lost_wakeup_when_the_release_races_the_sleeper_registration() {
-    const ROUNDS: u64 = 20_000;
+    const ROUNDS: u64 = 10_000;
     for (heavy, biased) in modes() {
         let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
         let arrived = Arc::new(AtomicU64::new(0));
@@ -211,15 +214,72 @@ fn no_lost_wakeup_when_the_release_races_the_sleeper_registration() {
         }
         waiter.join().expect("waiter panicked");
         assert_eq!(lock.lock().0, 2 * ROUNDS);
-        let registrations = lock.stats.registrations.load(Ordering::Relaxed);
         eprintln!(
-            "release-vs-registration race ({} mode): {registrations} \
-             registrations, {} futex waits in {ROUNDS} rounds",
+            "release-vs-registration stress ({} mode): {} registrations, {} futex waits in \
+             {ROUNDS} rounds",
             mode_name(&lock),
+            lock.stats.registrations.load(Ordering::Relaxed),
             lock.stats.futex_waits.load(Ordering::Relaxed),
         );
-        assert!(registrations > 0, "the race was never exercised");
     }
+}
+
+/// The release lands at each step of a sleeper's registration, forced rather than hoped
+/// for: the waiter parks at the step (registered; registered and fenced; its CAS failed
+/// and it is about to sleep), the holder releases there, and the waiter must get in with
+/// no further unlock to wake it.
+#[test]
+fn a_release_at_each_step_of_the_sleeper_registration_never_loses_the_wakeup() {
+    for (heavy, biased) in modes() {
+        for point in [
+            GatePoint::AfterRegister,
+            GatePoint::AfterBarrier,
+            GatePoint::BeforeFutexWait,
+        ] {
+            let lock = Arc::new(DevLock::new_with_modes(Counter(0), heavy, biased));
+            // Revokers wait on `owner_in`, not on the futex: start from the revoked state.
+            revoke_bias(&lock);
+            lock.stats.gate.at.store(point as u32, Ordering::Release);
+            let mut g = lock.lock();
+            let waiter = {
+                let lock = Arc::clone(&lock);
+                thread::spawn(move || lock.lock().0 += 1)
+            };
+            assert!(
+                wait_for_flag(&lock.stats.gate.reached),
+                "waiter never reached {point:?}"
+            );
+            g.0 += 1;
+            drop(g);
+            lock.stats.gate.open.store(1, Ordering::Release);
+            let (tx, rx) = mpsc::channel();
+            thread::spawn(move || {
+                let _ = tx.send(waiter.join().is_ok());
+            });
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(ok) => assert!(ok, "waiter panicked"),
+                Err(_) => panic!(
+                    "lost wakeup: release at {point:?} ({} mode) left the waiter asleep",
+                    mode_name(&lock)
+                ),
+            }
+            assert_eq!(lock.lock().0, 2);
+            assert_eq!(lock.sleepers.load(Ordering::Relaxed), 0);
+            assert!(lock.stats.registrations.load(Ordering::Relaxed) >= 1);
+        }
+    }
+}
+
+/// Waits (yielding) until `flag` is set; false after 60 s.
+fn wait_for_flag(flag: &AtomicU32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while flag.load(Ordering::Acquire) == 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::yield_now();
+    }
+    true
 }
 
 #[test]
@@ -432,11 +492,9 @@ fn revoker_waits_for_the_owner_to_leave_a_long_biased_critical_section() {
                 if sys::membarrier_available() {
                     assert!(!g.biased && lock.stats.revocations.load(Ordering::Relaxed) == 1);
                 }
+                // That it waited is proven by `count` above, not by the clock (a revoker
+                // descheduled after the barrier may find the owner already gone).
                 eprintln!("revoker waited {waited:?} for a 20 ms owner");
-                assert!(
-                    waited >= Duration::from_millis(15),
-                    "waited only {waited:?}"
-                );
             });
         });
         assert_eq!(lock.lock().count, 2);
