@@ -82,10 +82,14 @@ impl DeviceState {
     }
 
     /// Step (8) and `empty_cache`: release every whole free segment and free page.
+    ///
+    /// Order as PyTorch's `release_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp): the
+    /// large pool's segments first, then the small pool's, each pool in its (stream, size,
+    /// address) order; the bytes are the same either way, the `segment_free` events are not.
     pub(crate) fn release_cached(&mut self, ctx: &Ctx) {
         self.settle();
         self.complete_pending(ctx, true);
-        for large in [false, true] {
+        for large in [true, false] {
             for id in self.whole_free_segments(large) {
                 self.release_segment(ctx, id);
             }
@@ -107,6 +111,12 @@ impl DeviceState {
         (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
     }
 
+    /// PyTorch's `garbage_collect_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp): each
+    /// pass releases every whole cached large segment whose age is at least the average age
+    /// of those still cached, until enough is reclaimed or a pass frees nothing. The
+    /// average is a real number, as PyTorch's `double` `total_age / freeable_block_count`:
+    /// with ages 2 and 1 the threshold is 1.5 and only the older segment goes (integer
+    /// division made it 1 and released both).
     pub(crate) fn garbage_collect(&mut self, ctx: &Ctx) {
         let target = self.gc_excess(ctx);
         if target == 0 {
@@ -118,17 +128,17 @@ impl DeviceState {
             .into_iter()
             .map(|id| (now - self.blocks[id].gc_base, self.blocks[id].size, id))
             .collect();
-        let mut total_age: u64 = candidates.iter().map(|c| c.0).sum();
+        let mut total_age: f64 = candidates.iter().map(|c| c.0 as f64).sum();
         let mut reclaimed = 0;
         while reclaimed < target && !candidates.is_empty() {
-            let avg = total_age / candidates.len() as u64;
+            let avg = total_age / candidates.len() as f64;
             let mut freed_any = false;
             let mut keep = Vec::with_capacity(candidates.len());
             for (age, size, id) in candidates {
-                if age >= avg && self.release_segment(ctx, id) {
+                if age as f64 >= avg && self.release_segment(ctx, id) {
                     freed_any = true;
                     reclaimed += size;
-                    total_age -= age;
+                    total_age -= age as f64;
                 } else {
                     keep.push((age, size, id));
                 }

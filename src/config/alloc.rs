@@ -104,6 +104,16 @@ fn parse_fraction(key: &str, v: &str, lo_open: bool, hi_open: bool) -> Result<f6
     }
 }
 
+/// An integer number of MiB, at least 20 (PyTorch's minimum, `kLargeBuffer`), in bytes.
+fn parse_mb_at_least_20(key: &str, v: &str) -> Result<u64, String> {
+    match v.parse::<u64>() {
+        Ok(mb) if mb >= 20 => Ok(mb.saturating_mul(MIB)),
+        _ => Err(format!(
+            "{key}: bad value '{v}' (accepted: an integer >= 20)"
+        )),
+    }
+}
+
 fn pow2_value(key: &str, v: &str) -> Result<u64, String> {
     match v.trim().parse::<u64>() {
         Ok(n) if n == 0 || n.is_power_of_two() => Ok(n),
@@ -115,10 +125,14 @@ fn pow2_value(key: &str, v: &str) -> Result<u64, String> {
 }
 
 /// Parse `roundup_power2_divisions`: one power of two (or 0) for every interval, or a list
-/// of `size_mb:divisions` entries (sizes are powers of two in MiB, ascending). Exactly as
-/// PyTorch parses it: `S:D` sets the interval starting at S MiB, the first entry also fills
-/// every interval below it, and `>:D` fills from the last named interval (itself included)
-/// to the end, so in `[256:1,512:2,>:8]` the `>` entry overrides `512:2`.
+/// of `size_mb:divisions` entries (sizes are powers of two in MiB, ascending). As current
+/// PyTorch parses it (`AcceleratorAllocatorConfig::parseRoundUpPower2Divisions` in
+/// `c10/core/AllocatorConfig.cpp`): `S:D` sets the interval starting at S MiB, the first
+/// entry also fills every interval below it, and `>:D` fills from the interval *after* the
+/// last one named (after interval 0 when none was named) to the end. So in
+/// `[256:1,512:2,>:8]` the 512 MiB interval keeps its 2 divisions and only 1 GiB and above
+/// get 8. (PyTorch before the `ConfigTokenizer` rewrite filled from the last named interval
+/// itself, which let `>` override it.)
 fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
     const KEY: &str = "roundup_power2_divisions";
     let mut out = [0u64; ROUNDUP_INTERVALS];
@@ -127,16 +141,17 @@ fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
         let inner = inner
             .strip_suffix(']')
             .ok_or_else(|| format!("{KEY}: missing ']' in '{v}'"))?;
-        let mut last: Option<usize> = None;
+        // PyTorch's `last_index`: 0 until an interval is named.
+        let mut last = 0usize;
+        let mut first = true;
         for entry in inner.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (size, div) = entry.split_once(':').ok_or_else(|| {
                 format!("{KEY}: bad entry '{entry}' (accepted: SIZE_MB:DIV or >:DIV)")
             })?;
             let div = pow2_value(KEY, div)?;
             if size.trim() == ">" {
-                // As PyTorch does: from the last named interval itself, to the end.
-                let from = last.unwrap_or(0);
-                for slot in out.iter_mut().skip(from) {
+                // From the interval after the last named one, to the end.
+                for slot in out.iter_mut().skip(last + 1) {
                     *slot = div;
                 }
                 continue;
@@ -148,13 +163,14 @@ fn parse_roundup(v: &str) -> Result<[u64; ROUNDUP_INTERVALS], String> {
                 ));
             }
             let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
-            if last.is_none() {
+            if first {
                 for slot in out.iter_mut().take(index) {
                     *slot = div;
                 }
+                first = false;
             }
             out[index] = div;
-            last = Some(index);
+            last = index;
         }
         Ok(out)
     } else {
@@ -202,15 +218,13 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
         };
         let (key, value) = (key.trim(), value.trim());
         let r: Result<(), String> = match key {
-            "max_split_size_mb" => match value.parse::<u64>() {
-                Ok(mb) if mb > 20 => {
-                    conf.max_split_size = mb.saturating_mul(MIB);
-                    Ok(())
-                }
-                _ => Err(format!(
-                    "max_split_size_mb: bad value '{value}' (accepted: an integer > 20)"
-                )),
-            },
+            // PyTorch's `parseMaxSplitSize` (c10/core/AllocatorConfig.cpp): at least
+            // kLargeBuffer / kMB = 20, so 20 itself is accepted.
+            "max_split_size_mb" => {
+                parse_mb_at_least_20(key, value).map(|bytes| conf.max_split_size = bytes)
+            }
+            // Deviation: PyTorch also requires at least 20 here; any integer is kept (0 makes
+            // an oversize request take only a cached block of exactly its size).
             "max_non_split_rounding_mb" => match value.parse::<u64>() {
                 Ok(mb) => {
                     conf.max_non_split_rounding_size = mb.saturating_mul(MIB);
@@ -357,12 +371,17 @@ mod tests {
         assert_eq!(c.free_sync, FreeSync::Event);
         assert!(c.free_includes_cache);
         assert_eq!(c.per_process_memory_fraction, 0.5);
-        // 256 MiB is interval 8: intervals 0..=8 get 1; 512:2 sets 9, which `>` (from the
-        // last named interval on, as PyTorch fills it) overrides with 8.
+        // 256 MiB is interval 8: intervals 0..=8 get 1; 512:2 sets 9 and keeps it; `>`
+        // fills 10 (1 GiB) and above with 8.
         assert_eq!(c.roundup_power2_divisions[0], 1);
         assert_eq!(c.roundup_power2_divisions[8], 1);
-        assert_eq!(c.roundup_power2_divisions[9], 8);
+        assert_eq!(c.roundup_power2_divisions[9], 2);
+        assert_eq!(c.roundup_power2_divisions[10], 8);
         assert_eq!(c.roundup_power2_divisions[15], 8);
+        // `>` alone fills from interval 1, as PyTorch's `last_index` starts at 0.
+        let (c, _) = parse("roundup_power2_divisions:[>:4]");
+        assert_eq!(c.roundup_power2_divisions[0], 0);
+        assert!(c.roundup_power2_divisions[1..].iter().all(|&d| d == 4));
         let (c, _) = parse("roundup_power2_divisions:[64:2,256:4,1024:8]");
         assert_eq!(
             &c.roundup_power2_divisions[..11],
@@ -380,6 +399,17 @@ mod tests {
         assert!(e[2].contains("bogus"));
         assert_eq!(c.max_split_size, u64::MAX);
         assert!(c.expandable_segments);
+    }
+
+    #[test]
+    fn max_split_size_accepts_20_mb_and_refuses_less() {
+        let (c, e) = parse("max_split_size_mb:20");
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(c.max_split_size, 20 * MIB);
+        let (c, e) = parse("max_split_size_mb:19");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains(">= 20"), "{e:?}");
+        assert_eq!(c.max_split_size, u64::MAX);
     }
 
     #[test]

@@ -28,6 +28,17 @@ pub fn setup(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator) {
     setup_devices(conf, 1, capacity)
 }
 
+/// [`setup`] with history on: every event goes to the returned sink.
+pub fn setup_recorded(conf: &str, capacity: u64) -> (Arc<FakeDevice>, CachingAllocator, VecSink) {
+    let dev = Arc::new(FakeDevice::new(1, capacity));
+    let (c, errs) = parse(conf);
+    assert!(errs.is_empty(), "{errs:?}");
+    let sink = VecSink::default();
+    let s2 = sink.clone();
+    let a = CachingAllocator::new(dev.clone(), c, &move |_| Box::new(s2.clone()));
+    (dev, a, sink)
+}
+
 /// Device 0's statistic `key` (PyTorch's name).
 pub fn stat(a: &CachingAllocator, key: &str) -> i64 {
     a.stats(0)[key]
