@@ -48,6 +48,9 @@ pub struct Block {
     pub gc_base: u64,
     /// Whether the block was counted in `inactive_split` when it entered its pool.
     pub counted_split: bool,
+    /// [`Arena::tick`] when the block last entered its pool (the cache cap's age: the
+    /// smallest value among whole free segments is the one cached longest).
+    pub cached_at: u64,
 }
 
 impl Block {
@@ -65,6 +68,7 @@ impl Block {
             stack: 0,
             gc_base: 0,
             counted_split: false,
+            cached_at: 0,
         }
     }
 
@@ -86,9 +90,17 @@ pub struct Arena {
     slots: Vec<Block>,
     vacant: Vec<BlockId>,
     index: BTreeMap<DevPtr, BlockId>,
+    clock: u64,
 }
 
 impl Arena {
+    /// A device-wide clock, one tick per pool insertion (see `Block::cached_at`).
+    #[inline]
+    pub fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
     pub fn insert(&mut self, b: Block) -> BlockId {
         let (addr, indexed) = (b.addr, b.res.is_some());
         let id = if let Some(id) = self.vacant.pop() {

@@ -54,7 +54,8 @@
 //! `requested_bytes`), merges, and returns to its pool. (A free the program makes merges
 //! lazily, at the next call that needs it, which changes nothing anyone can observe; see
 //! `deferred.rs`.) Cached memory goes back to the device only in the sequence above, on
-//! `empty_cache`, or at a device reset.
+//! `empty_cache`, at a device reset, or, with a cache cap configured, after a free that
+//! leaves more than the cap cached (`cap.rs`).
 //!
 //! **Statistics.** Named as PyTorch names them; `inactive_split` counts free blocks that
 //! share their segment; `oversize_*` count blocks/segments of at least `max_split_size`;
@@ -204,8 +205,10 @@ impl DeviceState {
         };
         let lookups = self.pool_mut(large).lookups;
         self.pool_mut(large).insert(stream, size, addr, id);
+        let cached_at = self.blocks.tick();
         let b = &mut self.blocks[id];
         b.gc_base = lookups;
+        b.cached_at = cached_at;
         b.counted_split = split;
         if split {
             self.stats.inactive_split.add(large, 1);
@@ -576,6 +579,10 @@ impl DeviceState {
             self.deferred = Some(id);
         } else {
             self.finish_free(id);
+        }
+        if ctx.conf.cache_capped() {
+            // The optional bound on cached bytes (`cap.rs`).
+            self.enforce_cache_cap(ctx);
         }
         Ok(())
     }

@@ -7,6 +7,7 @@ mod addr_hash;
 mod allocator;
 pub mod block;
 pub mod caching;
+mod cap;
 mod deferred;
 pub mod devlock;
 pub mod expandable;

@@ -145,6 +145,8 @@ pub struct DeviceStats {
     pub num_device_alloc: i64,
     pub num_device_free: i64,
     pub num_sync_all_streams: i64,
+    /// Segments and expandable pages released to keep cached bytes under the cap.
+    pub num_cache_cap_releases: i64,
 }
 
 impl DeviceStats {
@@ -187,6 +189,7 @@ impl DeviceStats {
         m.insert("num_device_alloc".into(), self.num_device_alloc);
         m.insert("num_device_free".into(), self.num_device_free);
         m.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        m.insert("num_cache_cap_releases".into(), self.num_cache_cap_releases);
         m
     }
 }

@@ -58,6 +58,11 @@ pub struct AllocConf {
     pub release_lock_on_cudamalloc: bool,
     pub free_sync: FreeSync,
     pub free_includes_cache: bool,
+    /// Cap on cached-but-unused bytes (`max_cached_mb`); `u64::MAX` means no cap.
+    pub max_cached: u64,
+    /// Cap on cached-but-unused bytes as a fraction of the device's memory
+    /// (`max_cached_fraction`); 0 means no cap. With both set the smaller applies.
+    pub max_cached_fraction: f64,
 }
 
 impl Default for AllocConf {
@@ -75,6 +80,8 @@ impl Default for AllocConf {
             release_lock_on_cudamalloc: false,
             free_sync: FreeSync::Auto,
             free_includes_cache: false,
+            max_cached: u64::MAX,
+            max_cached_fraction: 0.0,
         }
     }
 }
@@ -282,12 +289,26 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                 format!("free_sync: bad value '{value}' (accepted: auto, event, device, none)")
             }),
             "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
+            // ND4J-style cap on what the cache keeps (see `alloc::cap`).
+            "max_cached_mb" => match value.parse::<u64>() {
+                Ok(mb) => {
+                    conf.max_cached = mb.saturating_mul(MIB);
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "max_cached_mb: bad value '{value}' (accepted: an integer >= 0)"
+                )),
+            },
+            "max_cached_fraction" => {
+                parse_fraction(key, value, false, false).map(|x| conf.max_cached_fraction = x)
+            }
             _ => Err(format!(
                 "unknown key '{key}' (accepted: max_split_size_mb, max_non_split_rounding_mb, \
                  garbage_collection_threshold, \
                  expandable_segments, roundup_power2_divisions, per_process_memory_fraction, \
                  pinned_use_cuda_host_register, pinned_num_register_threads, \
-                 release_lock_on_cudamalloc, backend, free_sync, free_includes_cache)"
+                 release_lock_on_cudamalloc, backend, free_sync, free_includes_cache, \
+                 max_cached_mb, max_cached_fraction)"
             )),
         };
         if let Err(e) = r {
@@ -307,6 +328,22 @@ impl AllocConf {
             let _ = writeln!(err, "cushim: CUSHIM_ALLOC_CONF: {e}; using the default");
         }
         conf
+    }
+
+    /// Whether a cap on cached bytes is set (`max_cached_mb` or `max_cached_fraction`).
+    #[inline]
+    pub fn cache_capped(&self) -> bool {
+        self.max_cached != u64::MAX || self.max_cached_fraction > 0.0
+    }
+
+    /// The cap on cached-but-unused bytes for a device of `total` bytes (`u64::MAX`: none).
+    pub fn cache_cap(&self, total: u64) -> u64 {
+        let by_fraction = if self.max_cached_fraction > 0.0 {
+            (total as f64 * self.max_cached_fraction) as u64
+        } else {
+            u64::MAX
+        };
+        self.max_cached.min(by_fraction)
     }
 
     /// Divisions for a request of `size` bytes (0 or 1 = plain 512-byte rounding).
@@ -341,6 +378,12 @@ impl AllocConf {
             "per_process_memory_fraction": self.per_process_memory_fraction,
             "free_sync": self.free_sync.name(),
             "free_includes_cache": self.free_includes_cache,
+            "max_cached": if self.max_cached == u64::MAX {
+                -1
+            } else {
+                i64::try_from(self.max_cached).unwrap_or(i64::MAX)
+            },
+            "max_cached_fraction": self.max_cached_fraction,
         })
     }
 }
@@ -348,6 +391,8 @@ impl AllocConf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const GIB: u64 = 1 << 30;
 
     #[test]
     fn empty_string_gives_defaults_without_messages() {
@@ -410,6 +455,22 @@ mod tests {
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(e[0].contains(">= 20"), "{e:?}");
         assert_eq!(c.max_split_size, u64::MAX);
+    }
+
+    #[test]
+    fn cache_cap_is_off_by_default_and_the_smaller_of_both_keys() {
+        let c = AllocConf::default();
+        assert!(!c.cache_capped());
+        assert_eq!(c.cache_cap(GIB), u64::MAX);
+        let (c, e) = parse("max_cached_mb:512,max_cached_fraction:0.25");
+        assert!(e.is_empty(), "{e:?}");
+        assert!(c.cache_capped());
+        assert_eq!(c.cache_cap(4 * GIB), 512 * MIB);
+        assert_eq!(c.cache_cap(GIB), 256 * MIB);
+        let (c, e) = parse("max_cached_mb:0");
+        assert!(e.is_empty() && c.cache_capped() && c.cache_cap(GIB) == 0);
+        assert_eq!(parse("max_cached_fraction:1.5").1.len(), 1);
+        assert_eq!(parse("max_cached_mb:-1").1.len(), 1);
     }
 
     #[test]

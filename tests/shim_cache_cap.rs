@@ -1,0 +1,66 @@
+//! The cache cap under the shim on simcuda: the seed programs keep their results and reserve
+//! what the cap keeps, and the stream-safety program still finds its data intact with a cap
+//! that caches nothing (a pending free is never released).
+mod common;
+
+const MIB: u64 = 1 << 20;
+
+fn frag(mode: &str, conf: &str) -> (std::collections::HashMap<String, String>, serde_json::Value) {
+    let exe = common::compile("shim_frag", &[]);
+    let dir = common::scratch(&format!("cap-frag-{mode}-{}", conf.len()));
+    let report = dir.join("report.json");
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .arg(mode)
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("SIMCUDA_REPORT", &report),
+    );
+    (common::kv(&out), common::read_report(&report))
+}
+
+#[test]
+fn seed_forward_order_with_a_64_mib_cap_reserves_192_mib() {
+    // 8 x 16 MiB freed: the cap keeps the 4 freed last; the 4 x 32 MiB need new segments.
+    let (m, report) = frag("forward", "max_cached_mb:64");
+    assert_eq!(common::num(&m, "used_after") as u64, 192 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 192 * MIB);
+}
+
+#[test]
+fn seed_reverse_order_with_a_64_mib_cap_still_reserves_128_mib() {
+    let (m, _) = frag("reverse", "max_cached_mb:64");
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
+}
+
+#[test]
+fn seed_forward_order_with_a_zero_cap_reserves_only_what_is_live() {
+    let (m, report) = frag("forward", "max_cached_mb:0");
+    assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
+    assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+}
+
+fn stream_safety(free_sync: &str) -> String {
+    let exe = common::compile("shim_stream_safety", &[]);
+    common::run_ok(common::shim_cmd(&exe).env(
+        "CUSHIM_ALLOC_CONF",
+        format!("free_sync:{free_sync},max_cached_mb:0"),
+    ))
+}
+
+#[test]
+fn freed_block_is_intact_under_pending_work_with_a_zero_cap_in_auto_mode() {
+    let out = stream_safety("auto");
+    assert!(out.contains("intact=1"), "{out}");
+}
+
+#[test]
+fn freed_block_is_intact_under_pending_work_with_a_zero_cap_in_event_mode() {
+    let out = stream_safety("event");
+    assert!(out.contains("intact=1"), "{out}");
+}
+
+#[test]
+fn freed_block_is_intact_under_pending_work_with_a_zero_cap_in_device_mode() {
+    let out = stream_safety("device");
+    assert!(out.contains("intact=1"), "{out}");
+}
