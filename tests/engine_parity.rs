@@ -570,7 +570,10 @@ fn run(conf: &str, capacity: u64, ops: usize, seed: u64, max_live: usize) -> (u6
     let mut m = Model::new(conf, capacity);
     let max_split = m.s.max_split;
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut live: Vec<u64> = Vec::new();
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    // The size of the block freed last: programs often ask for it again at once (the
+    // engine's deferred-merge path serves exactly that).
+    let mut last_freed = 0;
     let (mut ooms, mut seg_frees) = (0, 0);
     for step in 0..ops {
         let what;
@@ -581,19 +584,24 @@ fn run(conf: &str, capacity: u64, ops: usize, seed: u64, max_live: usize) -> (u6
             m.release_cached_blocks();
         } else if !live.is_empty() && (live.len() >= max_live || r < 450) {
             let i = rng.usize(..live.len());
-            let p = live.swap_remove(i);
+            let (p, n) = live.swap_remove(i);
+            last_freed = n;
             what = format!("free {p:#x}");
             a.free(p, 0, 0).unwrap();
             m.free(p);
         } else {
-            let n = size(&mut rng, max_split);
+            let n = if last_freed > 0 && rng.u8(..) < 64 {
+                last_freed
+            } else {
+                size(&mut rng, max_split)
+            };
             what = format!("malloc {n}");
             let got = a.malloc(0, n, 0, 0);
             let want = m.malloc(n);
             match (got, want) {
                 (Ok(p), Some(q)) => {
                     assert_eq!(p, q, "{conf}: step {step}: {what}: address");
-                    live.push(p);
+                    live.push((p, n));
                 }
                 (Err(AllocError::OutOfMemory), None) => ooms += 1,
                 (g, w) => panic!("{conf}: step {step}: {what}: engine {g:?}, PyTorch {w:?}"),
@@ -620,8 +628,14 @@ fn run(conf: &str, capacity: u64, ops: usize, seed: u64, max_live: usize) -> (u6
     }
     eprintln!(
         "{conf}: {ops} calls, {ooms} out of memory, {seg_frees} segments released, {} by \
-         garbage collection",
-        m.gc_released
+         garbage collection, {} mallocs answered by the deferred block",
+        m.gc_released,
+        a.deferred_hits(0)
+    );
+    // The engine's deferred-merge fast path is part of what is compared.
+    assert!(
+        a.deferred_hits(0) > 0,
+        "{conf}: the deferred path was never taken"
     );
     (ooms, seg_frees, m.gc_released)
 }

@@ -42,6 +42,14 @@ impl DeviceState {
         }
         // The deferred free's merge decides which segments are whole.
         self.settle();
+        // Free bytes outside whole free blocks are `inactive_split_bytes`: when that is all
+        // of the cache (and no expandable page can go), nothing can be released, and the
+        // pool is not scanned (a cap the program's live blocks keep exceeded costs each free
+        // this test, not a scan).
+        let split = self.stats.inactive_split_bytes.all.current.max(0) as u64;
+        if self.cached_bytes() <= split && !self.exp.enabled() {
+            return;
+        }
         let before = self.stats.num_device_free;
         let mut oldest: Vec<(u64, BlockId)> = [true, false]
             .into_iter()
