@@ -64,3 +64,32 @@ fn freed_block_is_intact_under_pending_work_with_a_zero_cap_in_device_mode() {
     let out = stream_safety("device");
     assert!(out.contains("intact=1"), "{out}");
 }
+
+#[test]
+fn cap_releases_appear_in_the_snapshot_as_segment_free_oldest_first() {
+    let exe = common::compile("shim_frag", &[]);
+    let dir = common::scratch("cap-snapshot");
+    let snap = dir.join("snap.pickle");
+    common::run_ok(
+        common::shim_cmd(&exe)
+            .arg("forward")
+            .env("CUSHIM_ALLOC_CONF", "max_cached_mb:64")
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", "enabled=all"),
+    );
+    let v = common::load_snapshot(&snap);
+    let trace = v["device_traces"][0].as_array().expect("device 0 trace");
+    let addrs = |action: &str| -> Vec<u64> {
+        trace
+            .iter()
+            .filter(|e| e["action"] == action)
+            .filter_map(|e| e["addr"].as_u64())
+            .collect()
+    };
+    let allocs = addrs("segment_alloc");
+    let frees = addrs("segment_free");
+    // 8 segments of 16 MiB, then 4 of 32 MiB; freeing the first 8 leaves 64 MiB cached:
+    // the 4 segments freed first (allocated first) went back, in that order.
+    assert_eq!(allocs.len(), 12, "{allocs:?}");
+    assert_eq!(&frees[..4], &allocs[..4], "{frees:?}");
+}
