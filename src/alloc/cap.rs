@@ -2,9 +2,9 @@
 //! `ArrayCacheMemoryMgr` (which keeps at most a quarter of the device cached and, when
 //! caching a released array would exceed that, deallocates the oldest cached arrays first).
 //!
-//! Policy: with `max_cached_mb:N` and/or `max_cached_fraction:F` in `CUSHIM_ALLOC_CONF`
-//! (default off; with both, the smaller bound applies), after every free, when the cached
-//! bytes (reserved minus active: free blocks, not blocks whose pending free is still
+//! Policy (per device; the pinned host cache is not capped): with `max_cached_mb:N` and/or
+//! `max_cached_fraction:F` in `CUSHIM_ALLOC_CONF` (default off; with both, the smaller bound
+//! applies), after every free, when the cached bytes (reserved minus active: free blocks, not blocks whose pending free is still
 //! waiting) exceed the cap, whole free ordinary segments go back to the device oldest first
 //! (by when they last became wholly free, [`super::block::Block::cached_at`]), then whole
 //! free expandable pages (address order), until the cached bytes are within the cap or
