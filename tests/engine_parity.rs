@@ -8,10 +8,11 @@
 //! every 64 calls (reading statistics settles the engine's deferred merge, which is itself
 //! under test, so not after every call).
 //!
-//! What the model follows, function by function (one stream, one device, no graphs):
+//! What the model follows, function by function (one device, no graphs; one stream, or three
+//! with each block freed on its own stream):
 //! - `round_size` / `roundup_power2_next_division`, `get_allocation_size`, `should_split`
 //!   (split a large block only below `max_split_size` with more than 1 MiB left);
-//! - `malloc`: `get_free_block` (lower bound on (size, address) in the pool, refusing an
+//! - `malloc`: `get_free_block` (lower bound on (stream, size, address) in the pool, refusing an
 //!   oversize block for a request below `max_split_size` and one wasting
 //!   `max_non_split_rounding_size` or more for a larger request), then
 //!   `garbage_collect_cached_blocks`, `alloc_block`, `release_available_cached_blocks` +
@@ -93,17 +94,27 @@ fn engine_segment_events(sink: &VecSink) -> Vec<SegEvent> {
 }
 
 /// Drive the engine and the model with `ops` random calls; panic at the first difference.
-/// Returns (out-of-memory results, segment frees, segments garbage collected) so the caller
-/// can check the trace reached the paths it is meant to.
-fn run(conf: &str, capacity: u64, ops: usize, seed: u64, max_live: usize) -> (u64, u64, u64) {
+/// Allocations go to a random stream of `streams`; with one stream blocks are freed with
+/// `cudaFree`, with several with `cudaFreeAsync` on their own stream (reusable at once, as
+/// a PyTorch block without `record_stream` uses). Returns (out-of-memory results, segment
+/// frees, segments garbage collected) so the caller can check the trace reached the paths
+/// it is meant to.
+fn run(
+    conf: &str,
+    capacity: u64,
+    ops: usize,
+    seed: u64,
+    max_live: usize,
+    streams: &[u64],
+) -> (u64, u64, u64) {
     let (dev, a, sink) = setup_recorded(conf, capacity);
     let mut m = Model::new(conf, capacity);
     let max_split = m.s.max_split;
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut live: Vec<(u64, u64)> = Vec::new();
-    // The size of the block freed last: programs often ask for it again at once (the
-    // engine's deferred-merge path serves exactly that).
-    let mut last_freed = 0;
+    let mut live: Vec<(u64, u64, u64)> = Vec::new();
+    // The size and stream of the block freed last: programs often ask for it again at once
+    // (the engine's deferred-merge path serves exactly that).
+    let mut last_freed = (0, 0);
     let (mut ooms, mut seg_frees) = (0, 0);
     for step in 0..ops {
         let what;
@@ -114,24 +125,31 @@ fn run(conf: &str, capacity: u64, ops: usize, seed: u64, max_live: usize) -> (u6
             m.release_cached_blocks();
         } else if !live.is_empty() && (live.len() >= max_live || r < 450) {
             let i = rng.usize(..live.len());
-            let (p, n) = live.swap_remove(i);
-            last_freed = n;
-            what = format!("free {p:#x}");
-            a.free(p, 0, 0).unwrap();
+            let (p, n, stream) = live.swap_remove(i);
+            last_freed = (n, stream);
+            what = format!("free {p:#x} (stream {stream:#x})");
+            if streams.len() == 1 {
+                a.free(p, 0, 0).unwrap();
+            } else {
+                a.free_async(p, stream, 0, 0).unwrap();
+            }
             m.free(p);
         } else {
-            let n = if last_freed > 0 && rng.u8(..) < 64 {
+            let (n, stream) = if last_freed.0 > 0 && rng.u8(..) < 64 {
                 last_freed
             } else {
-                size(&mut rng, max_split)
+                (
+                    size(&mut rng, max_split),
+                    streams[rng.usize(..streams.len())],
+                )
             };
-            what = format!("malloc {n}");
-            let got = a.malloc(0, n, 0, 0);
-            let want = m.malloc(n);
+            what = format!("malloc {n} (stream {stream:#x})");
+            let got = a.malloc(0, n, stream, 0);
+            let want = m.malloc(n, stream);
             match (got, want) {
                 (Ok(p), Some(q)) => {
                     assert_eq!(p, q, "{conf}: step {step}: {what}: address");
-                    live.push((p, n));
+                    live.push((p, n, stream));
                 }
                 (Err(AllocError::OutOfMemory), None) => ooms += 1,
                 (g, w) => panic!("{conf}: step {step}: {what}: engine {g:?}, PyTorch {w:?}"),
@@ -189,7 +207,7 @@ const OPS: usize = 42_000;
 
 #[test]
 fn defaults_match_pytorch() {
-    let (ooms, _, _) = run("", 16 * GIB, OPS, 1, 48);
+    let (ooms, _, _) = run("", 16 * GIB, OPS, 1, 48, &[0]);
     assert_eq!(ooms, 0);
 }
 
@@ -203,6 +221,7 @@ fn max_split_size_and_oom_release_on_a_small_device_match_pytorch() {
         OPS,
         2,
         40,
+        &[0],
     );
     assert!(ooms > 0, "the trace never ran out of memory");
     assert!(frees > 100, "the trace released only {frees} segments");
@@ -218,6 +237,7 @@ fn roundup_power2_division_lists_match_pytorch() {
         OPS / 2,
         3,
         48,
+        &[0],
     );
     run(
         "roundup_power2_divisions:[2:8,32:2],max_split_size_mb:20",
@@ -225,6 +245,7 @@ fn roundup_power2_division_lists_match_pytorch() {
         OPS / 2,
         4,
         48,
+        &[0],
     );
 }
 
@@ -237,6 +258,7 @@ fn garbage_collection_with_a_fraction_matches_pytorch() {
         OPS,
         5,
         32,
+        &[0],
     );
     assert!(
         collected > 100,
@@ -255,8 +277,26 @@ fn combined_policy_on_a_small_device_matches_pytorch() {
         OPS,
         6,
         20,
+        &[0],
     );
     assert!(ooms > 0, "the trace never ran out of memory");
+    assert!(collected > 0, "garbage collection never released a segment");
+}
+
+/// Three streams, each with its own blocks in both pools: best fit, oversize release and
+/// garbage collection within and across streams, on a device small enough to run out.
+#[test]
+fn three_streams_with_oversize_and_gc_on_a_small_device_match_pytorch() {
+    let (ooms, frees, collected) = run(
+        "max_split_size_mb:32,garbage_collection_threshold:0.6,per_process_memory_fraction:0.8",
+        GIB,
+        OPS,
+        7,
+        36,
+        &[0, 0x7f00_1000, 0x7f00_2000],
+    );
+    assert!(ooms > 0, "the trace never ran out of memory");
+    assert!(frees > 100, "the trace released only {frees} segments");
     assert!(collected > 0, "garbage collection never released a segment");
 }
 

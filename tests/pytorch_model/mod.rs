@@ -2,7 +2,7 @@
 //! from PyTorch's published source (`c10/cuda/CUDACachingAllocator.cpp` and
 //! `c10/core/AllocatorConfig.cpp`, the `ConfigTokenizer` versions) for the parity test
 //! (`tests/engine_parity.rs`, which says what is followed, function by function). One
-//! stream, one device, no graphs; its device is the documented `FakeDevice` contract.
+//! device, no graphs, streams only through their pools (a block is freed on its own stream); its device is the documented `FakeDevice` contract.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -160,6 +160,7 @@ pub enum SegEvent {
 }
 
 struct ModelBlock {
+    stream: u64,
     size: u64,
     small: bool,
     allocated: bool,
@@ -168,10 +169,11 @@ struct ModelBlock {
     gc_count_base: u64,
 }
 
-/// A pool: the free blocks by (size, address), and its `get_free_blocks_call_count`.
+/// A pool: the free blocks by (stream, size, address), PyTorch's `BlockComparatorSize`, and
+/// its `get_free_blocks_call_count`.
 #[derive(Default)]
 struct ModelPool {
-    blocks: BTreeSet<(u64, u64)>,
+    blocks: BTreeSet<(u64, u64, u64)>,
     calls: u64,
 }
 
@@ -221,33 +223,36 @@ impl Model {
 
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, addr: u64) {
-        let (size, small) = (self.blocks[&addr].size, self.blocks[&addr].small);
+        let b = &self.blocks[&addr];
+        let (key, small) = ((b.stream, b.size, addr), b.small);
         let calls = self.pool(small).calls;
         self.blocks.get_mut(&addr).unwrap().gc_count_base = calls;
-        assert!(self.pool(small).blocks.insert((size, addr)));
+        assert!(self.pool(small).blocks.insert(key));
     }
 
     fn remove_from_pool(&mut self, addr: u64) {
-        let (size, small) = (self.blocks[&addr].size, self.blocks[&addr].small);
-        assert!(self.pool(small).blocks.remove(&(size, addr)));
+        let b = &self.blocks[&addr];
+        let (key, small) = ((b.stream, b.size, addr), b.small);
+        assert!(self.pool(small).blocks.remove(&key));
     }
 
-    pub fn malloc(&mut self, orig: u64) -> Option<u64> {
+    /// `malloc` of `orig` bytes on `stream`.
+    pub fn malloc(&mut self, orig: u64, stream: u64) -> Option<u64> {
         let size = self.s.round_size(orig);
         let small = size <= K_SMALL_SIZE;
         let alloc_size = allocation_size(size);
-        let mut block = self.get_free_block(small, size);
+        let mut block = self.get_free_block(small, size, stream);
         if block.is_none() {
             if self.s.gc_threshold > 0.0 {
                 self.garbage_collect_cached_blocks();
             }
-            block = self.alloc_block(small, alloc_size);
-            if block.is_none() && self.release_available_cached_blocks(small, size) {
-                block = self.alloc_block(small, alloc_size);
+            block = self.alloc_block(small, alloc_size, stream);
+            if block.is_none() && self.release_available_cached_blocks(small, size, stream) {
+                block = self.alloc_block(small, alloc_size, stream);
             }
             if block.is_none() {
                 self.release_cached_blocks();
-                block = self.alloc_block(small, alloc_size);
+                block = self.alloc_block(small, alloc_size, stream);
             }
         }
         let addr = block?;
@@ -255,28 +260,31 @@ impl Model {
         Some(addr)
     }
 
-    /// `get_free_block`: the pool's lower bound for the size; refused when oversize rules say
-    /// so. The block leaves the pool.
-    fn get_free_block(&mut self, small: bool, size: u64) -> Option<u64> {
+    /// `get_free_block`: the pool's lower bound for (stream, size), which must be of the same
+    /// stream; refused when oversize rules say so. The block leaves the pool.
+    fn get_free_block(&mut self, small: bool, size: u64, stream: u64) -> Option<u64> {
         let (max_split, rounding) = (self.s.max_split, self.s.max_non_split_rounding);
         let gc = self.s.gc_threshold > 0.0;
         let pool = self.pool(small);
         if gc {
             pool.calls += 1;
         }
-        let &(bsize, addr) = pool.blocks.range((size, 0)..).next()?;
+        let &(bstream, bsize, addr) = pool.blocks.range((stream, size, 0)..).next()?;
+        if bstream != stream {
+            return None;
+        }
         if size < max_split && bsize >= max_split {
             return None;
         }
         if size >= max_split && bsize >= size.saturating_add(rounding) {
             return None;
         }
-        pool.blocks.remove(&(bsize, addr));
+        pool.blocks.remove(&(stream, bsize, addr));
         Some(addr)
     }
 
     /// `alloc_block`: the fraction check, then the device. A new whole-segment block.
-    fn alloc_block(&mut self, small: bool, size: u64) -> Option<u64> {
+    fn alloc_block(&mut self, small: bool, size: u64, stream: u64) -> Option<u64> {
         if self.s.fraction < 1.0 || self.s.gc_threshold > 0.0 {
             // `set_fraction`: PyTorch refuses without calling the device.
             if self.total_allocated_memory + size > self.allowed_memory_maximum() {
@@ -293,6 +301,7 @@ impl Model {
         self.blocks.insert(
             addr,
             ModelBlock {
+                stream,
                 size,
                 small,
                 allocated: false,
@@ -315,28 +324,30 @@ impl Model {
         self.events.push(SegEvent::Free(addr, b.size));
     }
 
-    /// `release_available_cached_blocks`: the smallest oversize block big enough, else the
-    /// largest ones until enough is released.
-    fn release_available_cached_blocks(&mut self, small: bool, size: u64) -> bool {
+    /// `release_available_cached_blocks`: the stream's smallest oversize block big enough,
+    /// else its largest ones until enough is released.
+    fn release_available_cached_blocks(&mut self, small: bool, size: u64, stream: u64) -> bool {
         let max_split = self.s.max_split;
         if max_split == u64::MAX {
             return false;
         }
         let want = size.max(max_split);
         let pool = self.pool(small);
-        if let Some(&(_, addr)) = pool.blocks.range((want, 0)..).next() {
-            self.release_block(addr);
-            return true;
+        if let Some(&(s, _, addr)) = pool.blocks.range((stream, want, 0)..).next() {
+            if s == stream {
+                self.release_block(addr);
+                return true;
+            }
         }
-        let candidates: Vec<(u64, u64)> = pool
+        let candidates: Vec<(u64, u64, u64)> = pool
             .blocks
-            .range(..(want, 0))
+            .range(..(stream, want, 0))
             .rev()
-            .take_while(|&&(bsize, _)| bsize >= max_split)
+            .take_while(|&&(s, bsize, _)| s == stream && bsize >= max_split)
             .copied()
             .collect();
         let mut released = 0;
-        for (bsize, addr) in candidates {
+        for (_, bsize, addr) in candidates {
             if released >= want {
                 break;
             }
@@ -353,7 +364,7 @@ impl Model {
                 .pool(small)
                 .blocks
                 .iter()
-                .map(|&(_, a)| a)
+                .map(|&(_, _, a)| a)
                 .collect::<Vec<_>>()
                 .into_iter()
                 .filter(|a| self.blocks[a].prev.is_none() && self.blocks[a].next.is_none())
@@ -376,7 +387,7 @@ impl Model {
         let whole = |m: &Model, a: u64| m.blocks[&a].prev.is_none() && m.blocks[&a].next.is_none();
         let mut total_age = 0.0;
         let mut count = 0usize;
-        for &(_, a) in &self.large.blocks {
+        for &(_, _, a) in &self.large.blocks {
             if whole(self, a) {
                 total_age += age(self, a);
                 count += 1;
@@ -387,7 +398,7 @@ impl Model {
         while reclaimed < target && freed && count > 0 {
             let threshold = total_age / count as f64;
             freed = false;
-            let order: Vec<u64> = self.large.blocks.iter().map(|&(_, a)| a).collect();
+            let order: Vec<u64> = self.large.blocks.iter().map(|&(_, _, a)| a).collect();
             for a in order {
                 if whole(self, a) && age(self, a) >= threshold {
                     freed = true;
@@ -403,9 +414,9 @@ impl Model {
 
     /// `alloc_found_block`: split the tail off when `should_split`.
     fn alloc_found_block(&mut self, addr: u64, size: u64) {
-        let (bsize, small, next) = {
+        let (bsize, small, next, stream) = {
             let b = &self.blocks[&addr];
-            (b.size, b.small, b.next)
+            (b.size, b.small, b.next, b.stream)
         };
         let remaining = bsize - size;
         let split = if small {
@@ -418,6 +429,7 @@ impl Model {
             self.blocks.insert(
                 tail,
                 ModelBlock {
+                    stream,
                     size: remaining,
                     small,
                     allocated: false,
