@@ -93,3 +93,49 @@ fn cap_releases_appear_in_the_snapshot_as_segment_free_oldest_first() {
     assert_eq!(allocs.len(), 12, "{allocs:?}");
     assert_eq!(&frees[..4], &allocs[..4], "{frees:?}");
 }
+
+/// The Caffe SyncedMemory example (examples/caffe_blobs.c, measured in BENCHMARKS.md) runs
+/// the same without the shim, with it, and with it under a cap; the cache serves most of its
+/// allocations, and under a zero cap every segment goes back once the program has freed
+/// everything in it (the program ends with every blob freed).
+#[test]
+fn caffe_blobs_example_runs_and_the_cache_serves_most_of_its_allocations() {
+    let src = common::artifacts::source_root().join("examples/caffe_blobs.c");
+    let exe = common::compile_src(&src, "caffe_blobs", &[]);
+    let dir = common::scratch("cap-caffe");
+    let run = |shim: bool, conf: &str| {
+        let report = dir.join(format!("report-{shim}-{}.json", conf.len()));
+        let mut cmd = if shim {
+            common::shim_cmd(&exe)
+        } else {
+            common::sim_cmd(&exe)
+        };
+        cmd.args(["1", "10"])
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("SIMCUDA_REPORT", &report);
+        let kv = common::kv(&common::run_ok(&mut cmd));
+        (kv, common::read_report(&report))
+    };
+    let (plain, plain_r) = run(false, "");
+    let (cached, cached_r) = run(true, "");
+    let (capped, capped_r) = run(true, "max_cached_mb:0");
+    let mallocs = common::num(&plain, "device_mallocs");
+    assert!(mallocs > 100, "{plain:?}");
+    assert_eq!(plain_r["calls"]["cudaMalloc"].as_i64(), Some(mallocs));
+    for kv in [&cached, &capped] {
+        assert_eq!(common::num(kv, "device_mallocs"), mallocs);
+        assert_eq!(
+            common::num(kv, "host_mallocs"),
+            common::num(&plain, "host_mallocs")
+        );
+    }
+    let segments = cached_r["calls"]["cuMemAlloc_v2"].as_i64().unwrap_or(0);
+    assert!(
+        segments > 0 && segments * 4 < mallocs,
+        "{segments} of {mallocs}"
+    );
+    let capped_allocs = capped_r["calls"]["cuMemAlloc_v2"].as_i64().unwrap_or(0);
+    let capped_frees = capped_r["calls"]["cuMemFree_v2"].as_i64().unwrap_or(0);
+    assert!(capped_allocs > segments, "{capped_r}");
+    assert_eq!(capped_frees, capped_allocs, "{capped_r}");
+}
