@@ -103,7 +103,14 @@ impl CachingAllocator {
             return Ok(0);
         }
         let st = self.state(dev).ok_or(AllocError::Device(INVALID_DEVICE))?;
-        st.lock().malloc(&self.ctx(), size, stream, stack)
+        let ctx = self.ctx();
+        let mut g = st.lock();
+        let r = g.malloc(&ctx, size, stream, stack);
+        if ctx.conf.cache_capped() {
+            // Pending frees that completed during the malloc are cached now (`cap.rs`).
+            g.enforce_cache_cap(&ctx);
+        }
+        r
     }
 
     /// `cudaMallocAsync`: the block belongs to `stream`.

@@ -4,7 +4,8 @@
 //!
 //! Policy (per device; the pinned host cache is not capped): with `max_cached_mb:N` and/or
 //! `max_cached_fraction:F` in `CUSHIM_ALLOC_CONF` (default off; with both, the smaller bound
-//! applies), after every free, when the cached bytes (reserved minus active: free blocks, not blocks whose pending free is still
+//! applies), after every free and every malloc (whose start returns the blocks of completed
+//! pending frees to the pools), when the cached bytes (reserved minus active: free blocks, not blocks whose pending free is still
 //! waiting) exceed the cap, whole free ordinary segments go back to the device oldest first
 //! (by when they last became wholly free, [`super::block::Block::cached_at`]), then whole
 //! free expandable pages (address order), until the cached bytes are within the cap or
@@ -33,7 +34,7 @@ impl DeviceState {
     }
 
     /// Release cached memory, oldest first, until the cached bytes are within the cap.
-    /// Called after a free when a cap is configured.
+    /// Called after a free and after a malloc when a cap is configured.
     pub(crate) fn enforce_cache_cap(&mut self, ctx: &Ctx) {
         let total = self.total_memory(ctx.device);
         let cap = ctx.conf.cache_cap(total);
