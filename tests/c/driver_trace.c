@@ -1,8 +1,9 @@
 /* shim_trace.c on the driver API, for the history/snapshot tests (compiled with -g).
  *   sites:        allocations from two named functions, some freed, some live at exit.
  *   many N:       N alloc/free pairs from one call site.
- *   threads N:    two threads allocating and freeing N times each; prints "ready" first
- *                 and "result=<checksum>" at the end (the test signals it meanwhile). */
+ *   threads N:    two threads allocating and freeing N times each; prints "ready" first,
+ *                 "joined" when both are done, then waits for a line on stdin (or EOF)
+ *                 and prints "result=<checksum>" (the test signals it meanwhile). */
 #include <pthread.h>
 #include <unistd.h>
 #include "driver_util.h"
@@ -76,6 +77,11 @@ static int threads(long n) {
         pthread_join(t[i], &r);
         total += (uintptr_t)r;
     }
+    /* The test may hold the exit until it has seen a live dump: wait for a line (or EOF). */
+    printf("joined\n");
+    fflush(stdout);
+    char go[16];
+    if (!fgets(go, sizeof go, stdin)) go[0] = 0;
     uint64_t expect = 0;
     for (long k = 0; k < 2; k++)
         for (long i = 0; i < n; i++)

@@ -1,8 +1,9 @@
 /* Programs for the history/snapshot tests, compiled with -g.
  *   sites:        allocations from two named functions, some freed, some live at exit.
  *   many N:       N alloc/free pairs from one call site.
- *   threads N:    two threads allocating and freeing N times each; prints "ready" first
- *                 and "result=<checksum>" at the end (the test signals it meanwhile).
+ *   threads N:    two threads allocating and freeing N times each; prints "ready" first,
+ *                 "joined" when both are done, then waits for a line on stdin (or EOF)
+ *                 and prints "result=<checksum>" (the test signals it meanwhile).
  *   exit_thread:  allocates, then a second thread calls exit(0) while main waits.
  */
 #include <pthread.h>
@@ -79,6 +80,11 @@ static int threads(long n) {
         pthread_join(t[i], &r);
         total += (uintptr_t)r;
     }
+    /* The test may hold the exit until it has seen a live dump: wait for a line (or EOF). */
+    printf("joined\n");
+    fflush(stdout);
+    char go[16];
+    if (!fgets(go, sizeof go, stdin)) go[0] = 0;
     /* the expected checksum, computed without CUDA */
     uint64_t expect = 0;
     for (long k = 0; k < 2; k++) {

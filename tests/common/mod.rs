@@ -306,7 +306,7 @@ pub fn frames_have(frames: &serde_json::Value, c_file: &str, name: &str, line: u
 /// wait for its "ready", send `signals` SIGUSR1 500 µs apart, and require correct results,
 /// at least one live dump besides the exit dump, and every snapshot loadable by Python.
 pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals: u32) {
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
     let dir = scratch(name);
     let mut child = shim_cmd(exe)
         .args(["threads", "50000"])
@@ -315,6 +315,7 @@ pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals:
             "CUSHIM_HISTORY",
             "enabled=all,context=all,stacks=native,max_entries=20000",
         )
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("starting the program");
@@ -325,16 +326,29 @@ pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals:
         unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
         std::thread::sleep(std::time::Duration::from_micros(500));
     }
+    // The program holds its exit until told, so that a live dump (written by the shim's
+    // dump thread whenever it is scheduled) exists before the exit dump, however loaded the
+    // machine: wait for one, with a generous deadline.
+    let pickles = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&dir)
+            .expect("listing")
+            .map_while(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pickles().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut stdin = child.stdin.take().expect("stdin");
+    let _ = writeln!(stdin, "go");
+    drop(stdin);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().expect("waiting");
     assert!(status.success(), "{status}");
     assert!(rest.iter().any(|l| l == "result=correct"), "{rest:?}");
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("listing")
-        .map_while(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
-        .collect();
+    let files = pickles();
     assert!(
         files.len() >= 2,
         "at least one live dump and the exit dump: {files:?}"
