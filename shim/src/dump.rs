@@ -16,6 +16,7 @@ use once_cell::sync::OnceCell;
 use crate::state::{self, Shim};
 
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
+static READ_FD: AtomicI32 = AtomicI32::new(-1);
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 static PREV: OnceCell<libc::sigaction> = OnceCell::new();
 static TEMPLATE: OnceCell<Option<String>> = OnceCell::new();
@@ -117,26 +118,10 @@ pub fn install() {
     let Some(sig) = dump_signal() else {
         return;
     };
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: `fds` is a valid out-array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        eprintln!(
-            "cushim: no live dumps: pipe2 failed: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = start_dumper() {
+        eprintln!("cushim: no live dumps: {e}");
         return;
     }
-    let (rfd, wfd) = (fds[0], fds[1]);
-    // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
-    unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    let spawned = std::thread::Builder::new()
-        .name("cushim-dump".into())
-        .spawn(move || dumper(rfd));
-    if let Err(e) = spawned {
-        eprintln!("cushim: no live dumps: cannot start the dump thread: {e}");
-        return;
-    }
-    WRITE_FD.store(wfd, Ordering::Relaxed);
     // SAFETY: plain sigaction calls on zero-initialised structs. The program's previous
     // action is read first (NULL new action) and stored in PREV before ours is installed,
     // so the handler never runs without knowing what to chain to.
@@ -154,6 +139,56 @@ pub fn install() {
                 std::io::Error::last_os_error()
             );
         }
+    }
+}
+
+/// A pipe and the thread that reads it; the signal handler writes to the pipe from now on.
+fn start_dumper() -> Result<(), String> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe2 failed: {}", std::io::Error::last_os_error()));
+    }
+    let (rfd, wfd) = (fds[0], fds[1]);
+    // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
+    unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
+    let spawned = std::thread::Builder::new()
+        .name("cushim-dump".into())
+        .spawn(move || dumper(rfd));
+    if let Err(e) = spawned {
+        // SAFETY: closing the two descriptors we just made and nobody else knows.
+        unsafe {
+            libc::close(rfd);
+            libc::close(wfd);
+        }
+        return Err(format!("cannot start the dump thread: {e}"));
+    }
+    READ_FD.store(rfd, Ordering::Relaxed);
+    WRITE_FD.store(wfd, Ordering::Relaxed);
+    Ok(())
+}
+
+/// In a `fork` child (from `fork.rs`): the parent's dump thread does not exist here, so when
+/// live dumps are armed, the child gets its own pipe and thread (the signal handler, which
+/// the child inherits, writes to the new pipe). The inherited pipe is closed.
+pub fn after_fork_in_child() {
+    let (rfd, wfd) = (
+        READ_FD.load(Ordering::Relaxed),
+        WRITE_FD.load(Ordering::Relaxed),
+    );
+    if wfd < 0 {
+        return;
+    }
+    WRITE_FD.store(-1, Ordering::Relaxed);
+    READ_FD.store(-1, Ordering::Relaxed);
+    // SAFETY: the inherited pipe's descriptors are ours (made by `start_dumper`), and their
+    // only reader, the parent's dump thread, does not exist in the child.
+    unsafe {
+        libc::close(wfd);
+        libc::close(rfd);
+    }
+    if let Err(e) = start_dumper() {
+        eprintln!("cushim: no live dumps in the forked child: {e}");
     }
 }
 

@@ -19,6 +19,7 @@ pub mod exports_driver;
 pub mod exports_runtime;
 pub mod exports_stream;
 pub mod ffi;
+pub mod fork;
 pub mod history;
 pub mod intercept;
 pub mod lasterror;

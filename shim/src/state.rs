@@ -82,6 +82,7 @@ fn init() -> Option<Shim> {
     let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
     let shim = Shim { alloc, history };
     crate::dump::install();
+    crate::fork::install();
     Some(shim)
 }
 

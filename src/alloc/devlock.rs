@@ -531,6 +531,15 @@ impl<T> DevLock<T> {
         }
     }
 
+    /// Only in a `fork` child, on the one thread it has, through a guard that thread holds:
+    /// forget the sleepers that the parent's other threads had registered. They do not exist
+    /// in the child, so without this every unlock there would issue a futex wake for nobody
+    /// (harmless, but a system call per unlock). Sound: no other thread exists to register or
+    /// deregister, and the caller holds the lock, so nothing reads `sleepers` meanwhile.
+    pub fn forget_sleepers_after_fork(guard: &DevLockGuard<'_, T>) {
+        guard.lock.sleepers.store(0, Ordering::Relaxed);
+    }
+
     pub fn into_inner(self) -> T {
         self.value.into_inner()
     }

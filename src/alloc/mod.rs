@@ -22,7 +22,7 @@ mod release;
 pub mod rounding;
 pub mod stats;
 
-pub use allocator::{CachingAllocator, DeviceSnapshot};
+pub use allocator::{CachingAllocator, DeviceSnapshot, ForkHold};
 
 use crate::device::DeviceError;
 

@@ -8,10 +8,10 @@
 
 use crate::trace::event::{StackId, NO_STACK};
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A hasher for keys that already are hashes.
 #[derive(Default)]
@@ -79,6 +79,11 @@ impl Inner {
     }
 }
 
+/// The table's lock, held (see [`StackTable::hold_for_fork`]); dropping it releases it.
+pub struct TableHold<'a> {
+    _held: MutexGuard<'a, Inner>,
+}
+
 /// The table of interned stacks.
 #[derive(Default)]
 pub struct StackTable {
@@ -103,6 +108,19 @@ impl StackTable {
         &GLOBAL
     }
 
+    /// The table's lock. A `std` mutex, not `parking_lot`'s: releasing it in a `fork` child
+    /// whose parent had threads waiting must not touch parking_lot's global wait table, whose
+    /// bucket locks another parent thread may have held at the fork. No poisoning: every
+    /// critical section leaves the table consistent or panics before changing it.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hold the table's lock (around `fork`: the child then finds it free and consistent).
+    pub fn hold_for_fork(&self) -> TableHold<'_> {
+        TableHold { _held: self.lock() }
+    }
+
     /// The id of `frames` (innermost first), storing it if new. Empty: [`NO_STACK`].
     pub fn intern(&self, frames: &[u64]) -> StackId {
         if frames.is_empty() || frames.len() > u32::MAX as usize {
@@ -121,7 +139,7 @@ impl StackTable {
         }
         let hash = hash_frames(frames);
         let id = {
-            let mut inner = self.inner.lock();
+            let mut inner = self.lock();
             match inner.find(hash, frames) {
                 Some(id) => id,
                 None => inner.insert(hash, frames),
@@ -145,13 +163,13 @@ impl StackTable {
 
     /// Run `f` on the frames of `id` under the table's lock (keep it short).
     pub fn with<R>(&self, id: StackId, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner.slice(id).map(f)
     }
 
     /// Number of distinct stacks.
     pub fn len(&self) -> usize {
-        self.inner.lock().stacks.len()
+        self.lock().stacks.len()
     }
 
     /// No stacks yet.
@@ -161,7 +179,7 @@ impl StackTable {
 
     /// Total frames stored (each distinct stack once).
     pub fn stored_frames(&self) -> usize {
-        self.inner.lock().arena.len()
+        self.lock().arena.len()
     }
 }
 
@@ -196,7 +214,7 @@ mod tests {
     fn hash_collisions_are_told_apart_by_content() {
         let t = StackTable::new();
         let hash = 42;
-        let mut inner = t.inner.lock();
+        let mut inner = t.lock();
         let x = inner.insert(hash, &[10, 20]);
         let y = inner.insert(hash, &[30]);
         assert_ne!(x, y);

@@ -14,6 +14,20 @@ mod fast;
 #[cfg(target_arch = "x86_64")]
 mod modules;
 
+/// The unwinder's own lock (its module list), held around `fork`; dropping it releases it.
+pub struct ForkHold {
+    #[cfg(target_arch = "x86_64")]
+    _modules: modules::ModulesHold,
+}
+
+/// Take the unwinder's lock (before `fork`).
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold {
+        #[cfg(target_arch = "x86_64")]
+        _modules: modules::hold_for_fork(),
+    }
+}
+
 /// See [`crate::trace::stack::capture`].
 #[inline(never)]
 pub fn capture(buf: &mut [u64], skip: &SkipRange) -> usize {

@@ -9,10 +9,10 @@
 
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder as _};
-use parking_lot::Mutex;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The framehop unwinder over in-memory sections that live as long as the process.
 pub type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
@@ -38,6 +38,23 @@ impl Snapshot {
 static CURRENT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// The lock of the current snapshot (`std`'s, for the reason given in `trace::intern`).
+fn lock_current() -> MutexGuard<'static, Option<Arc<Snapshot>>> {
+    CURRENT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Hold the module list's lock (around `fork`).
+pub fn hold_for_fork() -> ModulesHold {
+    ModulesHold {
+        _held: lock_current(),
+    }
+}
+
+/// The module list's lock, held; dropping it releases it.
+pub struct ModulesHold {
+    _held: MutexGuard<'static, Option<Arc<Snapshot>>>,
+}
+
 /// Incremented each time the shared snapshot is replaced (0: none taken yet).
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
@@ -45,7 +62,7 @@ pub fn generation() -> u64 {
 
 /// The current snapshot, taking the first one if there is none yet.
 pub fn current() -> Arc<Snapshot> {
-    if let Some(s) = CURRENT.lock().as_ref() {
+    if let Some(s) = lock_current().as_ref() {
         return s.clone();
     }
     install(take(), |_| false)
@@ -57,7 +74,7 @@ pub fn refresh_after(seen: &Snapshot) -> bool {
     if loader_adds() == seen.adds {
         return false;
     }
-    if CURRENT.lock().as_ref().is_some_and(|c| c.adds > seen.adds) {
+    if lock_current().as_ref().is_some_and(|c| c.adds > seen.adds) {
         return true; // another thread already refreshed
     }
     let snap = take();
@@ -70,7 +87,7 @@ pub fn refresh_after(seen: &Snapshot) -> bool {
 /// one. Snapshots are taken without this lock held: taking one calls into the loader
 /// (`dlopen`), whose lock a library constructor may hold while it allocates (and captures).
 fn install(snap: Snapshot, replace: impl FnOnce(&Snapshot) -> bool) -> Arc<Snapshot> {
-    let mut cur = CURRENT.lock();
+    let mut cur = lock_current();
     if let Some(c) = cur.as_ref() {
         if !replace(c) {
             return c.clone();
