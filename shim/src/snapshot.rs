@@ -37,7 +37,8 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
     }
     input.stats = crate::stats::stats_json(s);
     let v = build(&input, StackTable::global());
-    let (_, warning) = write_snapshot(&v, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Every error of `write_snapshot` names the path already.
+    let (_, warning) = write_snapshot(&v, &path)?;
     if let Some(w) = warning {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| eprintln!("cushim: {w}"));

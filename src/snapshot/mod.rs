@@ -20,6 +20,7 @@ pub mod output;
 pub mod pickle;
 pub mod reader;
 pub mod summary;
+pub mod target;
 pub mod value;
 
 use std::path::Path;

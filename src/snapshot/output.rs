@@ -2,8 +2,9 @@
 //!
 //! Invariant: a snapshot file appears complete or not at all: bytes go to a new temporary
 //! file in the target's directory (created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600),
-//! are fsynced, then renamed over the target. A symlink planted at the target is replaced,
-//! never followed. Every error names the path and the step that failed; nothing panics.
+//! are fsynced, then renamed over the target. Only a new name, a regular file or a symlink
+//! to one may be replaced (`target.rs`: devices, FIFOs, directories are refused); a symlink
+//! is replaced, never followed. Every error names the path and the step that failed; nothing panics.
 
 use crate::snapshot::value::Value;
 use crate::snapshot::{encode_to, Format};
@@ -89,6 +90,8 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> Result<(), String>,
 ) -> Result<(), String> {
+    crate::snapshot::target::check_replaceable(path)
+        .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
     let name = path
         .file_name()
         .ok_or_else(|| format!("snapshot path {} has no file name", path.display()))?;
