@@ -7,6 +7,7 @@
 
 use engine::config::history::HistoryConf;
 use engine::trace::event::{EventSink, NullSink, StackId, NO_STACK};
+use engine::trace::intern::StackTable;
 use engine::trace::ring::TraceRing;
 use engine::trace::stack::{capture_id, SkipRange};
 
@@ -18,8 +19,10 @@ pub struct History {
 
 impl History {
     pub fn from_env() -> History {
+        let conf = HistoryConf::from_env();
+        StackTable::global().set_limit(conf.max_stacks);
         History {
-            conf: HistoryConf::from_env(),
+            conf,
             skip: SkipRange::of_module_containing(History::from_env as *const () as usize),
         }
     }

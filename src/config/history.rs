@@ -8,7 +8,8 @@
 //! `enabled=none|state|all`, `context=none|state|alloc|all`, `stacks=none|native|all`
 //! (`all` means native), `max_entries=N`, `skip_actions=a;b` (actions separated by `;` or
 //! `|`, never `,`, which separates keys), `record_host=true|false`,
-//! `record_cuda=true|false`, `unwinder=dwarf|fp`, `max_frames=N`.
+//! `record_cuda=true|false`, `unwinder=dwarf|fp`, `max_frames=N`, `max_stacks=N` (the cap
+//! on distinct interned stacks, `trace::intern`).
 
 use crate::trace::event::Action;
 
@@ -18,6 +19,16 @@ pub const DEFAULT_MAX_ENTRIES: usize = 1_000_000;
 
 /// `max_frames` when not given.
 pub const DEFAULT_MAX_FRAMES: usize = 64;
+
+/// `max_stacks` when not given: distinct stacks kept for the life of the process. At most
+/// `max_frames` 8-byte frames plus about 40 bytes of index each, so 2^17 stacks of 64
+/// frames are at most about 72 MB (typical stacks of 10-30 frames: 15-35 MB). Programs
+/// rarely have more than a few thousand call sites; one that generates stacks without end
+/// (recursion of varying depth, JIT code) keeps its first 2^17 and counts the rest as dropped.
+pub const DEFAULT_MAX_STACKS: usize = 1 << 17;
+
+/// The upper bound accepted for `max_stacks` (stack ids are 32-bit).
+pub const MAX_MAX_STACKS: usize = u32::MAX as usize - 1;
 
 /// The upper bound accepted for `max_frames`.
 pub const MAX_MAX_FRAMES: usize = 1024;
@@ -69,6 +80,8 @@ pub struct HistoryConf {
     pub record_cuda: bool,
     pub unwinder: Unwinder,
     pub max_frames: usize,
+    /// Cap on distinct interned stacks (`trace::intern`'s policy).
+    pub max_stacks: usize,
 }
 
 impl HistoryConf {
@@ -84,6 +97,7 @@ impl HistoryConf {
             record_cuda: false,
             unwinder: Unwinder::Dwarf,
             max_frames: DEFAULT_MAX_FRAMES,
+            max_stacks: DEFAULT_MAX_STACKS,
         }
     }
 
@@ -215,6 +229,7 @@ pub fn parse(s: &str) -> Result<HistoryConf, String> {
             }
             "max_entries" => c.max_entries = parse_count(key, value, usize::MAX)?,
             "max_frames" => c.max_frames = parse_count(key, value, MAX_MAX_FRAMES)?,
+            "max_stacks" => c.max_stacks = parse_count(key, value, MAX_MAX_STACKS)?,
             "skip_actions" => {
                 c.skip_actions = 0;
                 for name in value
@@ -244,7 +259,7 @@ pub fn parse(s: &str) -> Result<HistoryConf, String> {
             _ => {
                 return Err(format!(
                     "unknown key `{key}` (enabled, context, stacks, max_entries, skip_actions, \
-                     record_host, record_cuda, unwinder, max_frames)"
+                     record_host, record_cuda, unwinder, max_frames, max_stacks)"
                 ))
             }
         }

@@ -257,6 +257,14 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
             "max_entries": h.max_entries,
             "unwinder": format!("{:?}", h.unwinder).to_lowercase(),
             "max_frames": h.max_frames,
+            "max_stacks": h.max_stacks,
+        },
+        // The interned-stack table's bound (trace::intern): stacks stored, and captures
+        // recorded without frames because the table was full.
+        "stacks": {
+            "interned": stacks.len(),
+            "dropped": stacks.dropped(),
+            "max_stacks": stacks.limit(),
         },
     });
     top.push((b.s.get("cushim"), Value::from_json(&cushim)));

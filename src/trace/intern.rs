@@ -5,6 +5,16 @@
 //! A repeat `intern` of a known stack allocates nothing and takes one short lock at most
 //! (none when it equals the calling thread's previous stack). Ids are never reused. Not
 //! for signal handlers: it locks (the shim's signal handler only writes to a pipe).
+//!
+//! Bound (policy): the table holds at most `limit` distinct stacks (`CUSHIM_HISTORY`'s
+//! `max_stacks`, default [`crate::config::history::DEFAULT_MAX_STACKS`]). Once full, a stack
+//! not yet in it is not stored: its event is recorded without frames (`NO_STACK`) and
+//! counted in [`StackTable::dropped`], which every snapshot reports (`cushim.stacks`).
+//! Stacks already known keep their ids, so a program with a bounded set of call sites loses
+//! nothing. Why stop rather than evict: an id is referenced from ring events and live blocks
+//! under the allocator's locks, which interning must never take (it runs before them, and
+//! `fork.rs` fixes that order); eviction would need per-event reference counts on the hot
+//! path. Memory is then bounded by `limit * (max_frames * 8 + about 40)` bytes.
 
 use crate::trace::event::{StackId, NO_STACK};
 use once_cell::sync::Lazy;
@@ -40,7 +50,6 @@ fn hash_frames(frames: &[u64]) -> u64 {
     h
 }
 
-#[derive(Default)]
 struct Inner {
     /// All frames of all stacks, back to back.
     arena: Vec<u64>,
@@ -48,6 +57,22 @@ struct Inner {
     stacks: Vec<(usize, u32, StackId)>,
     /// Hash -> first id with that hash.
     by_hash: HashMap<u64, StackId, BuildHasherDefault<PassThrough>>,
+    /// Most distinct stacks stored.
+    limit: usize,
+    /// Captures whose stack was new when the table was full.
+    dropped: u64,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            arena: Vec::new(),
+            stacks: Vec::new(),
+            by_hash: HashMap::default(),
+            limit: crate::config::history::DEFAULT_MAX_STACKS,
+            dropped: 0,
+        }
+    }
 }
 
 impl Inner {
@@ -68,7 +93,12 @@ impl Inner {
     }
 
     fn insert(&mut self, hash: u64, frames: &[u64]) -> StackId {
+        if self.stacks.len() >= self.limit {
+            self.dropped += 1;
+            return NO_STACK;
+        }
         let Ok(id) = StackId::try_from(self.stacks.len() + 1) else {
+            self.dropped += 1;
             return NO_STACK; // 4 billion distinct stacks: stop interning, record none
         };
         let next = self.by_hash.insert(hash, id).unwrap_or(NO_STACK);
@@ -145,6 +175,9 @@ impl StackTable {
                 None => inner.insert(hash, frames),
             }
         };
+        if id == NO_STACK {
+            return id; // dropped: not cached, so each capture of it is counted
+        }
         let _ = LAST.try_with(|l| {
             if let Ok(mut l) = l.try_borrow_mut() {
                 l.0 = me;
@@ -165,6 +198,28 @@ impl StackTable {
     pub fn with<R>(&self, id: StackId, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
         let inner = self.lock();
         inner.slice(id).map(f)
+    }
+
+    /// A new, empty table holding at most `limit` distinct stacks.
+    pub fn with_limit(limit: usize) -> StackTable {
+        let t = StackTable::default();
+        t.set_limit(limit);
+        t
+    }
+
+    /// Set the cap on distinct stacks (stacks already stored stay).
+    pub fn set_limit(&self, limit: usize) {
+        self.lock().limit = limit;
+    }
+
+    /// The cap on distinct stacks.
+    pub fn limit(&self) -> usize {
+        self.lock().limit
+    }
+
+    /// Captures whose (new) stack was not stored because the table was full.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
     }
 
     /// Number of distinct stacks.
@@ -248,6 +303,18 @@ mod tests {
                 assert_eq!(t.get(*id).unwrap(), stacks[(i * (k + 1)) % 50]);
             }
         }
+    }
+
+    #[test]
+    fn a_full_table_keeps_known_stacks_and_counts_every_capture_of_a_new_one() {
+        let t = StackTable::with_limit(2);
+        let a = t.intern(&[1]);
+        let b = t.intern(&[2]);
+        assert_eq!(t.intern(&[3]), NO_STACK);
+        assert_eq!(t.intern(&[3]), NO_STACK);
+        assert_eq!(t.intern(&[4, 5]), NO_STACK);
+        assert_eq!((t.intern(&[1]), t.intern(&[2])), (a, b));
+        assert_eq!((t.len(), t.dropped(), t.stored_frames()), (2, 3, 2));
     }
 
     #[test]
