@@ -20,6 +20,7 @@ use std::io::Write;
 
 use super::block::{Block, BlockId, State};
 use super::caching::{Ctx, DeviceState};
+use super::release_retry::{report_once, Unreleased, IMMEDIATE_TRIES};
 use super::rounding::round_up;
 use crate::device::{DevPtr, PhysHandle, Stream};
 use crate::trace::event::{Action, StackId};
@@ -53,6 +54,8 @@ pub struct Expandable {
     off: bool,
     pub(crate) list: Vec<Reservation>,
     gran: u64,
+    /// Handles unmapped but not yet released (`release_retry.rs`).
+    pub(crate) unreleased: Unreleased,
 }
 
 impl Expandable {
@@ -62,6 +65,7 @@ impl Expandable {
             off: false,
             list: Vec::new(),
             gran: 0,
+            unreleased: Unreleased::default(),
         }
     }
 
@@ -272,7 +276,10 @@ impl DeviceState {
     /// handle is returned still alive. Records `segment_unmap`.
     fn unmap_page(&mut self, ctx: &Ctx, r: u32, addr: DevPtr) -> Option<PhysHandle> {
         let page = *self.exp.list[r as usize].pages.get(&addr)?;
-        ctx.device.unmap(self.dev, addr, page.size).ok()?;
+        if let Err(e) = ctx.device.unmap(self.dev, addr, page.size) {
+            report_once("cuMemUnmap", self.dev, &e);
+            return None;
+        }
         self.exp.list[r as usize].pages.remove(&addr);
         let id = self.block_at(r, addr);
         self.carve(id, addr, page.size, State::Unmapped);
@@ -434,7 +441,7 @@ impl DeviceState {
         }
         if failed {
             for h in handles.into_iter().flatten() {
-                let _ = ctx.device.release_physical(self.dev, h);
+                self.exp.unreleased.release(ctx, self.dev, h);
             }
             return None;
         }
@@ -474,7 +481,7 @@ impl DeviceState {
                 let _ = ctx.device.unmap(self.dev, p.addr, p.size);
             }
             for h in handles.into_iter().flatten() {
-                let _ = ctx.device.release_physical(self.dev, h);
+                self.exp.unreleased.release(ctx, self.dev, h);
             }
             return None;
         }
@@ -519,28 +526,42 @@ impl DeviceState {
     }
 
     /// Unmap and release whole free pages, in address order, until `target` bytes (all of
-    /// them with `u64::MAX`). Returns the bytes released.
+    /// them with `u64::MAX`). Returns the bytes released. Handles whose release failed
+    /// before are released first; a page whose unmap fails stays mapped and cached and is
+    /// tried again in this pass (up to `IMMEDIATE_TRIES` rounds), then in the next one
+    /// (`release_retry.rs`).
     fn release_pages(&mut self, ctx: &Ctx, target: u64) -> u64 {
+        self.exp.unreleased.retry(ctx, self.dev);
         let mut released = 0;
         for r in 0..self.exp.list.len() as u32 {
             if released >= target {
                 break;
             }
-            let pages = self.free_pages(r, 0, 0);
+            let mut pages = self.free_pages(r, 0, 0);
             if pages.is_empty() {
                 continue;
             }
             if !self.sync_reservation(ctx, r) {
                 continue;
             }
-            for (a, size) in pages {
-                if released >= target {
+            for _ in 0..IMMEDIATE_TRIES {
+                let mut failed = Vec::new();
+                for (a, size) in pages {
+                    if released >= target {
+                        break;
+                    }
+                    match self.unmap_page(ctx, r, a) {
+                        Some(h) => {
+                            self.exp.unreleased.release(ctx, self.dev, h);
+                            released += size;
+                        }
+                        None => failed.push((a, size)),
+                    }
+                }
+                if failed.is_empty() || released >= target {
                     break;
                 }
-                if let Some(h) = self.unmap_page(ctx, r, a) {
-                    let _ = ctx.device.release_physical(self.dev, h);
-                    released += size;
-                }
+                pages = failed;
             }
         }
         released

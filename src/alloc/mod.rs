@@ -19,6 +19,7 @@ mod live;
 pub mod pending;
 pub mod pool;
 mod release;
+mod release_retry;
 pub mod rounding;
 pub mod stats;
 
