@@ -103,7 +103,7 @@ fn program_initialized_driver() -> bool {
 /// Run a hook: `f` handles the call (`Some(code)`) or declines (`None`), in which case, or
 /// when the shim must not handle it at all, `real` forwards it. A panic becomes
 /// `CUDA_ERROR_UNKNOWN`.
-fn hook(
+pub(crate) fn hook(
     what: &str,
     f: impl FnOnce(&'static Shim) -> Option<c_int>,
     real: impl FnOnce() -> c_int,
@@ -130,7 +130,7 @@ fn hook(
 }
 
 /// Store `v` through an out-pointer the caller checked.
-fn put<T>(out: *mut T, v: T) -> c_int {
+pub(crate) fn put<T>(out: *mut T, v: T) -> c_int {
     // SAFETY: `out` was checked non-null and points at the program's variable.
     unsafe { *out = v };
     SUCCESS

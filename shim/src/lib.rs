@@ -15,6 +15,7 @@ pub mod capi;
 pub mod dlsym;
 pub mod driver;
 pub mod dump;
+pub mod exports_address;
 pub mod exports_driver;
 pub mod exports_runtime;
 pub mod exports_stream;

@@ -62,6 +62,9 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuStreamCreate" if version >= 2000 => b"cuStreamCreate",
         b"cuStreamCreateWithPriority" if version >= 5050 => b"cuStreamCreateWithPriority",
         b"cuStreamDestroy" if version >= 4000 => b"cuStreamDestroy_v2",
+        b"cuMemGetAddressRange" if version >= 3020 => b"cuMemGetAddressRange_v2",
+        b"cuPointerGetAttribute" if version >= 4000 => b"cuPointerGetAttribute",
+        b"cuPointerGetAttributes" if version >= 7000 => b"cuPointerGetAttributes",
         b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
         _ => return None,
@@ -79,7 +82,7 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
             hook: cuGetProcAddress_v2 as *const () as usize,
             real: &REAL_GPA_V2,
         }),
-        other => driver_hook(other),
+        other => driver_hook(other).or_else(|| crate::exports_address::by_symbol(other)),
     }
 }
 
@@ -251,8 +254,11 @@ mod tests {
             "cuMemFreeAsync 11020 0 cuMemFreeAsync",
             "cuMemFreeAsync 11020 2 cuMemFreeAsync_ptsz",
             "cuMemFreeHost 2000 0 cuMemFreeHost",
+            "cuMemGetAddressRange 3020 0 cuMemGetAddressRange_v2",
             "cuMemGetInfo 3020 0 cuMemGetInfo_v2",
             "cuMemHostAlloc 2020 0 cuMemHostAlloc",
+            "cuPointerGetAttribute 4000 0 cuPointerGetAttribute",
+            "cuPointerGetAttributes 7000 0 cuPointerGetAttributes",
             "cuStreamCreate 2000 0 cuStreamCreate",
             "cuStreamCreateWithPriority 5050 0 cuStreamCreateWithPriority",
             "cuStreamDestroy 4000 0 cuStreamDestroy_v2",

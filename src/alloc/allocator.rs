@@ -20,7 +20,9 @@ use crate::config::alloc::AllocConf;
 use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
 use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
 
+mod address;
 mod fork;
+pub use address::AddressRange;
 pub use fork::ForkHold;
 
 /// One device's (or the pinned host's, `device == -1`) segments and history.

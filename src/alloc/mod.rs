@@ -23,7 +23,7 @@ mod release_retry;
 pub mod rounding;
 pub mod stats;
 
-pub use allocator::{CachingAllocator, DeviceSnapshot, ForkHold};
+pub use allocator::{AddressRange, CachingAllocator, DeviceSnapshot, ForkHold};
 
 use crate::device::DeviceError;
 
