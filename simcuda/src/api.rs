@@ -29,6 +29,7 @@ entry_points! {
     cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2, cuMemAllocHost_v2, cuMemHostAlloc,
     cuMemFreeHost, cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap,
     cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity, cuMemGetAddressRange_v2,
+    cuPointerGetAttribute, cuPointerGetAttributes,
     cuMemAllocAsync, cuMemFreeAsync, cuMemAllocAsync_ptsz, cuMemFreeAsync_ptsz,
     cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyDtoD_v2, cuMemsetD8_v2,
     cuMemcpyHtoD_v2_ptds, cuMemcpyDtoH_v2_ptds, cuMemcpyDtoD_v2_ptds, cuMemsetD8_v2_ptds,

@@ -36,6 +36,7 @@ pub mod fault;
 pub mod host;
 pub mod latency;
 pub mod memory;
+pub mod pointer_api;
 pub mod procaddr;
 pub mod report;
 pub mod runtime_api;

@@ -8,6 +8,7 @@ use crate::api::{driver, Api};
 use crate::driver_api::*;
 use crate::driver_mem_api::*;
 use crate::error::*;
+use crate::pointer_api::*;
 use libc::{c_char, c_int, c_void};
 use once_cell::sync::Lazy;
 use std::ffi::CStr;
@@ -70,6 +71,8 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuMemSetAccess", 10020, false, cuMemSetAccess as unsafe extern "C" fn(_, _, _, _) -> _),
         e!("cuMemGetAllocationGranularity", 10020, false, cuMemGetAllocationGranularity as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuMemGetAddressRange", 3020, false, cuMemGetAddressRange_v2 as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuPointerGetAttribute", 4000, false, cuPointerGetAttribute as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuPointerGetAttributes", 7000, false, cuPointerGetAttributes as unsafe extern "C" fn(_, _, _, _) -> _),
         e!("cuMemAllocAsync", 11020, false, cuMemAllocAsync as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuMemAllocAsync", 11020, true, cuMemAllocAsync_ptsz as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuMemFreeAsync", 11020, false, cuMemFreeAsync as extern "C" fn(_, _) -> _),
