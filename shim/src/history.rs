@@ -21,6 +21,7 @@ impl History {
     pub fn from_env() -> History {
         let conf = HistoryConf::from_env();
         StackTable::global().set_limit(conf.max_stacks);
+        engine::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
         History {
             conf,
             skip: SkipRange::of_module_containing(History::from_env as *const () as usize),

@@ -12,6 +12,7 @@
 
 pub mod callsite;
 pub mod capi;
+pub mod dlclose;
 pub mod dlsym;
 pub mod driver;
 pub mod dump;

@@ -14,6 +14,7 @@ use crate::snapshot::model::SnapshotInput;
 use crate::snapshot::value::{Strings, Value};
 use crate::trace::event::{StackId, TraceEvent, NO_STACK};
 use crate::trace::intern::StackTable;
+use crate::trace::module_epochs;
 use crate::trace::runtime_frames::leading_runtime_frames;
 use crate::trace::symbolize::Symbolizer;
 use std::collections::HashMap;
@@ -41,6 +42,7 @@ impl Frames<'_> {
         for id in ids {
             self.table.with(id, |f| ips.extend_from_slice(f));
         }
+        ips.retain(|&ip| !module_epochs::is_tag(ip));
         ips.sort_unstable();
         ips.dedup();
         for ip in ips {
@@ -58,6 +60,8 @@ impl Frames<'_> {
         self.ips.clear();
         let ips = &mut self.ips;
         self.table.with(stack, |f| ips.extend_from_slice(f));
+        let epoch = module_epochs::split_tag(ips);
+        module_epochs::mark_unloaded(ips, epoch);
         self.ids.clear();
         self.sym.resolve_stack(&self.ips, &mut self.ids);
         let frames = self.sym.frames();
@@ -182,6 +186,7 @@ impl Builder<'_> {
 
 /// Build the snapshot of `input`, resolving stack ids through `stacks`.
 pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
+    module_epochs::note_loaded();
     let mut b = Builder {
         s: Strings::default(),
         keys: None,

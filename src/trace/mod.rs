@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod event;
 pub mod intern;
+pub mod module_epochs;
 pub mod ring;
 pub mod runtime_frames;
 pub mod stack;

@@ -95,7 +95,14 @@ pub const CAPTURE_MAX: usize = crate::config::history::MAX_MAX_FRAMES;
 #[inline(never)]
 pub fn capture_id(max_frames: usize, unwinder: Unwinder, skip: &SkipRange) -> StackId {
     let mut buf = [0u64; CAPTURE_MAX];
-    let n = capture(&mut buf[..max_frames.clamp(1, CAPTURE_MAX)], unwinder, skip);
+    let mut n = capture(&mut buf[..max_frames.clamp(1, CAPTURE_MAX)], unwinder, skip);
+    if n > 0 {
+        if let Some(t) = crate::trace::module_epochs::tag() {
+            // After a `dlclose`: the stack carries its epoch (module_epochs.rs).
+            n = (n + 1).min(CAPTURE_MAX);
+            buf[n - 1] = t;
+        }
+    }
     StackTable::global().intern(&buf[..n])
 }
 

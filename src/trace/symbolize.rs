@@ -112,6 +112,13 @@ fn module_offset(ip: usize) -> (String, String) {
 }
 
 fn resolve_uncached(ip: u64) -> Vec<Frame> {
+    if ip == crate::trace::module_epochs::UNKNOWN_IP {
+        return vec![Frame {
+            name: "<unknown: code unloaded since the capture>".to_string(),
+            filename: "??".to_string(),
+            line: 0,
+        }];
+    }
     // A return address points after the call; the call itself is at ip - 1.
     let lookup = (ip as usize).saturating_sub(1);
     let mut out = Vec::new();
