@@ -18,7 +18,7 @@
 //! never as another library's. A frame in no loaded module keeps the raw address.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// High bits of a stack's epoch tag word; the low 32 bits hold the epoch.
 const TAG: u64 = 0xffff_fffe_0000_0000;
@@ -39,6 +39,18 @@ struct Module {
 }
 
 static KNOWN: Mutex<Vec<Module>> = Mutex::new(Vec::new());
+
+/// The module registry's lock, held around `fork` (a leaf lock: nothing is taken under it).
+pub struct ForkHold {
+    _held: MutexGuard<'static, Vec<Module>>,
+}
+
+/// Take the registry's lock (before `fork`).
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold {
+        _held: KNOWN.lock().unwrap_or_else(PoisonError::into_inner),
+    }
+}
 
 /// Turn the bookkeeping on (when stacks are recorded).
 pub fn set_tracking(on: bool) {
