@@ -22,7 +22,8 @@ fn lookups(shim: bool, env: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
-const HOOKED: [&str; 15] = [
+const HOOKED: [&str; 16] = [
+    "cuMemGetAddressRange_v2",
     "cuMemAlloc_v2",
     "cuMemFree_v2",
     "cuMemAllocHost_v2",
@@ -40,11 +41,10 @@ const HOOKED: [&str; 15] = [
     "cuGetProcAddress_v2",
 ];
 
-const REAL: [&str; 8] = [
+const REAL: [&str; 7] = [
     "cuInit",
     "cuDeviceGetCount",
     "cuMemAddressReserve",
-    "cuMemGetAddressRange_v2",
     "cuMemcpyHtoD_v2",
     "cuStreamSynchronize",
     "cuStreamDestroy",
