@@ -9,7 +9,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
 
@@ -172,6 +172,8 @@ fn start_dumper() -> Result<(), String> {
 /// live dumps are armed, the child gets its own pipe and thread (the signal handler, which
 /// the child inherits, writes to the new pipe). The inherited pipe is closed.
 pub fn after_fork_in_child() {
+    // A dump the parent's dump thread was writing will never finish here.
+    DUMPING.store(false, Ordering::Release);
     let (rfd, wfd) = (
         READ_FD.load(Ordering::Relaxed),
         WRITE_FD.load(Ordering::Relaxed),
@@ -231,11 +233,42 @@ fn dumper(rfd: c_int) {
 }
 
 /// Write a snapshot now to `path` (or the `CUSHIM_SNAPSHOT` template). Returns the path.
+///
+/// Dumps are serialized: one that finds another in progress waits for it. So the exit dump
+/// never lets the process end under a live dump the dump thread is still writing (that
+/// dump would be lost, its temporary file left behind).
 pub fn dump_now(s: &Shim, path: Option<&str>) -> Result<PathBuf, String> {
     let template = match path {
         Some(p) => p,
         None => template().ok_or("no path given and CUSHIM_SNAPSHOT is unset")?,
     };
+    let _one_at_a_time = DumpTurn::take();
     let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     crate::snapshot::write(s, template, seq)
+}
+
+/// Whether a dump is being written. A flag rather than a mutex so that a `fork` child, where
+/// the dumping thread does not exist, can clear it (`after_fork_in_child`).
+static DUMPING: AtomicBool = AtomicBool::new(false);
+
+/// The right to write a dump; released on drop.
+struct DumpTurn;
+
+impl DumpTurn {
+    /// Wait (1 ms sleeps: dumps take milliseconds to seconds) until no dump is in progress.
+    fn take() -> DumpTurn {
+        while DUMPING
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        DumpTurn
+    }
+}
+
+impl Drop for DumpTurn {
+    fn drop(&mut self) {
+        DUMPING.store(false, Ordering::Release);
+    }
 }
