@@ -23,6 +23,7 @@ pub enum Op {
     RecordEvent,
     SyncStream,
     HostAlloc,
+    ReleasePhysical,
 }
 
 /// How many times each call was made.
@@ -359,6 +360,9 @@ impl Device for FakeDevice {
         let d = self.check(dev)?;
         let mut g = self.inner.lock();
         g.counters.release_physical += 1;
+        if g.fault(Op::ReleasePhysical) {
+            return Err(DeviceError::Driver(1));
+        }
         match g.handles.get(&handle.0).copied() {
             Some((hd, size, 0)) if hd == dev => {
                 g.handles.remove(&handle.0);
