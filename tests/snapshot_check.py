@@ -20,6 +20,8 @@ SEG_KEYS = {"device", "address", "total_size", "allocated_size", "active_size",
             "requested_size", "stream", "segment_type", "segment_pool_id", "is_expandable",
             "frames", "blocks"}
 BLOCK_KEYS = {"address", "size", "requested_size", "state", "frames"}
+# cushim's own keys on observed segments (the viewers ignore keys they do not know).
+SEG_OPTIONAL = {"kind", "flags"}
 
 
 def fail(msg):
@@ -44,7 +46,7 @@ def check_frames(frames, where, names):
 
 def check_segment(s, i, names, is_pickle):
     where = f"segment {i}"
-    if set(s) != SEG_KEYS:
+    if not SEG_KEYS <= set(s) or set(s) - SEG_KEYS - SEG_OPTIONAL:
         fail(f"{where}: keys {sorted(set(s) ^ SEG_KEYS)} differ")
     for k in ("device", "address", "total_size", "allocated_size", "active_size",
               "requested_size", "stream"):
@@ -110,13 +112,15 @@ def replay(device, segments, trace):
         segs.append([addr, size])
         segs.sort()
         if merge:
-            k = 0
-            while k + 1 < len(segs):
-                if segs[k][0] + segs[k][1] == segs[k + 1][0]:
-                    segs[k][1] += segs[k + 1][1]
-                    del segs[k + 1]
-                else:
-                    k += 1
+            # Only the remapped range joins the ranges it touches (an expandable segment's
+            # neighbours); other adjacent segments stay apart.
+            k = next(j for j, (a, _) in enumerate(segs) if a == addr)
+            if k + 1 < len(segs) and segs[k][0] + segs[k][1] == segs[k + 1][0]:
+                segs[k][1] += segs[k + 1][1]
+                del segs[k + 1]
+            if k > 0 and segs[k - 1][0] + segs[k - 1][1] == segs[k][0]:
+                segs[k - 1][1] += segs[k][1]
+                del segs[k]
         return True
 
     for i in range(len(trace) - 1, -1, -1):

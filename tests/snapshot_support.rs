@@ -213,6 +213,7 @@ pub fn fixture(history: &str) -> SnapshotInput {
         stats: serde_json::json!({"num_ooms": 1}),
         history: conf,
         cmdline: vec!["fixture".into(), "--flag".into()],
+        ..SnapshotInput::default()
     }
 }
 

@@ -106,6 +106,7 @@ pub fn input(n_events: usize, frames: usize) -> SnapshotInput {
         history: parse("enabled=all,context=all,stacks=native")
             .unwrap_or_else(|_| HistoryConf::off()),
         cmdline: vec!["cushim-bench".to_string()],
+        ..SnapshotInput::default()
     }
 }
 

@@ -23,6 +23,8 @@ use engine::alloc::{AllocError, FreeError};
 use crate::call_driver;
 use crate::ffi::{ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS};
 use crate::intercept::{driver_state, Inside};
+use crate::observe::{forget_host_then, forget_then};
+use crate::observe_driver as observing;
 use crate::real_driver::RealFn;
 use crate::state::Shim;
 
@@ -50,7 +52,7 @@ fn alloc_code(e: AllocError) -> c_int {
 }
 
 /// The device of the calling thread's current context, if one is current.
-fn ctx_device() -> Option<i32> {
+pub(crate) fn ctx_device() -> Option<i32> {
     let mut dev = 0;
     // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
     let r = unsafe { cu::cuCtxGetDevice(&mut dev) };
@@ -243,7 +245,10 @@ type StreamDestroyFn = unsafe extern "C" fn(CuStream) -> c_int;
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> c_int {
     hook(
         "cuMemAlloc_v2",
-        |s| device_alloc(s, dptr, bytesize, None),
+        |s| {
+            observing::alloc(s, dptr, bytesize, None)
+                .or_else(|| device_alloc(s, dptr, bytesize, None))
+        },
         || call_driver!(REAL_MEM_ALLOC, AllocFn, (dptr, bytesize)),
     )
 }
@@ -252,8 +257,8 @@ pub extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> c_int {
 pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
     hook(
         "cuMemFree_v2",
-        |s| device_free(s, "cuMemFree_v2", dptr, None),
-        || call_driver!(REAL_MEM_FREE, FreeFn, (dptr)),
+        |s| observing::free(s, dptr, None).or_else(|| device_free(s, "cuMemFree_v2", dptr, None)),
+        || forget_then(dptr, || call_driver!(REAL_MEM_FREE, FreeFn, (dptr))),
     )
 }
 
@@ -261,7 +266,10 @@ pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
 pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
     hook(
         "cuMemAllocAsync",
-        |s| device_alloc(s, dptr, bytesize, Some(h as u64)),
+        |s| {
+            observing::alloc(s, dptr, bytesize, Some((h, false)))
+                .or_else(|| device_alloc(s, dptr, bytesize, Some(h as u64)))
+        },
         || call_driver!(REAL_MEM_ALLOC_ASYNC, AllocAsyncFn, (dptr, bytesize, h)),
     )
 }
@@ -270,7 +278,10 @@ pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStrea
 pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
     hook(
         "cuMemAllocAsync_ptsz",
-        |s| device_alloc(s, dptr, bytesize, Some(ptsz(h))),
+        |s| {
+            observing::alloc(s, dptr, bytesize, Some((h, true)))
+                .or_else(|| device_alloc(s, dptr, bytesize, Some(ptsz(h))))
+        },
         || call_driver!(REAL_MEM_ALLOC_ASYNC_PTSZ, AllocAsyncFn, (dptr, bytesize, h)),
     )
 }
@@ -279,8 +290,15 @@ pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: Cu
 pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
     hook(
         "cuMemFreeAsync",
-        |s| device_free(s, "cuMemFreeAsync", dptr, Some(h as u64)),
-        || call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h)),
+        |s| {
+            observing::free(s, dptr, Some((h, false)))
+                .or_else(|| device_free(s, "cuMemFreeAsync", dptr, Some(h as u64)))
+        },
+        || {
+            forget_then(dptr, || {
+                call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h))
+            })
+        },
     )
 }
 
@@ -288,8 +306,15 @@ pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
 pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
     hook(
         "cuMemFreeAsync_ptsz",
-        |s| device_free(s, "cuMemFreeAsync_ptsz", dptr, Some(ptsz(h))),
-        || call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h)),
+        |s| {
+            observing::free(s, dptr, Some((h, true)))
+                .or_else(|| device_free(s, "cuMemFreeAsync_ptsz", dptr, Some(ptsz(h))))
+        },
+        || {
+            forget_then(dptr, || {
+                call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h))
+            })
+        },
     )
 }
 
@@ -297,7 +322,7 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> c_int {
     hook(
         "cuMemAllocHost_v2",
-        |s| host_alloc(s, pp, bytesize, 0),
+        |s| observing::host_alloc(s, pp, bytesize, None).or_else(|| host_alloc(s, pp, bytesize, 0)),
         || call_driver!(REAL_MEM_ALLOC_HOST, HostAllocFn, (pp, bytesize)),
     )
 }
@@ -306,7 +331,10 @@ pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> c_
 pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> c_int {
     hook(
         "cuMemHostAlloc",
-        |s| host_alloc(s, pp, bytesize, flags),
+        |s| {
+            observing::host_alloc(s, pp, bytesize, Some(flags))
+                .or_else(|| host_alloc(s, pp, bytesize, flags))
+        },
         || call_driver!(REAL_MEM_HOST_ALLOC, HostAllocFlagsFn, (pp, bytesize, flags)),
     )
 }
@@ -316,6 +344,9 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
     hook(
         "cuMemFreeHost",
         |s| {
+            if let Some(rc) = observing::free_host(s, p) {
+                return Some(rc);
+            }
             if p.is_null() {
                 return None;
             }
@@ -324,7 +355,11 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
                 Err(e) => refused_free("cuMemFreeHost", p as u64, e),
             }
         },
-        || call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p)),
+        || {
+            forget_host_then(p as u64, || {
+                call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
+            })
+        },
     )
 }
 
@@ -333,6 +368,9 @@ pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> c_int 
     hook(
         "cuMemGetInfo_v2",
         |s| {
+            if let Some(rc) = observing::mem_get_info(free, total) {
+                return Some(rc);
+            }
             if free.is_null() || total.is_null() {
                 return Some(ERR_INVALID_VALUE);
             }

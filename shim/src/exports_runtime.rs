@@ -12,8 +12,9 @@ use engine::alloc::{AllocError, FreeError};
 use crate::ffi::{
     guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION, SUCCESS,
 };
+use crate::observe_runtime as observing;
 use crate::real::Stream;
-use crate::{call_real, lasterror, state};
+use crate::{call_real, lasterror, observe, state};
 
 fn alloc_code(e: AllocError) -> c_int {
     match e {
@@ -71,14 +72,17 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
 #[no_mangle]
 pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
     guard("cudaMalloc", || {
-        malloc_on(dev_ptr, size, 0, false).unwrap_or_else(|| call_real!(cudaMalloc(dev_ptr, size)))
+        observing::malloc(dev_ptr, size)
+            .or_else(|| malloc_on(dev_ptr, size, 0, false))
+            .unwrap_or_else(|| call_real!(cudaMalloc(dev_ptr, size)))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
     guard("cudaMallocAsync", || {
-        malloc_on(dev_ptr, size, stream as u64, true)
+        observing::malloc_async(dev_ptr, size, stream)
+            .or_else(|| malloc_on(dev_ptr, size, stream as u64, true))
             .unwrap_or_else(|| call_real!(cudaMallocAsync(dev_ptr, size, stream)))
     })
 }
@@ -86,6 +90,9 @@ pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream
 #[no_mangle]
 pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     guard("cudaFree", || {
+        if let Some(rc) = observing::free(ptr) {
+            return rc;
+        }
         let real = || call_real!(cudaFree(ptr));
         let Some(s) = crate::intercept::runtime_state() else {
             return real();
@@ -94,9 +101,12 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
             return real();
         }
         let stack = s.history.free_stack();
-        match s.alloc.free(ptr as u64, state::alloc_device(s), stack) {
+        let dev = state::alloc_device(s);
+        match s.alloc.free(ptr as u64, dev, stack) {
             Ok(()) => SUCCESS,
-            Err(e) => refused_free("cudaFree", ptr, e, real),
+            Err(e) => refused_free("cudaFree", ptr, e, || {
+                observe::free(s, ptr as u64, dev, real)
+            }),
         }
     })
 }
@@ -104,6 +114,9 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
     guard("cudaFreeAsync", || {
+        if let Some(rc) = observing::free_async(ptr, stream) {
+            return rc;
+        }
         let real = || call_real!(cudaFreeAsync(ptr, stream));
         let Some(s) = crate::intercept::runtime_state() else {
             return real();
@@ -112,12 +125,12 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
             return real();
         }
         let stack = s.history.free_stack();
-        match s
-            .alloc
-            .free_async(ptr as u64, stream as u64, state::alloc_device(s), stack)
-        {
+        let dev = state::alloc_device(s);
+        match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
             Ok(()) => SUCCESS,
-            Err(e) => refused_free("cudaFreeAsync", ptr, e, real),
+            Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
+                observe::free(s, ptr as u64, dev, real)
+            }),
         }
     })
 }
@@ -141,20 +154,27 @@ fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int
 #[no_mangle]
 pub extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
     guard("cudaMallocHost", || {
-        host_alloc(ptr, size, 0).unwrap_or_else(|| call_real!(cudaMallocHost(ptr, size)))
+        observing::host_alloc(ptr, size, None)
+            .or_else(|| host_alloc(ptr, size, 0))
+            .unwrap_or_else(|| call_real!(cudaMallocHost(ptr, size)))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     guard("cudaHostAlloc", || {
-        host_alloc(ptr, size, flags).unwrap_or_else(|| call_real!(cudaHostAlloc(ptr, size, flags)))
+        observing::host_alloc(ptr, size, Some(flags))
+            .or_else(|| host_alloc(ptr, size, flags))
+            .unwrap_or_else(|| call_real!(cudaHostAlloc(ptr, size, flags)))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     guard("cudaFreeHost", || {
+        if let Some(rc) = observing::free_host(ptr) {
+            return rc;
+        }
         let real = || call_real!(cudaFreeHost(ptr));
         let Some(s) = crate::intercept::runtime_state() else {
             return real();
@@ -172,6 +192,9 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
     guard("cudaMemGetInfo", || {
+        if let Some(rc) = observing::mem_get_info(free, total) {
+            return rc;
+        }
         let Some(s) = crate::intercept::runtime_state() else {
             return call_real!(cudaMemGetInfo(free, total));
         };

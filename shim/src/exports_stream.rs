@@ -8,6 +8,7 @@
 use std::ffi::{c_int, c_uint};
 
 use crate::ffi::{guard, SUCCESS};
+use crate::observe::observing;
 use crate::real::Stream;
 use crate::{call_real, state};
 
@@ -15,7 +16,8 @@ const NON_BLOCKING: c_uint = 1;
 
 fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
     if rc == SUCCESS && !out.is_null() {
-        if let Some(s) = crate::intercept::runtime_state() {
+        // Observing: the cache is unused and asks the runtime nothing.
+        if let Some(s) = crate::intercept::runtime_state().filter(|_| !observing()) {
             // SAFETY: the real create succeeded, so `*out` holds the new stream.
             let stream = unsafe { *out } as u64;
             s.alloc
@@ -61,7 +63,7 @@ pub extern "C" fn cudaStreamCreateWithPriority(
 #[no_mangle]
 pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
     guard("cudaStreamDestroy", || {
-        if let Some(s) = crate::intercept::runtime_state() {
+        if let Some(s) = crate::intercept::runtime_state().filter(|_| !observing()) {
             s.alloc
                 .stream_destroyed(state::current_device(), stream as u64);
         }

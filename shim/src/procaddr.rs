@@ -67,7 +67,10 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuPointerGetAttributes" if version >= 7000 => b"cuPointerGetAttributes",
         b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
-        _ => return None,
+        other => {
+            let ptds = flags & PER_THREAD_FLAG != 0;
+            return crate::exports_vmm::hooked_symbol(other, version, ptds);
+        }
     })
 }
 
@@ -82,7 +85,9 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
             hook: cuGetProcAddress_v2 as *const () as usize,
             real: &REAL_GPA_V2,
         }),
-        other => driver_hook(other).or_else(|| crate::exports_address::by_symbol(other)),
+        other => driver_hook(other)
+            .or_else(|| crate::exports_address::by_symbol(other))
+            .or_else(|| crate::exports_vmm::by_symbol(other)),
     }
 }
 
@@ -250,6 +255,10 @@ mod tests {
             "cuMemAlloc 3020 0 cuMemAlloc_v2",
             "cuMemAllocAsync 11020 0 cuMemAllocAsync",
             "cuMemAllocAsync 11020 2 cuMemAllocAsync_ptsz",
+            "cuMemAllocFromPoolAsync 11020 0 cuMemAllocFromPoolAsync",
+            "cuMemAllocFromPoolAsync 11020 2 cuMemAllocFromPoolAsync_ptsz",
+            "cuMemAllocManaged 6000 0 cuMemAllocManaged",
+            "cuMemAllocPitch 3020 0 cuMemAllocPitch_v2",
             "cuMemFree 3020 0 cuMemFree_v2",
             "cuMemFreeAsync 11020 0 cuMemFreeAsync",
             "cuMemFreeAsync 11020 2 cuMemFreeAsync_ptsz",
@@ -257,6 +266,8 @@ mod tests {
             "cuMemGetAddressRange 3020 0 cuMemGetAddressRange_v2",
             "cuMemGetInfo 3020 0 cuMemGetInfo_v2",
             "cuMemHostAlloc 2020 0 cuMemHostAlloc",
+            "cuMemHostRegister 6050 0 cuMemHostRegister_v2",
+            "cuMemHostUnregister 4000 0 cuMemHostUnregister",
             "cuPointerGetAttribute 4000 0 cuPointerGetAttribute",
             "cuPointerGetAttributes 7000 0 cuPointerGetAttributes",
             "cuStreamCreate 2000 0 cuStreamCreate",
@@ -270,9 +281,9 @@ mod tests {
     fn names_are_matched_exactly() {
         for n in [
             &b"cuMemAlloc_v2"[..],
-            b"cuMemAllocPitch",
-            b"cuMemAllocManaged",
-            b"cuMemAllocFromPoolAsync",
+            b"cuMemAllocPitch_v2",
+            b"cuMemAllocManagedX",
+            b"cuMemPoolCreate",
             b"cudnnCreate",
             b"cuMem",
             b"",
@@ -282,5 +293,13 @@ mod tests {
         assert!(by_symbol(b"cuGetProcAddress_v2").is_some());
         assert!(by_symbol(b"cuGetProcAddress_v3").is_none());
         assert!(by_symbol(b"cuGetExportTable").is_none());
+        assert_eq!(hooked_symbol(b"cuMemAllocPitch", 3010, 0, 1), None);
+        assert_eq!(
+            hooked_symbol(b"cuMemAllocPitch", 3020, 0, 1),
+            Some(&b"cuMemAllocPitch_v2"[..])
+        );
+        assert_eq!(hooked_symbol(b"cuMemCreate", 10010, 0, 1), None);
+        assert!(by_symbol(b"cuMemCreate").is_some());
+        assert!(by_symbol(b"cuMemAllocPitch").is_none());
     }
 }

@@ -8,6 +8,8 @@ use std::ffi::{c_int, c_uint, c_void, CStr};
 
 use once_cell::sync::Lazy;
 
+use crate::exports_families::{Extent, PitchedPtr};
+
 pub type Stream = *mut c_void;
 
 /// Look a symbol up in the libraries after ours.
@@ -64,6 +66,12 @@ real_runtime! {
     cudaDeviceReset: fn() -> c_int;
     cudaGetLastError: fn() -> c_int;
     cudaPeekAtLastError: fn() -> c_int;
+    cudaMallocManaged: fn(*mut *mut c_void, usize, c_uint) -> c_int;
+    cudaMallocPitch: fn(*mut *mut c_void, *mut usize, usize, usize) -> c_int;
+    cudaMalloc3D: fn(*mut PitchedPtr, Extent) -> c_int;
+    cudaMallocFromPoolAsync: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
+    cudaHostRegister: fn(*mut c_void, usize, c_uint) -> c_int;
+    cudaHostUnregister: fn(*mut c_void) -> c_int;
 }
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.

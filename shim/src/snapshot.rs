@@ -13,6 +13,19 @@ use engine::trace::intern::StackTable;
 
 use crate::state::Shim;
 
+/// Merge observed events into a device's events, oldest first (stable: equal times keep
+/// the cache's events first).
+fn merge(
+    into: &mut Vec<engine::trace::event::TraceEvent>,
+    more: Vec<engine::trace::event::TraceEvent>,
+) {
+    if more.is_empty() {
+        return;
+    }
+    into.extend(more);
+    into.sort_by_key(|e| e.time_us);
+}
+
 /// Write a snapshot to the path `template` expands to (with dump sequence number `seq`).
 pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
     let path = PathBuf::from(expand(template, &TemplateVars::current(seq)));
@@ -35,6 +48,23 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
             });
         }
     }
+    for dev in (0..s.alloc.device_count() as i32).chain([-1]) {
+        let (segs, evs) = s.observed.snapshot(dev);
+        input.observed.extend(segs);
+        if dev < 0 {
+            if let Some(h) = input.host.as_mut() {
+                merge(&mut h.1, evs);
+            } else if s.history.conf.record_host {
+                input.host = Some((Vec::new(), evs));
+            }
+        } else if let Some(d) = input.devices.iter_mut().find(|d| d.device == dev) {
+            merge(&mut d.events, evs);
+        }
+    }
+    input.extra = serde_json::json!({
+        "mode": crate::observe::mode_name(),
+        "memory": crate::unexplained::memory_json(s),
+    });
     input.stats = crate::stats::stats_json(s);
     let v = build(&input, StackTable::global());
     // Every error of `write_snapshot` names the path already.

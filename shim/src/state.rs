@@ -9,6 +9,7 @@ use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::Arc;
 
+use engine::alloc::observed::ObservedTable;
 use engine::alloc::CachingAllocator;
 use engine::config::alloc::AllocConf;
 use once_cell::sync::OnceCell;
@@ -20,6 +21,8 @@ use crate::history::History;
 pub struct Shim {
     pub alloc: CachingAllocator,
     pub history: History,
+    /// Allocations recorded as made (observing mode, and families the cache does not serve).
+    pub observed: ObservedTable,
 }
 
 static STATE: OnceCell<Option<Shim>> = OnceCell::new();
@@ -68,8 +71,11 @@ fn init() -> Option<Shim> {
     let _inside = crate::intercept::Inside::enter_runtime();
     // Let the real runtime initialize itself (the context-init idiom), so its primary context
     // exists and is current before the shim uses the driver.
-    let null = std::ptr::null_mut();
-    let _ = crate::call_real!(cudaFree(null));
+    // Not when observing: the program's device calls are then exactly its own.
+    if !crate::observe::observing() {
+        let null = std::ptr::null_mut();
+        let _ = crate::call_real!(cudaFree(null));
+    }
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {
@@ -80,7 +86,12 @@ fn init() -> Option<Shim> {
     let conf = AllocConf::from_env();
     let history = History::from_env();
     let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
-    let shim = Shim { alloc, history };
+    let observed = ObservedTable::new(alloc.device_count(), &|dev| history.make_sink(dev));
+    let shim = Shim {
+        alloc,
+        history,
+        observed,
+    };
     crate::dump::install();
     crate::fork::install();
     Some(shim)

@@ -277,6 +277,26 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPr
 cudaError_t cudaDriverGetVersion(int *driverVersion);
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 
+/* Managed, pitched/3D, pool and host-registration families (simcuda/src/families.rs). */
+#define cudaMemAttachGlobal 0x01
+#define cudaMemAttachHost 0x02
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+struct cudaExtent { size_t width; size_t height; size_t depth; };
+struct cudaPitchedPtr { void *ptr; size_t pitch; size_t xsize; size_t ysize; };
+static inline struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d) {
+    struct cudaExtent e; e.width = w; e.height = h; e.depth = d; return e;
+}
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -67,6 +67,10 @@ entry_points! {
     cudaEventRecord_ptsz, cudaLaunchHostFunc_ptsz, cudaStreamBeginCapture_ptsz,
     cudaStreamEndCapture_ptsz, cudaStreamIsCapturing_ptsz, cudaMallocAsync_ptsz,
     cudaFreeAsync_ptsz,
+    cuMemAllocManaged, cudaMallocManaged, cuMemAllocPitch_v2, cudaMallocPitch, cudaMalloc3D,
+    cuDeviceGetDefaultMemPool, cudaDeviceGetDefaultMemPool, cuMemPoolCreate, cudaMemPoolCreate,
+    cuMemPoolDestroy, cudaMemPoolDestroy, cuMemAllocFromPoolAsync, cudaMallocFromPoolAsync,
+    cuMemHostRegister_v2, cuMemHostUnregister, cudaHostRegister, cudaHostUnregister,
 }
 
 /// Number of entry points.

@@ -32,6 +32,7 @@ pub mod driver_api;
 pub mod driver_mem_api;
 pub mod error;
 pub mod event;
+pub mod families;
 pub mod fault;
 pub mod host;
 pub mod latency;

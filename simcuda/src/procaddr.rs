@@ -8,6 +8,7 @@ use crate::api::{driver, Api};
 use crate::driver_api::*;
 use crate::driver_mem_api::*;
 use crate::error::*;
+use crate::families::*;
 use crate::pointer_api::*;
 use libc::{c_char, c_int, c_void};
 use once_cell::sync::Lazy;
@@ -139,6 +140,14 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuCtxPushCurrent", 4000, false, cuCtxPushCurrent_v2 as extern "C" fn(_) -> _),
         e!("cuCtxPopCurrent", 4000, false, cuCtxPopCurrent_v2 as unsafe extern "C" fn(_) -> _),
         e!("cuGetExportTable", 3000, false, cuGetExportTable as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemAllocManaged", 6000, false, cuMemAllocManaged as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuMemAllocPitch", 3020, false, cuMemAllocPitch_v2 as unsafe extern "C" fn(_, _, _, _, _) -> _),
+        e!("cuDeviceGetDefaultMemPool", 11020, false, cuDeviceGetDefaultMemPool as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemPoolCreate", 11020, false, cuMemPoolCreate as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemPoolDestroy", 11020, false, cuMemPoolDestroy as extern "C" fn(_) -> _),
+        e!("cuMemAllocFromPoolAsync", 11020, false, cuMemAllocFromPoolAsync as unsafe extern "C" fn(_, _, _, _) -> _),
+        e!("cuMemHostRegister", 6050, false, cuMemHostRegister_v2 as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuMemHostUnregister", 4000, false, cuMemHostUnregister as extern "C" fn(_) -> _),
     ]
 });
 

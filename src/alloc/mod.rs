@@ -16,6 +16,7 @@ pub mod host;
 pub mod info;
 mod listing;
 mod live;
+pub mod observed;
 pub mod pending;
 pub mod pool;
 mod release;

@@ -8,6 +8,7 @@
 //! exactly as the allocator reported them (contiguous blocks summing to `total_size`).
 
 use crate::alloc::info::SegmentInfo;
+use crate::alloc::observed::ObservedSegment;
 use crate::config::history::HistoryConf;
 use crate::snapshot::events::{EventKeys, EventList};
 use crate::snapshot::model::SnapshotInput;
@@ -111,7 +112,7 @@ impl Builder<'_> {
         self.frames.list(&mut self.s, stack)
     }
 
-    fn segment(&mut self, seg: &SegmentInfo) -> Value {
+    fn segment(&mut self, seg: &SegmentInfo, what: Option<(&str, u64)>) -> Value {
         let blocks = seg
             .blocks
             .iter()
@@ -128,7 +129,7 @@ impl Builder<'_> {
             .collect();
         let frames = self.state_frames(seg.stack);
         let kind = if seg.is_large { "large" } else { "small" };
-        Value::dict(vec![
+        let mut entries = vec![
             (self.s.get("device"), Value::Int(i64::from(seg.device))),
             (self.s.get("address"), Value::uint(seg.address)),
             (self.s.get("total_size"), Value::uint(seg.total_size)),
@@ -153,13 +154,26 @@ impl Builder<'_> {
             (self.s.get("is_expandable"), Value::Bool(seg.is_expandable)),
             (self.s.get("frames"), frames),
             (self.s.get("blocks"), Value::list(blocks)),
-        ])
+        ];
+        if let Some((kind, flags)) = what {
+            entries.push((self.s.get("kind"), self.s.get(kind)));
+            entries.push((self.s.get("flags"), Value::uint(flags)));
+        }
+        Value::dict(entries)
     }
 
-    fn segments<'s>(&mut self, segs: impl Iterator<Item = &'s SegmentInfo>) -> Value {
-        let mut v: Vec<&SegmentInfo> = segs.collect();
-        v.sort_by_key(|s| (s.device, s.address));
-        Value::list(v.into_iter().map(|s| self.segment(s)).collect())
+    /// Cached segments, and observed ones with their kind and flags, by device and address.
+    fn segments<'s>(
+        &mut self,
+        segs: impl Iterator<Item = &'s SegmentInfo>,
+        observed: impl Iterator<Item = &'s ObservedSegment>,
+    ) -> Value {
+        let mut v: Vec<(&SegmentInfo, Option<(&str, u64)>)> = segs
+            .map(|s| (s, None))
+            .chain(observed.map(|o| (&o.info, Some((o.kind, o.flags)))))
+            .collect();
+        v.sort_by_key(|s| (s.0.device, s.0.address));
+        Value::list(v.into_iter().map(|(s, w)| self.segment(s, w)).collect())
     }
 
     /// The trace as a compact [`EventList`]: stacks filtered by `context`, each distinct
@@ -205,7 +219,8 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
         .devices
         .iter()
         .flat_map(|d| d.segments.iter())
-        .chain(input.host.iter().flat_map(|h| h.0.iter()));
+        .chain(input.host.iter().flat_map(|h| h.0.iter()))
+        .chain(input.observed.iter().map(|o| &o.info));
     let all_events = input
         .devices
         .iter()
@@ -222,7 +237,10 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
                     .map(|e| e.stack),
             ),
     );
-    let segments = b.segments(input.devices.iter().flat_map(|d| d.segments.iter()));
+    let segments = b.segments(
+        input.devices.iter().flat_map(|d| d.segments.iter()),
+        input.observed.iter().filter(|o| o.info.device >= 0),
+    );
     let ndev = input
         .devices
         .iter()
@@ -245,13 +263,16 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
         ),
     ];
     if let Some((segs, evs)) = &input.host {
-        let hs = b.segments(segs.iter());
+        let hs = b.segments(
+            segs.iter(),
+            input.observed.iter().filter(|o| o.info.device < 0),
+        );
         let ht = b.trace(evs.clone());
         top.push((b.s.get("host_segments"), hs));
         top.push((b.s.get("host_traces"), ht));
     }
     let h = &input.history;
-    let cushim = serde_json::json!({
+    let mut cushim = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "cmdline": input.cmdline,
         "stats": input.stats,
@@ -272,6 +293,9 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
             "max_stacks": stacks.limit(),
         },
     });
+    if let (Some(c), Some(extra)) = (cushim.as_object_mut(), input.extra.as_object()) {
+        c.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     top.push((b.s.get("cushim"), Value::from_json(&cushim)));
     Value::dict(top)
 }

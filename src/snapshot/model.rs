@@ -10,13 +10,14 @@
 //!   `host_segments`, `host_traces`; plus `cushim` (version, command line, stats, history).
 //! - segment: `device, address, total_size, allocated_size, active_size, requested_size,
 //!   stream, segment_type ("small"|"large"), segment_pool_id (tuple), is_expandable,
-//!   frames, blocks`.
+//!   frames, blocks`; an observed one also `kind` and `flags`.
 //! - block: `address, size, requested_size, state, frames`.
 //! - trace entry: `action, addr, size, stream, time_us, frames` (`oom`: `device_free`
 //!   instead of `addr`).
 //! - frame: `name, filename, line`.
 
 use crate::alloc::info::SegmentInfo;
+use crate::alloc::observed::ObservedSegment;
 use crate::config::history::HistoryConf;
 use crate::trace::event::TraceEvent;
 
@@ -44,6 +45,12 @@ pub struct SnapshotInput {
     pub history: HistoryConf,
     /// The program's command line, under `cushim.cmdline`.
     pub cmdline: Vec<String>,
+    /// Allocations recorded as the program made them (observing mode, and the families the
+    /// cache does not serve): device segments join `segments`, host ones `host_segments`,
+    /// each with its `kind` and `flags`.
+    pub observed: Vec<ObservedSegment>,
+    /// More keys for the `cushim` dict (an object: `mode`, `memory`, ...).
+    pub extra: serde_json::Value,
 }
 
 impl From<(i32, Vec<SegmentInfo>, Vec<TraceEvent>)> for DeviceState {
