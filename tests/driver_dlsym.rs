@@ -89,11 +89,7 @@ fn only_exact_allocation_names_on_libcuda_are_substituted() {
     for n in REAL {
         assert_eq!(m[&format!("cuda:{n}")], format!("cuda:{n}"), "{n}");
     }
-    for n in [
-        "cudnnCreate",
-        "cuMemAlloc",
-        "cuMemAlloc_v2x",
-    ] {
+    for n in ["cudnnCreate", "cuMemAlloc", "cuMemAlloc_v2x"] {
         assert_eq!(m[&format!("cuda:{n}")], "null", "{n}");
     }
     assert_eq!(m["use_alloc"], "0");

@@ -242,4 +242,43 @@ fn in_cache_mode_the_other_families_are_recorded_and_what_the_shim_never_saw_is_
         "{m}"
     );
     assert_eq!(m["unexplained"], common::num(&out, "hidden"), "{m}");
+    // `cushim summary` groups by kind and prints the unexplained bytes.
+    let text = common::run_ok(
+        std::process::Command::new(common::cushim_bin())
+            .arg("summary")
+            .arg(&rt),
+    );
+    assert!(
+        text.contains("by kind:") && text.contains("host_register"),
+        "{text}"
+    );
+    let want = format!("({} bytes)", common::num(&out, "hidden"));
+    assert!(
+        text.lines()
+            .any(|l| l.contains("driver used:") && l.contains(&want)),
+        "{text}"
+    );
+}
+
+#[test]
+fn cushim_run_observe_sets_the_observing_mode() {
+    let exe = prog();
+    let dir = common::scratch("observe-cli");
+    let snap = dir.join("snap.json");
+    let mut cmd = std::process::Command::new(common::cushim_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUSHIM_") || k.starts_with("SIMCUDA_") || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = common::run_ok(
+        cmd.args(["run", "--sim", "--observe", "--snapshot"])
+            .arg(&snap)
+            .arg("--")
+            .arg(&exe),
+    );
+    assert!(out.contains("done"), "{out}");
+    let v = common::load_snapshot(&snap);
+    assert_eq!(v["cushim"]["mode"], "observe");
+    assert!(segments(&v).iter().any(|s| s["kind"] == "malloc"));
 }

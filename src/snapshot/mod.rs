@@ -14,6 +14,7 @@ pub mod build;
 pub mod convert;
 pub mod events;
 pub mod json;
+pub mod kinds;
 pub mod model;
 pub mod msgpack;
 pub mod output;

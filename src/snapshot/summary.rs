@@ -176,13 +176,20 @@ pub fn summary(v: &Value) -> String {
     if devs.is_empty() {
         out.push_str("no device memory in this snapshot\n");
     }
+    let segs = v.get("segments").and_then(Value::as_seq).unwrap_or(&[]);
     for (d, s) in &devs {
         write_device(&mut out, &format!("device {d}"), s);
+        let mine: Vec<&Value> = segs
+            .iter()
+            .filter(|s| s.get("device").and_then(Value::as_i64) == Some(*d))
+            .collect();
+        crate::snapshot::kinds::write_extra(&mut out, v, &mine, *d);
     }
     if let Some(hs) = v.get("host_segments").and_then(Value::as_seq) {
         let hs: Vec<&Value> = hs.iter().collect();
         let ht = v.get("host_traces").and_then(Value::as_seq).unwrap_or(&[]);
         write_device(&mut out, "pinned host memory", &device_summary(&hs, ht));
+        crate::snapshot::kinds::write_extra(&mut out, v, &hs, -1);
     }
     out
 }

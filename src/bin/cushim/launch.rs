@@ -17,6 +17,8 @@ pub struct Launch {
     pub snapshot: Option<PathBuf>,
     pub history: Option<String>,
     pub sim: bool,
+    /// `CUSHIM_MODE=observe`.
+    pub observe: bool,
     pub preload: bool,
 }
 
@@ -74,6 +76,9 @@ impl Launch {
             if std::env::var_os("CUSHIM_HISTORY").is_none() && self.history.is_none() {
                 cmd.env("CUSHIM_HISTORY", "enabled=all,stacks=native");
             }
+        }
+        if self.observe {
+            cmd.env("CUSHIM_MODE", "observe");
         }
         if let Some(h) = &self.history {
             cmd.env("CUSHIM_HISTORY", h);

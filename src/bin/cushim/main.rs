@@ -38,6 +38,10 @@ enum Cmd {
         /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).
         #[arg(long)]
         sim: bool,
+        /// Observe only (CUSHIM_MODE=observe): every allocation goes to CUDA unchanged and is
+        /// recorded; nothing is cached.
+        #[arg(long)]
+        observe: bool,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<OsString>,
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
             snapshot,
             history,
             sim,
+            observe,
             program,
         } => run(
             launch::Launch {
@@ -94,6 +99,7 @@ fn main() -> ExitCode {
                 snapshot,
                 history,
                 sim,
+                observe,
                 preload: true,
             },
             program,
