@@ -380,6 +380,33 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
             (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
         }
     }
+    // Observing mode (no history): each call goes to simcuda and is recorded, one lock and
+    // one address-map operation per call; baseline the same pair without the shim.
+    let observed = procs.as_ref().map_err(Clone::clone).and_then(|p| {
+        let exe = p.compile("bench_alloc")?;
+        let mut args = vec!["-m", "runtime"];
+        args.extend_from_slice(&e.alloc_args);
+        let env = [("CUSHIM_MODE", "observe")];
+        p.run(&exe, &args, true, &env, Duration::from_secs(60))
+    });
+    let obs = observed.as_deref().map(procs::pairs).unwrap_or_default();
+    for s in SIZES {
+        let name = format!(
+            "cudaMalloc+cudaFree {} via shim, observing (CUSHIM_MODE=observe)",
+            size_name(s)
+        );
+        match (&observed, procs::find(&obs, "runtime", s)) {
+            (Ok(_), Some(p)) => {
+                let mut row = Row::new(G, name, p.ns_per_pair, "ns");
+                if let Some(rt) = procs::find(&base, "runtime", s) {
+                    row = row.baseline("simcuda cudaMalloc+cudaFree, no shim", rt.ns_per_pair);
+                }
+                rows.push(row);
+            }
+            (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
+            (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
+        }
+    }
     rows
 }
 
