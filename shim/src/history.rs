@@ -8,8 +8,9 @@
 use engine::config::history::HistoryConf;
 use engine::trace::event::{EventSink, NullSink, StackId, NO_STACK};
 use engine::trace::intern::StackTable;
+use engine::trace::python::capture_id;
 use engine::trace::ring::TraceRing;
-use engine::trace::stack::{capture_id, SkipRange};
+use engine::trace::stack::SkipRange;
 
 /// History configuration plus what capture needs.
 pub struct History {
@@ -48,7 +49,7 @@ impl History {
     #[inline]
     pub fn alloc_stack(&self) -> StackId {
         if self.conf.alloc_stacks() {
-            capture_id(self.conf.max_frames, self.conf.unwinder, &self.skip)
+            capture_id(&self.conf, &self.skip)
         } else {
             NO_STACK
         }
@@ -58,7 +59,7 @@ impl History {
     #[inline]
     pub fn free_stack(&self) -> StackId {
         if self.conf.free_stacks() {
-            capture_id(self.conf.max_frames, self.conf.unwinder, &self.skip)
+            capture_id(&self.conf, &self.skip)
         } else {
             NO_STACK
         }

@@ -2,11 +2,11 @@
 //!
 //! Invariant: a `HistoryConf` is always self-consistent: unset or unparsable means
 //! everything off (no history, no stacks); `enabled=all` without further keys gives
-//! PyTorch's defaults (`context=all`, `stacks=native`, a large `max_entries`).
+//! PyTorch's defaults (`context=all`, `stacks=all`, a large `max_entries`).
 //!
 //! Syntax: comma-separated `key=value` pairs (`key:value` is accepted too). Keys:
-//! `enabled=none|state|all`, `context=none|state|alloc|all`, `stacks=none|native|all`
-//! (`all` means native), `max_entries=N`, `skip_actions=a;b` (actions separated by `;` or
+//! `enabled=none|state|all`, `context=none|state|alloc|all`, `stacks=none|python|native|all`
+//! (`all`: Python frames merged into native ones, `trace::python`), `max_entries=N`, `skip_actions=a;b` (actions separated by `;` or
 //! `|`, never `,`, which separates keys), `record_host=true|false`,
 //! `record_cuda=true|false`, `unwinder=dwarf|fp`, `max_frames=N`, `max_stacks=N` (the cap
 //! on distinct interned stacks, `trace::intern`).
@@ -71,8 +71,13 @@ pub enum Unwinder {
 pub struct HistoryConf {
     pub enabled: Enabled,
     pub context: Context,
-    /// Native stacks captured at all (`stacks=native`).
+    /// Stacks captured at all (`stacks=native|python|all`).
     pub native_stacks: bool,
+    /// Python frames merged in where the interpreter runs (`stacks=python|all`), when the
+    /// allocating thread runs Python code and holds the GIL (`trace::python`).
+    pub python_stacks: bool,
+    /// Native frames kept (all but `stacks=python`).
+    pub native_frames: bool,
     pub max_entries: usize,
     /// Bit set of [`Action::bit`] values not recorded.
     pub skip_actions: u16,
@@ -91,6 +96,8 @@ impl HistoryConf {
             enabled: Enabled::None,
             context: Context::None,
             native_stacks: false,
+            python_stacks: false,
+            native_frames: true,
             max_entries: DEFAULT_MAX_ENTRIES,
             skip_actions: 0,
             record_host: false,
@@ -191,6 +198,7 @@ pub fn parse(s: &str) -> Result<HistoryConf, String> {
     let mut c = HistoryConf::off();
     let mut context: Option<Context> = None;
     let mut stacks: Option<bool> = None;
+    let mut kinds: Option<(bool, bool)> = None;
     let mut record_cuda: Option<bool> = None;
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (key, value) = item
@@ -221,11 +229,20 @@ pub fn parse(s: &str) -> Result<HistoryConf, String> {
                 })
             }
             "stacks" => {
-                stacks = Some(match value {
-                    "none" | "None" | "python" => false,
-                    "native" | "all" | "cpp" => true,
-                    _ => return Err(format!("stacks={value}: expected none, native or all")),
-                })
+                // (captured, python frames, native frames)
+                let (on, py, native) = match value {
+                    "none" | "None" => (false, false, true),
+                    "python" => (true, true, false),
+                    "native" | "cpp" => (true, false, true),
+                    "all" => (true, true, true),
+                    _ => {
+                        return Err(format!(
+                            "stacks={value}: expected none, python, native or all"
+                        ))
+                    }
+                };
+                stacks = Some(on);
+                kinds = Some((py, native));
             }
             "max_entries" => c.max_entries = parse_count(key, value, usize::MAX)?,
             "max_frames" => c.max_frames = parse_count(key, value, MAX_MAX_FRAMES)?,
@@ -268,6 +285,8 @@ pub fn parse(s: &str) -> Result<HistoryConf, String> {
     let on = c.enabled != Enabled::None;
     c.context = context.unwrap_or(if on { Context::All } else { Context::None });
     c.native_stacks = stacks.unwrap_or(on);
+    // PyTorch's default is `all`: Python frames where there are any, and native frames.
+    (c.python_stacks, c.native_frames) = kinds.unwrap_or((c.native_stacks, true));
     c.record_cuda = record_cuda.unwrap_or(on);
     if !on {
         c = HistoryConf {

@@ -279,7 +279,12 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
         "history": {
             "enabled": format!("{:?}", h.enabled).to_lowercase(),
             "context": format!("{:?}", h.context).to_lowercase(),
-            "stacks": if h.native_stacks { "native" } else { "none" },
+            "stacks": match (h.native_stacks, h.python_stacks, h.native_frames) {
+                (false, _, _) => "none",
+                (true, false, _) => "native",
+                (true, true, false) => "python",
+                (true, true, true) => "all",
+            },
             "max_entries": h.max_entries,
             "unwinder": format!("{:?}", h.unwinder).to_lowercase(),
             "max_frames": h.max_frames,

@@ -1,4 +1,4 @@
-//! Allocation history: events, the bounded ring, native stacks (capture, interning,
+//! Allocation history: events, the bounded ring, native and Python stacks (capture, interning,
 //! symbolization).
 //!
 //! Invariant: the hot path (capture, intern, record) stores raw return addresses and ids
@@ -8,6 +8,7 @@ pub mod clock;
 pub mod event;
 pub mod intern;
 pub mod module_epochs;
+pub mod python;
 pub mod ring;
 pub mod runtime_frames;
 pub mod stack;

@@ -119,6 +119,13 @@ fn resolve_uncached(ip: u64) -> Vec<Frame> {
             line: 0,
         }];
     }
+    if let Some((name, filename, line)) = crate::trace::python::frame(ip) {
+        return vec![Frame {
+            name,
+            filename,
+            line,
+        }];
+    }
     // A return address points after the call; the call itself is at ip - 1.
     let lookup = (ip as usize).saturating_sub(1);
     let mut out = Vec::new();

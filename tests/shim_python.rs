@@ -1,0 +1,173 @@
+//! Python stacks: a Python program calling the simulated runtime's `cudaMalloc` through ctypes
+//! (with the GIL held: `ctypes.PyDLL(None)`, the preloaded shim's symbol) gets alloc events
+//! whose frames name its own functions, files and lines, each evaluation loop's Python
+//! frames just inside the loop's native `_PyEval_EvalFrameDefault` frame; on every CPython
+//! 3.9 to 3.13 found on the machine (`python3`, and pyenv's versions when present).
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/alloc_stacks.py")
+}
+
+/// The line of `tests/py/alloc_stacks.py` carrying `marker`.
+fn line_of(marker: &str) -> u64 {
+    let text = std::fs::read_to_string(script()).expect("reading the script");
+    text.lines()
+        .position(|l| l.contains(marker))
+        .map(|i| i as u64 + 1)
+        .unwrap_or_else(|| panic!("{marker} not in the script"))
+}
+
+/// Interpreters to try: `python3`, and every pyenv CPython 3.9 to 3.13, one per minor.
+fn interpreters() -> Vec<(String, PathBuf)> {
+    let mut cands = vec![PathBuf::from("python3")];
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+        let mut v: Vec<PathBuf> = dir
+            .map_while(Result::ok)
+            .map(|e| e.path().join("bin/python3"))
+            .collect();
+        v.sort();
+        cands.extend(v);
+    }
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for c in cands {
+        let Ok(o) = std::process::Command::new(&c)
+            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            .output()
+        else {
+            continue;
+        };
+        let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let minor: u32 = v
+            .strip_prefix("3.")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if o.status.success() && (9..=13).contains(&minor) && !out.iter().any(|x| x.0 == v) {
+            out.push((v, c));
+        }
+    }
+    out
+}
+
+fn is_py(f: &Value) -> bool {
+    f["filename"]
+        .as_str()
+        .is_some_and(|s| s.ends_with("alloc_stacks.py"))
+}
+
+fn check_stack(version: &str, frames: &[Value]) {
+    let names: Vec<(String, u64)> = frames
+        .iter()
+        .filter(|f| is_py(f))
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap_or("").to_string(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want_in_order = [
+        ("allocate_weights", line_of("ALLOC-LINE")),
+        ("train_step", line_of("STEP-LINE")),
+        ("main", line_of("MAIN-LINE")),
+        ("<module>", line_of("MODULE-LINE")),
+    ];
+    let mut at = 0;
+    for w in want_in_order {
+        let found = names[at..]
+            .iter()
+            .position(|n| n.0 == w.0 && n.1 == w.1)
+            .unwrap_or_else(|| panic!("{version}: {w:?} not after {:?} in {names:?}", at));
+        at += found + 1;
+    }
+    // Native frames of the call path sit inside the innermost Python frame...
+    let first_py = frames.iter().position(is_py).expect("a Python frame");
+    assert!(
+        frames[..first_py]
+            .iter()
+            .any(|f| f["name"] == "_ctypes_callproc"),
+        "{version}: no ctypes frame inside the Python frames: {frames:#?}"
+    );
+    // ...and every run of Python frames is followed by its evaluation loop's native frame
+    // before any other Python frame.
+    let mut i = 0;
+    while i < frames.len() {
+        if !is_py(&frames[i]) {
+            i += 1;
+            continue;
+        }
+        while i < frames.len() && is_py(&frames[i]) {
+            i += 1;
+        }
+        let next_py = frames[i..]
+            .iter()
+            .position(is_py)
+            .map_or(frames.len(), |p| p + i);
+        assert!(
+            frames[i..next_py]
+                .iter()
+                .any(|f| f["name"] == "_PyEval_EvalFrameDefault"),
+            "{version}: Python frames before frame {i} not followed by their loop: {frames:#?}"
+        );
+        i = next_py;
+    }
+}
+
+#[test]
+fn alloc_events_name_the_programs_python_functions_interleaved_with_native_frames() {
+    let pys = interpreters();
+    assert!(!pys.is_empty(), "no CPython 3.9-3.13 found");
+    let dir = common::scratch("python-stacks");
+    for (version, py) in &pys {
+        let snap = dir.join(format!("snap-{version}.json"));
+        let out = common::run_ok(
+            common::shim_cmd(&py.clone())
+                .arg(script())
+                .env("CUSHIM_HISTORY", "enabled=all,stacks=all,max_frames=128")
+                .env("CUSHIM_SNAPSHOT", &snap),
+        );
+        assert!(out.contains("done"), "{version}: {out}");
+        let v = common::load_snapshot(&snap);
+        let trace = v["device_traces"][0].as_array().expect("trace");
+        let allocs: Vec<&Value> = trace.iter().filter(|e| e["action"] == "alloc").collect();
+        assert_eq!(allocs.len(), 3, "{version}");
+        for a in allocs {
+            check_stack(version, a["frames"].as_array().expect("frames"));
+        }
+        println!("{version}: ok");
+    }
+    println!(
+        "checked: {:?}",
+        pys.iter().map(|p| &p.0).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn stacks_python_keeps_only_the_python_frames_and_native_keeps_none() {
+    let dir = common::scratch("python-only");
+    for (mode, want_native, want_py) in [("python", false, true), ("native", true, false)] {
+        let snap = dir.join(format!("snap-{mode}.json"));
+        common::run_ok(
+            common::shim_cmd(Path::new("python3"))
+                .arg(script())
+                .env("CUSHIM_HISTORY", format!("enabled=all,stacks={mode}"))
+                .env("CUSHIM_SNAPSHOT", &snap),
+        );
+        let v = common::load_snapshot(&snap);
+        let a = v["device_traces"][0]
+            .as_array()
+            .and_then(|t| t.iter().find(|e| e["action"] == "alloc"))
+            .expect("an alloc event")
+            .clone();
+        let frames = a["frames"].as_array().expect("frames");
+        assert_eq!(frames.iter().any(|f| !is_py(f)), want_native, "{mode}");
+        assert_eq!(frames.iter().any(is_py), want_py, "{mode}");
+    }
+}
