@@ -9,6 +9,9 @@
 #[path = "../../../benches/workloads/mod.rs"]
 mod workloads;
 
+#[path = "bench_observe.rs"]
+mod bench_observe;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -56,8 +59,10 @@ pub fn bench(quick: bool, out: Option<&Path>) -> Result<i32, String> {
     eprintln!("cushim bench: 1/5 allocation pairs");
     rows.extend(engine_pair_rows(&effort));
     rows.extend(pair_rows(&procs, &effort));
+    rows.extend(bench_observe::observed_rows(effort.batch, effort.repeats));
     eprintln!("cushim bench: 2/5 event recording");
     rows.extend(event_rows(&effort));
+    rows.extend(bench_observe::python_rows(&procs));
     eprintln!("cushim bench: 3/5 snapshot dumps");
     rows.extend(dump_rows(&effort));
     eprintln!("cushim bench: 4/5 two threads");
