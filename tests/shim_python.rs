@@ -171,3 +171,43 @@ fn stacks_python_keeps_only_the_python_frames_and_native_keeps_none() {
         assert_eq!(frames.iter().any(is_py), want_py, "{mode}");
     }
 }
+
+#[test]
+fn without_the_gil_or_while_finalizing_allocations_get_native_frames_only() {
+    let dir = common::scratch("python-edges");
+    let snap = dir.join("snap.json");
+    let edges = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/alloc_edges.py");
+    let out = common::run_ok(
+        common::shim_cmd(Path::new("python3"))
+            .arg(&edges)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=all")
+            .env("CUSHIM_SNAPSHOT", &snap),
+    );
+    assert!(out.contains("done"), "{out}");
+    let v = common::load_snapshot(&snap);
+    let trace = v["device_traces"][0].as_array().expect("trace");
+    let allocs: Vec<&Value> = trace.iter().filter(|e| e["action"] == "alloc").collect();
+    // 1 MiB and 2 MiB through CDLL (main thread, second thread): native frames, no Python.
+    for size in [1u64 << 20, 2 << 20] {
+        let a = allocs
+            .iter()
+            .find(|e| e["size"] == size)
+            .unwrap_or_else(|| panic!("no alloc of {size}"));
+        let frames = a["frames"].as_array().expect("frames");
+        assert!(!frames.is_empty(), "{size}: no frames");
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f["filename"].as_str().is_some_and(|s| s.ends_with(".py"))),
+            "{size}: Python frames without the GIL: {frames:#?}"
+        );
+    }
+    // The allocation made from a __del__ while the interpreter finalizes (GIL held, but
+    // Py_IsInitialized already 0) is recorded without Python frames and without harm.
+    let a = allocs
+        .iter()
+        .find(|e| e["size"] == 3u64 << 20)
+        .expect("the allocation made while finalizing");
+    let frames = a["frames"].as_array().expect("frames");
+    assert!(!frames.iter().any(is_py), "{frames:#?}");
+}
