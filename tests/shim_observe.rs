@@ -108,8 +108,9 @@ fn observing_makes_exactly_the_programs_device_calls_and_records_every_family_wi
     // Same pointers (relative to the first), pitches, memory info.
     assert_eq!(results(&plain), results(&obs));
     assert_eq!(plain_report["devices"], obs_report["devices"]);
-    // Same calls to every entry point, except the read-only queries of the snapshot at exit
-    // (the driver's free memory, for the unexplained figure).
+    // Same calls to every entry point, except read-only queries: the shim's start-up
+    // (`cuInit`, `cuDeviceGetCount`) and the snapshot at exit (the driver's free memory,
+    // for the unexplained figure).
     let dump_queries = [
         "cuInit",
         "cuDeviceGetCount",
