@@ -182,6 +182,9 @@ pub struct ObservedTable {
     host: Mutex<Table>,
 }
 
+/// A device's live physical handles `(handle, state)` and reservations `(address, size)`.
+pub type VmmListing = (Vec<(u64, Physical)>, Vec<(u64, u64)>);
+
 /// What a device's observed records explain, for the unexplained-memory figure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Explained {
@@ -399,7 +402,7 @@ impl ObservedTable {
 
     /// Device `dev`'s live physical handles and reservations, for the snapshot's `cushim`
     /// key: `(handle, size, flags, mapped count, released)` and `(address, size)`.
-    pub fn vmm(&self, dev: i32) -> (Vec<(u64, Physical)>, Vec<(u64, u64)>) {
+    pub fn vmm(&self, dev: i32) -> VmmListing {
         let t = self.table(dev).lock();
         let mut p: Vec<(u64, Physical)> = t.phys.iter().map(|(&h, p)| (h, *p)).collect();
         p.sort_by_key(|x| x.0);

@@ -124,6 +124,7 @@ struct Api {
 
 // SAFETY: function pointers and plain numbers, read-only after detection.
 unsafe impl Sync for Api {}
+// SAFETY: as above.
 unsafe impl Send for Api {}
 
 fn sym(name: &CStr) -> Option<usize> {
@@ -146,6 +147,7 @@ const RTLD_DL_SYMENT: c_int = 1;
 
 /// The extent of the function starting at `addr` (its ELF symbol's size).
 fn extent(addr: usize) -> Option<(usize, usize)> {
+    // SAFETY: Dl_info is plain C data for which all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut extra: *mut c_void = std::ptr::null_mut();
     // SAFETY: valid out-parameters; RTLD_DL_SYMENT stores a pointer to the ELF symbol.
