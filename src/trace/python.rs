@@ -231,9 +231,40 @@ struct Info {
     line: u64,
 }
 
+/// Hasher of (code address, offset) keys: one folded multiply per word (the keys are
+/// addresses and small offsets, not input an attacker chooses; SipHash was the larger part
+/// of a frame's lookup).
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let m = u128::from(self.0 ^ n) * 0x9E37_79B9_7F4A_7C15u128;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type KeyBuild = std::hash::BuildHasherDefault<KeyHasher>;
+
 #[derive(Default)]
 struct Table {
-    ids: HashMap<(usize, i64), u32>,
+    ids: HashMap<(usize, i64), u32, KeyBuild>,
     frames: Vec<Info>,
 }
 
