@@ -76,6 +76,9 @@ pub extern "C" fn cudaDeviceReset() -> c_int {
     guard("cudaDeviceReset", || {
         if let Some(s) = crate::intercept::runtime_state() {
             s.alloc.device_reset(state::current_device());
+            // The program's own allocations go with the device too.
+            s.observed
+                .device_reset(state::current_device(), s.history.free_stack());
         }
         call_real!(cudaDeviceReset())
     })

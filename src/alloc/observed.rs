@@ -258,6 +258,24 @@ impl ObservedTable {
         t.live.insert(addr, r);
     }
 
+    /// `cudaDeviceReset` of `dev`: every allocation of the device is gone (free events
+    /// recorded with `stack`). VMM handles and mappings stay, as simcuda keeps them.
+    pub fn device_reset(&self, dev: i32, stack: StackId) {
+        if dev < 0 {
+            return;
+        }
+        let mut t = self.table(dev).lock();
+        let addrs: Vec<u64> = t
+            .live
+            .iter()
+            .filter(|(_, r)| r.kind != Kind::VmmMap)
+            .map(|(&a, _)| a)
+            .collect();
+        for a in addrs {
+            t.remove(a, stack);
+        }
+    }
+
     /// `cuMemCreate` made handle `h` on `dev`.
     pub fn create(&self, dev: i32, h: u64, size: u64, flags: u64, stack: StackId) {
         let mut t = self.table(dev).lock();
@@ -485,6 +503,22 @@ mod tests {
         assert_eq!(t.vmm(0).1.len(), 1);
         t.address_free(0x10_0000_0000);
         assert!(t.vmm(0).1.is_empty());
+    }
+
+    #[test]
+    fn a_device_reset_frees_the_devices_allocations_but_not_its_mappings() {
+        let t = table("enabled=all");
+        t.alloc(0, 0x1000, rec(512, Kind::Managed));
+        t.alloc(1, 0x9000, rec(512, Kind::Malloc));
+        t.create(0, 5, 2 << 20, 0, 0);
+        t.map(0x10_0000_0000, 2 << 20, 5, 0);
+        t.device_reset(0, 0);
+        let (segs, evs) = t.snapshot(0);
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].kind, "vmm");
+        assert_eq!(evs.last().map(|e| e.action), Some(Action::SegmentFree));
+        assert_eq!(t.snapshot(1).0.len(), 1, "other devices keep theirs");
+        assert_eq!(t.explained(0).total(), 2 << 20);
     }
 
     #[test]
