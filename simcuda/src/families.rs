@@ -10,8 +10,8 @@
 //! the device ledger as if resident there; a pool allocation is a device allocation of the
 //! pool's device made at once and freed (by `cu/cudaFreeAsync`) when the stream gets there,
 //! with no release threshold; registration pins nothing (the range stays the program's) and
-//! charges no ledger. Pitch is the width rounded up to 512 bytes (the texture alignment
-//! simcuda reports).
+//! charges no ledger. Pitch is the width rounded up to 512 bytes (what current NVIDIA GPUs
+//! give; CUDA documents only that the pitch is chosen for aligned, coalesced rows).
 //!
 //! Invariant: every block these make is an ordinary `memory` block, so `cuMemFree_v2`,
 //! `cudaFree`, the async frees, copies and `cuMemGetInfo` treat it as CUDA does.
