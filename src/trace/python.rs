@@ -117,6 +117,7 @@ struct Api {
     err_fetch: unsafe extern "C" fn(*mut Obj, *mut Obj, *mut Obj),
     err_restore: unsafe extern "C" fn(Obj, Obj, Obj),
     code_type: usize,
+    frame_type: usize,
     /// `_PyEval_EvalFrameDefault`'s extent.
     eval: (usize, usize),
     layout: Option<Layout>,
@@ -208,6 +209,7 @@ fn detect() -> Option<Api> {
         err_fetch: func!(c"PyErr_Fetch")?,
         err_restore: func!(c"PyErr_Restore")?,
         code_type: sym(c"PyCode_Type")?,
+        frame_type: sym(c"PyFrame_Type")?,
         eval: eval.unwrap_or((0, 0)),
         layout: layout(minor),
     };
@@ -332,7 +334,13 @@ fn read_frames(a: &Api, tstate: Obj, out: &mut [Raw]) -> usize {
             return n;
         };
         // 3.11+: the interpreter frames, from the innermost one. The frame object stays
-        // alive after our reference goes (its interpreter frame owns it).
+        // alive after our reference goes (its interpreter frame owns it). An object header
+        // of another size (a Py_TRACE_REFS build) puts the type elsewhere: nothing is read.
+        if *((f as usize + 8) as *const usize) != a.frame_type {
+            (a.decref)(f);
+            say_once("this Python's object header is not the standard one");
+            return 0;
+        }
         let mut fr = *((f as usize + l.f_frame) as *const usize);
         (a.decref)(f);
         let mut n = 0;
