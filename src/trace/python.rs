@@ -475,19 +475,37 @@ fn intern(a: &Api, raw: &[Raw], out: &mut [(u64, bool)]) {
     }
 }
 
-/// The calling thread's Python frames (tagged ids, entry flags), innermost first; 0 when
-/// there are none to take (no interpreter, GIL not held, unsupported build).
-pub fn capture_python(out: &mut [(u64, bool)]) -> usize {
+/// The calling thread's Python frames (tagged ids, entry flags), innermost first, read
+/// through `raw`; 0 when there are none to take (no interpreter, GIL not held, unsupported).
+fn capture_python(raw: &mut [Raw], out: &mut [(u64, bool)]) -> usize {
     let Some(a) = api() else {
         return 0;
     };
     let Some(tstate) = attached(a) else {
         return 0;
     };
-    let mut raw = [Raw::default(); MAX_PY];
-    let n = read_frames(a, tstate, &mut raw[..out.len().min(MAX_PY)]);
+    let len = out.len().min(raw.len());
+    let n = read_frames(a, tstate, &mut raw[..len]);
     intern(a, &raw[..n], &mut out[..n]);
     n
+}
+
+/// A thread's buffers for one capture, kept between captures so a capture clears no
+/// stack arrays (about 18 KiB zeroed per capture was a fixed cost of `stacks=all`).
+struct Scratch {
+    raw: Vec<Raw>,
+    py: Vec<(u64, bool)>,
+    out: Vec<u64>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = const {
+        std::cell::RefCell::new(Scratch {
+            raw: Vec::new(),
+            py: Vec::new(),
+            out: Vec::new(),
+        })
+    };
 }
 
 /// Whether return address `ip` lies in the interpreter's evaluation loop.
@@ -545,27 +563,36 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
     if !conf.python_stacks {
         return StackTable::global().intern(&native[..n]);
     }
-    let mut py = [(0u64, false); MAX_PY];
-    let m = capture_python(&mut py[..max.min(MAX_PY)]);
-    if m == 0 {
-        return if conf.native_frames {
-            StackTable::global().intern(&native[..n])
-        } else {
-            NO_STACK
-        };
+    // The thread's scratch; taken already (a capture re-entered from Python code run while
+    // describing a new frame) or gone (thread exit): native frames only.
+    let merged = SCRATCH
+        .try_with(|cell| {
+            let mut guard = cell.try_borrow_mut().ok()?;
+            let s = &mut *guard;
+            s.raw.resize(MAX_PY, Raw::default());
+            s.py.resize(MAX_PY, (0, false));
+            s.out.resize(CAPTURE_MAX, 0);
+            let m = capture_python(&mut s.raw, &mut s.py[..max.min(MAX_PY)]);
+            if m == 0 {
+                return None;
+            }
+            let a = api()?;
+            let k = merge(
+                &native[..n],
+                &s.py[..m],
+                conf.native_frames,
+                |ip| is_eval(a, ip),
+                &mut s.out[..max],
+            );
+            Some(StackTable::global().intern(&s.out[..k]))
+        })
+        .ok()
+        .flatten();
+    match merged {
+        Some(id) => id,
+        None if conf.native_frames => StackTable::global().intern(&native[..n]),
+        None => NO_STACK,
     }
-    let Some(a) = api() else {
-        return StackTable::global().intern(&native[..n]);
-    };
-    let mut out = [0u64; CAPTURE_MAX];
-    let k = merge(
-        &native[..n],
-        &py[..m],
-        conf.native_frames,
-        |ip| is_eval(a, ip),
-        &mut out[..max],
-    );
-    StackTable::global().intern(&out[..k])
 }
 
 /// `(name, filename, line)` of a tagged Python frame id, for the symbolizer.
