@@ -23,7 +23,8 @@
 //!   just inside it, innermost first, as PyTorch's `stacks=all` shows them. Python frames
 //!   left over (a native stack cut short) go at the outer end.
 //! - Unsupported builds (free-threaded, `Py_TRACE_REFS` debug builds, other versions) are
-//!   named once on stderr; their stacks stay native.
+//!   named once on stderr; their stacks stay native. The interpreter is looked for once, at
+//!   the first capture (a libpython loaded later is not seen).
 //!
 //! Invariant: Python frames are stored in stacks as `PY_TAG | id` (never a user-space
 //! address) and resolved by [`frame`]; nothing here runs unless `python_stacks` is on.
