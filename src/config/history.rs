@@ -351,6 +351,21 @@ mod tests {
     }
 
     #[test]
+    fn stacks_python_native_and_all_select_the_frames_kept() {
+        let f = |v: &str| {
+            let c = parse(&format!("enabled=all,stacks={v}")).unwrap();
+            (c.native_stacks, c.python_stacks, c.native_frames)
+        };
+        assert_eq!(f("all"), (true, true, true));
+        assert_eq!(f("python"), (true, true, false));
+        assert_eq!(f("native"), (true, false, true));
+        assert_eq!(f("none"), (false, false, true));
+        let d = parse("enabled=all").unwrap();
+        assert!(d.python_stacks && d.native_frames, "PyTorch's default is all");
+        assert!(parse("enabled=all,stacks=pythons").is_err());
+    }
+
+    #[test]
     fn enabled_state_records_no_history_but_keeps_block_stacks() {
         let c = parse("enabled=state,stacks=all").unwrap();
         assert!(!c.records_history() && !c.records(Action::Alloc));
