@@ -361,7 +361,10 @@ mod tests {
         assert_eq!(f("native"), (true, false, true));
         assert_eq!(f("none"), (false, false, true));
         let d = parse("enabled=all").unwrap();
-        assert!(d.python_stacks && d.native_frames, "PyTorch's default is all");
+        assert!(
+            d.python_stacks && d.native_frames,
+            "PyTorch's default is all"
+        );
         assert!(parse("enabled=all,stacks=pythons").is_err());
     }
 

@@ -26,7 +26,8 @@
 //!   named once on stderr; their stacks stay native. The interpreter is looked for once, at
 //!   the first capture (a libpython loaded later is not seen).
 //!
-//! Invariant: Python frames are stored in stacks as `PY_TAG | id` (never a user-space
+//! Invariant: Python frames are stored in stacks as `PY_TAG | id` (a non-canonical address,
+//! as `module_epochs`' words are, and distinct from them; never a return address)
 //! address) and resolved by [`frame`]; nothing here runs unless `python_stacks` is on.
 
 use std::collections::HashMap;
@@ -40,8 +41,10 @@ use crate::trace::event::{StackId, NO_STACK};
 use crate::trace::intern::StackTable;
 use crate::trace::stack::{capture, SkipRange, CAPTURE_MAX};
 
-/// Marks a Python frame id in a stack (bit 63: never set in a user-space address).
-pub const PY_TAG: u64 = 1 << 63;
+/// Marks a Python frame id (low 32 bits) in a stack: a non-canonical address, so never a
+/// return address, and not one of `module_epochs`' words (`0xffff_fffe_...`, `..fffd_...`).
+pub const PY_TAG: u64 = 0xffff_fffc_0000_0000;
+const PY_MASK: u64 = 0xffff_ffff_0000_0000;
 /// Most Python frames taken per capture.
 const MAX_PY: usize = 256;
 /// `FRAME_OWNED_BY_CSTACK` (3.12+): the entry frame an evaluation loop pushes.
@@ -559,11 +562,11 @@ pub fn merge(
 #[inline(never)]
 pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
     let max = conf.max_frames.clamp(1, CAPTURE_MAX);
+    if !conf.python_stacks {
+        return crate::trace::stack::capture_id(max, conf.unwinder, skip);
+    }
     let mut native = [0u64; CAPTURE_MAX];
     let n = capture(&mut native[..max], conf.unwinder, skip);
-    if !conf.python_stacks {
-        return StackTable::global().intern(&native[..n]);
-    }
     // The thread's scratch; taken already (a capture re-entered from Python code run while
     // describing a new frame) or gone (thread exit): native frames only.
     let merged = SCRATCH
@@ -585,23 +588,36 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
                 |ip| is_eval(a, ip),
                 &mut s.out[..max],
             );
-            Some(StackTable::global().intern(&s.out[..k]))
+            Some(intern_tagged(&mut s.out, k))
         })
         .ok()
         .flatten();
     match merged {
         Some(id) => id,
-        None if conf.native_frames => StackTable::global().intern(&native[..n]),
+        None if conf.native_frames => intern_tagged(&mut native, n),
         None => NO_STACK,
     }
 }
 
+/// Intern the first `n` words of `buf`, with the stack's epoch tag after them once any
+/// `dlclose` happened (as `stack::capture_id` does; `module_epochs`).
+fn intern_tagged(buf: &mut [u64], n: usize) -> StackId {
+    let mut n = n.min(buf.len());
+    if n > 0 {
+        if let Some(t) = crate::trace::module_epochs::tag() {
+            n = (n + 1).min(buf.len());
+            buf[n - 1] = t;
+        }
+    }
+    StackTable::global().intern(&buf[..n])
+}
+
 /// `(name, filename, line)` of a tagged Python frame id, for the symbolizer.
 pub fn frame(tagged: u64) -> Option<(String, String, u64)> {
-    if tagged & PY_TAG == 0 {
+    if tagged & PY_MASK != PY_TAG {
         return None;
     }
-    let id = (tagged & !PY_TAG) as usize;
+    let id = (tagged & !PY_MASK) as usize;
     let t = TABLE.lock();
     let f = t.as_ref()?.frames.get(id)?;
     Some((f.name.clone(), f.filename.clone(), f.line))
@@ -648,7 +664,10 @@ mod tests {
     }
 
     #[test]
-    fn untagged_addresses_are_not_python_frames() {
+    fn untagged_addresses_and_epoch_words_are_not_python_frames() {
         assert!(frame(0x7fff_0000).is_none());
+        assert!(frame(crate::trace::module_epochs::UNKNOWN_IP).is_none());
+        assert!(frame(0xffff_fffe_0000_0001).is_none());
+        assert!(!crate::trace::module_epochs::is_tag(PY_TAG | 7));
     }
 }
