@@ -67,6 +67,7 @@ entry_points! {
     cudaEventRecord_ptsz, cudaLaunchHostFunc_ptsz, cudaStreamBeginCapture_ptsz,
     cudaStreamEndCapture_ptsz, cudaStreamIsCapturing_ptsz, cudaMallocAsync_ptsz,
     cudaFreeAsync_ptsz,
+    cuDeviceGetUuid, cuDeviceGetUuid_v2, cuMemcpy, cuMemcpy_ptds, cuMemcpyAsync, cuMemcpyAsync_ptsz,
 }
 
 /// Number of entry points.

@@ -139,6 +139,12 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuCtxPushCurrent", 4000, false, cuCtxPushCurrent_v2 as extern "C" fn(_) -> _),
         e!("cuCtxPopCurrent", 4000, false, cuCtxPopCurrent_v2 as unsafe extern "C" fn(_) -> _),
         e!("cuGetExportTable", 3000, false, cuGetExportTable as unsafe extern "C" fn(_, _) -> _),
+        e!("cuDeviceGetUuid", 9020, false, crate::uuid::cuDeviceGetUuid as unsafe extern "C" fn(_, _) -> _),
+        e!("cuDeviceGetUuid", 11040, false, crate::uuid::cuDeviceGetUuid_v2 as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemcpy", 4000, false, crate::copy::cuMemcpy as extern "C" fn(_, _, _) -> _),
+        e!("cuMemcpy", 7000, true, crate::copy::cuMemcpy_ptds as extern "C" fn(_, _, _) -> _),
+        e!("cuMemcpyAsync", 4000, false, crate::copy::cuMemcpyAsync as extern "C" fn(_, _, _, _) -> _),
+        e!("cuMemcpyAsync", 7000, true, crate::copy::cuMemcpyAsync_ptsz as extern "C" fn(_, _, _, _) -> _),
     ]
 });
 

@@ -68,7 +68,7 @@ fn device_props(prop: *mut c_void, dev: c_int) -> Result<(), CUresult> {
         std::ptr::write_bytes(prop as *mut u8, 0, DEVICE_PROP_SIZE);
         let p = &mut *(prop as *mut DevicePropHead);
         write_name(p.name.as_mut_ptr(), p.name.len(), &device_name(d.ordinal))?;
-        p.uuid[0] = d.ordinal as u8 + 1;
+        p.uuid = crate::uuid::of(d.ordinal);
         p.total_global_mem = d.ledger.capacity as usize;
         p.shared_mem_per_block = a(8) as usize;
         p.regs_per_block = a(12);
