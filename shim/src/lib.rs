@@ -28,6 +28,7 @@ pub mod lasterror;
 pub mod procaddr;
 pub mod real;
 pub mod real_driver;
+pub mod runtime_hooks;
 pub mod snapshot;
 pub mod state;
 pub mod stats;

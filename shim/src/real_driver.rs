@@ -1,10 +1,10 @@
 //! The real driver functions behind the driver hooks, and the real `dlsym`.
 //!
-//! Invariants: a [`RealFn`] holds either nothing or the address of the real driver function
-//! of its name, never a function of libcushim.so (so a hook can never forward to itself);
+//! Invariants: a [`RealFn`] holds either nothing or the address of the real driver (or
+//! runtime) function of its name, never a function of libcushim.so (so a hook can never forward to itself);
 //! once set it never changes. It is set from what the real `dlsym` or `cuGetProcAddress`
 //! handed out for that name, or found by name in the libraries after ours or in an already
-//! loaded `libcuda.so.1` (never loading one). Nothing here initializes the shim or CUDA.
+//! loaded `libcuda.so.1` (`libcudart.so.12`/`.13` for `cuda*` names), never loading one. Nothing here initializes the shim or CUDA.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -102,15 +102,19 @@ impl RealFn {
         }
         // SAFETY: a pseudo-handle and a NUL-terminated name.
         self.offer(unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize);
-        if self.addr.load(Ordering::Acquire) == 0 {
-            // A runtime that dlopen'ed the driver privately: look in that copy, never load.
+        // A library loaded privately (a runtime that dlopen'ed the driver, ctypes loading the
+        // runtime with RTLD_LOCAL): look in that copy, never load.
+        let libs: &[&CStr] = if self.name.to_bytes().starts_with(b"cuda") {
+            &[c"libcudart.so.12", c"libcudart.so.13"]
+        } else {
+            &[c"libcuda.so.1"]
+        };
+        for lib in libs {
+            if self.addr.load(Ordering::Acquire) != 0 {
+                break;
+            }
             // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
-            let h = unsafe {
-                libc::dlopen(
-                    c"libcuda.so.1".as_ptr(),
-                    libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-                )
-            };
+            let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
             if !h.is_null() {
                 // SAFETY: a live handle and a NUL-terminated name.
                 self.offer(unsafe { real_dlsym(h, self.name.as_ptr()) } as usize);
