@@ -68,6 +68,8 @@ entry_points! {
     cudaStreamEndCapture_ptsz, cudaStreamIsCapturing_ptsz, cudaMallocAsync_ptsz,
     cudaFreeAsync_ptsz,
     cuDeviceGetUuid, cuDeviceGetUuid_v2, cuMemcpy, cuMemcpy_ptds, cuMemcpyAsync, cuMemcpyAsync_ptsz,
+    cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle,
+    cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
 }
 
 /// Number of entry points.

@@ -35,6 +35,7 @@ pub mod error;
 pub mod event;
 pub mod fault;
 pub mod host;
+pub mod ipc;
 pub mod latency;
 pub mod memory;
 pub mod pointer_api;
