@@ -187,7 +187,10 @@ fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
     }
     let ipc = compile_nvidia(&test_c("sim_ipc"), "sim_ipc", inc, &["-lcuda"]);
     let out = common::run_ok(common::sim_cmd(&ipc).arg("export"));
-    assert!(out.contains("imported ok") && out.contains("PASS export"), "{out}");
+    assert!(
+        out.contains("imported ok") && out.contains("PASS export"),
+        "{out}"
+    );
     // CUDA 12.9's headers define exactly the attributes simcuda answers.
     let out = common::run_ok(common::sim_cmd(&exe).arg("attributes"));
     assert!(out.contains("attributes=143"), "{out}");

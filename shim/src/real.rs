@@ -67,6 +67,9 @@ real_runtime! {
     cudaDeviceReset: fn() -> c_int;
     cudaGetLastError: fn() -> c_int;
     cudaPeekAtLastError: fn() -> c_int;
+    cudaIpcGetMemHandle: fn(*mut crate::ipc::IpcHandle, *mut c_void) -> c_int;
+    cudaIpcOpenMemHandle: fn(*mut *mut c_void, crate::ipc::IpcHandle, c_uint) -> c_int;
+    cudaIpcCloseMemHandle: fn(*mut c_void) -> c_int;
 }
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.

@@ -35,6 +35,9 @@ runtime_hooks! {
     cudaDeviceReset => crate::exports_stream::cudaDeviceReset,
     cudaGetLastError => crate::lasterror::cudaGetLastError,
     cudaPeekAtLastError => crate::lasterror::cudaPeekAtLastError,
+    cudaIpcGetMemHandle => crate::exports_ipc::cudaIpcGetMemHandle,
+    cudaIpcOpenMemHandle => crate::exports_ipc::cudaIpcOpenMemHandle,
+    cudaIpcCloseMemHandle => crate::exports_ipc::cudaIpcCloseMemHandle,
 }
 
 #[cfg(test)]

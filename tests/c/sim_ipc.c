@@ -68,18 +68,41 @@ static int import(const char *hex, size_t size) {
     return 0;
 }
 
+/* A process without the shim given a handle of a block inside a cached segment: refused
+ * with CUDA's error, never a pointer to other memory. */
+static int import_refused(const char *hex) {
+    init_ctx();
+    CUipcMemHandle h;
+    from_hex(hex, &h);
+    CUdeviceptr p = 0;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    REQUIRE(p == 0);
+    printf("import refused\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "import"))
         return import(argv[2], (size_t)strtoull(argv[3], NULL, 10));
+    if (argc == 4 && !strcmp(argv[1], "import-refused"))
+        return import_refused(argv[2]);
     if (argc < 2)
         return 2;
-    CASE("export") {
+    if (!strcmp(argv[1], "export") || !strcmp(argv[1], "export-first")) {
+        /* "export": the second of two allocations (under the shim: a block inside the
+         * segment the first one opened); "export-first": the first. SIM_IPC_CHILD_NO_SHIM=1
+         * starts the importer without LD_PRELOAD; SIM_IPC_EXPECT_REFUSED=1 expects the
+         * importer's open to be refused with CUDA_ERROR_INVALID_VALUE. */
+        int first = !strcmp(argv[1], "export-first");
+        int refused = getenv("SIM_IPC_EXPECT_REFUSED") != NULL;
         init_ctx();
-        const size_t size = 3 * MiB + 512;
-        CUdeviceptr a, b;
-        EXPECT(CUDA_SUCCESS, cuMemAlloc(&a, 2 * MiB));   /* a neighbour, left alone */
-        EXPECT(CUDA_SUCCESS, cuMemAlloc(&b, size));
-        EXPECT(CUDA_SUCCESS, cuMemsetD8(a, 0x11, 2 * MiB));
+        const size_t sizes[2] = {2 * MiB, 3 * MiB + 512};
+        CUdeviceptr blk[2];
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&blk[0], sizes[0]));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&blk[1], sizes[1]));
+        CUdeviceptr b = blk[!first], a = blk[first];
+        size_t size = sizes[!first], asize = sizes[first];
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(a, 0x11, asize));   /* the neighbour, left alone */
         unsigned char *buf = malloc(size);
         for (size_t i = 0; i < size; i++)
             buf[i] = pattern(i);
@@ -100,19 +123,34 @@ int main(int argc, char **argv) {
         char hex[2 * CU_IPC_HANDLE_SIZE + 1], sz[32];
         to_hex(&h, hex);
         snprintf(sz, sizeof sz, "%zu", size);
-        char *child_argv[] = {argv[0], "import", hex, sz, NULL};
+        char *child_argv[] = {argv[0], refused ? "import-refused" : "import", hex, sz, NULL};
+        char **env = environ;
+        if (getenv("SIM_IPC_CHILD_NO_SHIM")) {
+            static char *clean[512];
+            int n = 0;
+            for (char **e = environ; *e && n < 510; e++)
+                if (strncmp(*e, "LD_PRELOAD=", 11))
+                    clean[n++] = *e;
+            clean[n] = NULL;
+            env = clean;
+        }
         pid_t pid;
-        REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, child_argv, environ) == 0);
+        REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, child_argv, env) == 0);
         int status = 0;
         REQUIRE(waitpid(pid, &status, 0) == pid);
         REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, b, size));
-        REQUIRE(buf[0] == 0xAB && buf[15] == 0xAB && buf[16] == pattern(16));
-        REQUIRE(buf[size - 1] == 0xCD && buf[size - 2] == pattern(size - 2));
-        unsigned char na[2];
-        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(na, a + 2 * MiB - 2, 2));
-        REQUIRE(na[0] == 0x11 && na[1] == 0x11);
-        printf("PASS export\n");
+        if (!refused) {
+            REQUIRE(buf[0] == 0xAB && buf[15] == 0xAB && buf[16] == pattern(16));
+            REQUIRE(buf[size - 1] == 0xCD && buf[size - 2] == pattern(size - 2));
+        } else {
+            REQUIRE(buf[0] == pattern(0) && buf[size - 1] == pattern(size - 1));
+        }
+        unsigned char *na = malloc(asize);
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(na, a, asize));
+        for (size_t i = 0; i < asize; i++)
+            REQUIRE(na[i] == 0x11);
+        printf("offset_in_pair=%lld\nPASS export\n", (long long)(b - a));
     }
     CASE("handles") {
         /* Not device memory: refused. A freed and reallocated allocation: a new handle. */
