@@ -8,8 +8,13 @@
 //!   link time, as a real `libcuda` does. Without it they go through the GOT, so a preloaded
 //!   interposer (cushim) would be handed back its own hooks as "the driver's functions",
 //!   and a hook forwarding to them would recurse.
+//! - `cudart.map`: a version node `libcudart.so.12` in `.gnu.version_d`, which the CUDA 13
+//!   install renames and puts on the `cuda*` exports (see `src/sim13.rs` in the workspace root).
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudart.so.12");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={dir}/cudart.map");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=cudart.map");
 }
