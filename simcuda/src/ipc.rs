@@ -248,10 +248,11 @@ pub fn close_handle(dptr: usize) -> Result<(), CUresult> {
     let i = imports.get_mut(&dptr).ok_or(INVALID_VALUE)?;
     i.refs -= 1;
     if i.refs == 0 {
-        let (map, len) = (i.map, i.map_len);
+        let (map, len, dev) = (i.map, i.map_len, i.from.device as usize);
         imports.remove(&dptr);
         drop(imports);
-        if let Ok(d) = state::device(0) {
+        // No queued work may touch the mapping once it is gone.
+        if let Ok(d) = state::device(dev) {
             crate::stream::sync_device(d);
         }
         // SAFETY: the mapping made by `open_handle`, no longer handed out.
