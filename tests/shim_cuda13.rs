@@ -19,6 +19,11 @@ fn layout13() -> &'static Path {
 
 /// `tests/c/<name>.c` linked with `-lcudart` from the CUDA 13 layout.
 fn prog13(name: &str) -> PathBuf {
+    prog13_with(name, &[])
+}
+
+/// [`prog13`] with extra link arguments.
+fn prog13_with(name: &str, extra: &[&str]) -> PathBuf {
     let src = common::artifacts::source_root()
         .join("tests/c")
         .join(format!("{name}.c"));
@@ -56,6 +61,22 @@ fn a_program_linked_against_cuda_13_records_versioned_references() {
     assert!(text.contains("cudaMalloc@libcudart.so.13"), "{text}");
     let out = common::run_ok(cmd13(&exe, false).arg("reverse"));
     assert!(out.contains("used_after="), "{out}");
+}
+
+#[test]
+fn the_cuda_13_install_reports_cuda_13_and_the_12_install_12_9() {
+    let exe = prog13_with("sim_clients", &["-lcuda", "-ldl"]);
+    let out = common::run_ok(cmd13(&exe, false).arg("versions"));
+    assert!(out.contains("version=13020"), "{out}");
+    let exe12 = common::compile("sim_clients", &["-lcuda", "-ldl"]);
+    let out = common::run_ok(common::sim_cmd(&exe12).arg("versions"));
+    assert!(out.contains("version=12090"), "{out}");
+    let out = common::run_ok(
+        common::sim_cmd(&exe12)
+            .arg("versions")
+            .env("SIMCUDA_CUDA_VERSION", "13050"),
+    );
+    assert!(out.contains("version=13050"), "{out}");
 }
 
 #[test]

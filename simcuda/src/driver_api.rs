@@ -12,9 +12,6 @@ use crate::{capture, event};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-/// The simulated driver's CUDA version.
-pub const DRIVER_VERSION: c_int = 12090;
-
 /// A device attribute's value (`cuDeviceGetAttribute`), `None` when unknown.
 pub fn attribute(attr: c_int, ordinal: usize) -> Result<Option<c_int>, CUresult> {
     let vmm = state::state()?.config.vmm;
@@ -28,7 +25,9 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
-    driver(Api::cuDriverGetVersion, || out(v, DRIVER_VERSION))
+    driver(Api::cuDriverGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]

@@ -48,4 +48,5 @@ pub mod state;
 pub mod stream;
 pub mod types;
 pub mod uuid;
+pub mod version;
 pub mod vmm;

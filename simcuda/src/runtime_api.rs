@@ -5,7 +5,7 @@
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::api::{last_error, out, runtime, Api};
-use crate::driver_api::{attribute, device_name, end_capture, write_name, HostFn, DRIVER_VERSION};
+use crate::driver_api::{attribute, device_name, end_capture, write_name, HostFn};
 use crate::error::*;
 use crate::state::{self, runtime_device};
 use crate::stream::{self, Stream};
@@ -325,12 +325,16 @@ pub extern "C" fn cudaGetErrorName(code: CUresult) -> *const c_char {
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaDriverGetVersion(v: *mut c_int) -> CUresult {
-    runtime(Api::cudaDriverGetVersion, || out(v, DRIVER_VERSION))
+    runtime(Api::cudaDriverGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaRuntimeGetVersion(v: *mut c_int) -> CUresult {
-    runtime(Api::cudaRuntimeGetVersion, || out(v, DRIVER_VERSION))
+    runtime(Api::cudaRuntimeGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]

@@ -173,6 +173,14 @@ int main(int argc, char **argv) {
         REQUIRE(((unsigned char *)pinned)[MiB - 1] == 7);
         printf("PASS pageable_dtoh_is_done_on_return\n");
     }
+    CASE("versions") {
+        int drv = 0, rt = 0, cdrv = 0;
+        EXPECT(cudaSuccess, cudaDriverGetVersion(&drv));
+        EXPECT(cudaSuccess, cudaRuntimeGetVersion(&rt));
+        EXPECT(CUDA_SUCCESS, cuDriverGetVersion(&cdrv));
+        REQUIRE(drv == cdrv && rt == drv);
+        printf("version=%d\nPASS versions\n", drv);
+    }
     CASE("unified_copies") {
         init_ctx();
         CUdeviceptr a, b;
