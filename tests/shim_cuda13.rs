@@ -32,7 +32,7 @@ fn prog13_with(name: &str, extra: &[&str]) -> PathBuf {
         .join(format!("{name}-cuda13-{}", std::process::id()));
     if !out.exists() {
         std::fs::create_dir_all(out.parent().expect("parent")).expect("test-bin");
-        common::artifacts::compile_c(&src, &out, layout13(), &[])
+        common::artifacts::compile_c(&src, &out, layout13(), extra)
             .expect("compiling against CUDA 13");
     }
     out
