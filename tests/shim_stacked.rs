@@ -161,9 +161,16 @@ fn dlsym_and_get_proc_address_through_a_forwarding_driver_wrapper_do_not_recurse
     // cuGetProcAddress, then allocates through what it got.
     let exe = prog("driver_dlsym");
     let dir = common::scratch("stacked-dlsym");
-    let wrap = dir.join("wrap.txt");
-    let out = common::run_ok(&mut cmd(&exe, true, &wrap));
+    let (wrap, sim) = (dir.join("wrap.txt"), dir.join("report.json"));
+    let out = common::run_ok(cmd(&exe, true, &wrap).env("SIMCUDA_REPORT", &sim));
     assert!(out.contains("cuMemAlloc_v2="), "{out}");
     let w = wrapper_counts(&wrap);
     assert!(common::num(&w, "gpa") > 0, "{w:?}");
+    // Hooks obtained through dlsym and cuGetProcAddress forward to the wrapper too.
+    let report = common::read_report(&sim);
+    assert_eq!(
+        report["calls"]["cuMemAlloc_v2"].as_i64(),
+        Some(common::num(&w, "allocs")),
+        "every device allocation passed the wrapper once: {report}"
+    );
 }
