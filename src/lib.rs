@@ -9,5 +9,6 @@ pub mod alloc;
 pub mod artifacts;
 pub mod config;
 pub mod device;
+pub mod sim13;
 pub mod snapshot;
 pub mod trace;

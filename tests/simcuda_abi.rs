@@ -168,6 +168,35 @@ fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
 }
 
 #[test]
+fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
+    let Some(inc) = nvidia_includes() else { return };
+    let exe = compile_nvidia(
+        &test_c("sim_clients"),
+        "sim_clients",
+        inc,
+        &["-lcuda", "-ldl"],
+    );
+    for (case, env) in [
+        ("uuid", &[("SIMCUDA_DEVICES", "2")][..]),
+        ("attributes", &[]),
+        ("pageable_htod_consumes_its_source", &[]),
+        ("unified_copies", &[]),
+    ] {
+        let out = common::run_ok(common::sim_cmd(&exe).arg(case).envs(env.iter().copied()));
+        assert!(out.contains(&format!("PASS {case}")), "{out}");
+    }
+    let ipc = compile_nvidia(&test_c("sim_ipc"), "sim_ipc", inc, &["-lcuda"]);
+    let out = common::run_ok(common::sim_cmd(&ipc).arg("export"));
+    assert!(
+        out.contains("imported ok") && out.contains("PASS export"),
+        "{out}"
+    );
+    // CUDA 12.9's headers define exactly the attributes simcuda answers.
+    let out = common::run_ok(common::sim_cmd(&exe).arg("attributes"));
+    assert!(out.contains("attributes=143"), "{out}");
+}
+
+#[test]
 fn procaddr_program_built_with_nvidia_headers_runs_on_simcuda() {
     let Some(inc) = nvidia_includes() else { return };
     let exe = compile_nvidia(&test_c("sim_procaddr"), "sim_procaddr", inc, &["-ldl"]);
@@ -202,7 +231,9 @@ int main(void) {
     V(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) V(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
     V(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) V(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     V(CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED) V(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)
-    V(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+    V(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) V(CU_DEVICE_ATTRIBUTE_MAX)
+    V(CU_IPC_HANDLE_SIZE) V(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) S(CUipcMemHandle)
+    V(CUDA_IPC_HANDLE_SIZE) V(cudaIpcMemLazyEnablePeerAccess) S(cudaIpcMemHandle_t)
     V(CU_STREAM_DEFAULT) V(CU_STREAM_NON_BLOCKING) V((size_t)CU_STREAM_LEGACY) V((size_t)CU_STREAM_PER_THREAD)
     V(CU_EVENT_DEFAULT) V(CU_EVENT_BLOCKING_SYNC) V(CU_EVENT_DISABLE_TIMING) V(CU_EVENT_INTERPROCESS)
     V(CU_MEMHOSTALLOC_PORTABLE) V(CU_MEMHOSTALLOC_DEVICEMAP) V(CU_MEMHOSTALLOC_WRITECOMBINED)

@@ -1,4 +1,5 @@
-//! simcuda's `cuGetProcAddress_v2` answers every request NVIDIA's static runtime 12.9 makes.
+//! simcuda's `cuGetProcAddress_v2` answers every request NVIDIA's static runtime 12.9, 13.2
+//! and 13.5 make (the lists in tests/data, measured; copies of the project's shared data).
 mod common;
 
 use std::collections::HashMap;
@@ -8,57 +9,47 @@ use std::sync::OnceLock;
 /// One answer: (name, version, flags, rc, status, symbol).
 type Row = (String, i32, u64, i32, i32, String);
 
-/// Every entry of the shared list with its answer, and the program's whole output.
-fn answers() -> &'static (Vec<Row>, String) {
-    static A: OnceLock<(Vec<Row>, String)> = OnceLock::new();
-    A.get_or_init(|| {
-        let exe = common::compile("sim_procaddr", &["-ldl"]);
-        let list = list_path();
-        let out = common::run_ok(common::sim_cmd(&exe).arg(&list));
-        let rows = out
-            .lines()
-            .filter(|l| l.contains(" -> "))
-            .map(|l| {
-                let (lhs, rhs) = l.split_once(" -> ").unwrap();
-                let l: Vec<&str> = lhs.split_whitespace().collect();
-                let r: Vec<&str> = rhs.split_whitespace().collect();
-                (
-                    l[0].trim_matches('"').to_string(),
-                    l[1].parse().unwrap(),
-                    l[2].parse().unwrap(),
-                    r[0].parse().unwrap(),
-                    r[1].parse().unwrap(),
-                    r[2].to_string(),
-                )
-            })
-            .collect();
-        (rows, out)
-    })
+/// Every entry of a request list with its answer, and the program's whole output.
+fn answers_for(list: &str) -> (Vec<Row>, String) {
+    let exe = common::compile("sim_procaddr", &["-ldl"]);
+    let out = common::run_ok(common::sim_cmd(&exe).arg(list_path(list)));
+    let rows = out
+        .lines()
+        .filter(|l| l.contains(" -> "))
+        .map(|l| {
+            let (lhs, rhs) = l.split_once(" -> ").unwrap();
+            let l: Vec<&str> = lhs.split_whitespace().collect();
+            let r: Vec<&str> = rhs.split_whitespace().collect();
+            (
+                l[0].trim_matches('"').to_string(),
+                l[1].parse().unwrap(),
+                l[2].parse().unwrap(),
+                r[0].parse().unwrap(),
+                r[1].parse().unwrap(),
+                r[2].to_string(),
+            )
+        })
+        .collect();
+    (rows, out)
 }
 
-/// What NVIDIA's static runtime 12.9 asks `cuGetProcAddress_v2` for at start-up (measured;
-/// a copy of the project's shared data, so a fresh clone runs this test on its own).
-fn list_path() -> PathBuf {
+/// The 12.9 list's answers.
+fn answers() -> &'static (Vec<Row>, String) {
+    static A: OnceLock<(Vec<Row>, String)> = OnceLock::new();
+    A.get_or_init(|| answers_for("12.9"))
+}
+
+/// What NVIDIA's static runtime `version` asks `cuGetProcAddress_v2` for at start-up.
+fn list_path(version: &str) -> PathBuf {
     common::artifacts::source_root()
         .join("tests")
         .join("data")
-        .join("cudart-12.9-static-getprocaddress.txt")
+        .join(format!("cudart-{version}-static-getprocaddress.txt"))
 }
 
-fn symbol(name: &str, version: i32, flags: u64) -> String {
-    let (rows, _) = answers();
-    let r = rows
-        .iter()
-        .find(|r| r.0 == name && r.1 == version && r.2 == flags)
-        .unwrap_or_else(|| panic!("{name} {version} {flags} not in the list"));
-    r.5.clone()
-}
-
-#[test]
-fn every_entry_of_the_static_runtime_list_is_answered() {
-    let (rows, out) = answers();
-    assert_eq!(rows.len(), 419, "{out}");
-    assert!(out.contains("PASS procaddr"), "{out}");
+/// Every answer is consistent: a found entry point is the function of that name, else
+/// CUDA_ERROR_NOT_FOUND with NULL and a status saying why.
+fn check_consistent(rows: &[Row]) {
     for (name, version, flags, rc, status, sym) in rows {
         if *rc == 0 {
             assert_eq!(*status, 0, "{name} {version} {flags}");
@@ -75,6 +66,46 @@ fn every_entry_of_the_static_runtime_list_is_answered() {
             assert!(*status == 1 || *status == 2, "{name}: status {status}");
         }
     }
+}
+
+#[test]
+fn every_entry_of_the_cuda_13_lists_is_answered_and_allocation_entry_points_resolve_as_in_12_9() {
+    let alloc = |rows: &[Row]| -> Vec<String> {
+        let mut v: Vec<String> = rows
+            .iter()
+            .filter(|r| r.0.starts_with("cuMem") && r.3 == 0)
+            .filter(|r| r.0.contains("Alloc") || r.0.contains("Free") || r.0 == "cuMemGetInfo")
+            .map(|r| format!("{} {} {} {}", r.0, r.1, r.2, r.5))
+            .collect();
+        v.sort();
+        v
+    };
+    let base = alloc(&answers().0);
+    assert!(base.len() >= 8, "{base:?}");
+    for (version, n) in [("13.2", 474), ("13.5", 481)] {
+        let (rows, out) = answers_for(version);
+        assert_eq!(rows.len(), n, "{version}: {out}");
+        assert!(out.contains("PASS procaddr"), "{out}");
+        check_consistent(&rows);
+        assert_eq!(alloc(&rows), base, "{version}");
+    }
+}
+
+fn symbol(name: &str, version: i32, flags: u64) -> String {
+    let (rows, _) = answers();
+    let r = rows
+        .iter()
+        .find(|r| r.0 == name && r.1 == version && r.2 == flags)
+        .unwrap_or_else(|| panic!("{name} {version} {flags} not in the list"));
+    r.5.clone()
+}
+
+#[test]
+fn every_entry_of_the_static_runtime_list_is_answered() {
+    let (rows, out) = answers();
+    assert_eq!(rows.len(), 419, "{out}");
+    assert!(out.contains("PASS procaddr"), "{out}");
+    check_consistent(rows);
 }
 
 #[test]

@@ -2,12 +2,17 @@
 //! runtime that fetches driver entry points with `dlopen("libcuda.so.1")` + `dlsym` gets the
 //! shim's hooks (and `cuGetProcAddress` wrappers) this way.
 //!
+//! The same holds for the runtime: a `dlsym` on a `libcudart` handle (ctypes) gets the shim's
+//! runtime exports.
+//!
 //! Invariants: the answer is always libc's own `dlsym` result, except for a name that is
-//! exactly one of the shim's hooked symbols (no prefix or pattern matching: `cudnnCreate`
-//! or `cuMemAllocPitch_v2` are never touched), looked up on a specific library handle that
-//! really defines it, from outside libcushim.so, on a thread not inside a shim export, with
-//! the driver layer intercepted: then the hook is returned and the real address remembered
-//! for the hook to forward to. `RTLD_NEXT` and `RTLD_DEFAULT` lookups and every answer that
+//! exactly one of the shim's hooked symbols (driver hooks, runtime exports; no prefix or
+//! pattern matching: `cudnnCreate` or `cuMemAllocPitch_v2` are never touched), looked up on a
+//! specific library handle that really defines it, from outside libcushim.so and from a
+//! library that does not define that name itself (an interposer stacked below the shim gets
+//! the real function: see [`caller_defines`]), on a thread not inside a shim export, with
+//! that layer intercepted: then the hook is returned and the real address remembered for
+//! the hook to forward to. `RTLD_NEXT` and `RTLD_DEFAULT` lookups and every answer that
 //! is not substituted are made by tail-jumping into libc's `dlsym` with the caller's own
 //! return address on the stack, so glibc sees the true caller (what `RTLD_NEXT` depends
 //! on). Nothing here allocates, initializes the shim or calls CUDA.
@@ -27,13 +32,16 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
         let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-        let hook = crate::procaddr::by_symbol(bytes)?;
-        if !enabled(Layer::Driver) || inside() || in_shim(caller) {
+        let (hook, layer) = match crate::procaddr::by_symbol(bytes) {
+            Some(h) => (h, Layer::Driver),
+            None => (crate::runtime_hooks::by_symbol(bytes)?, Layer::Runtime),
+        };
+        if !enabled(layer) || inside() || in_shim(caller) {
             return None;
         }
         // SAFETY: the program's own handle and name, as its dlsym call passed them.
         let real = unsafe { real_dlsym(handle, name) };
-        if real.is_null() {
+        if real.is_null() || caller_defines(caller, name) {
             return None;
         }
         hook.real.offer(real as usize);
@@ -42,6 +50,37 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
     .ok()
     .flatten()
     .unwrap_or(std::ptr::null_mut())
+}
+
+/// Whether the library the call comes from defines `name` itself: then it is an interposer
+/// of that function (a `libcuda.so.1` wrapper such as HAMi-core's `libvgpu.so`) looking up
+/// the layer below it, and must get that layer's function. Handing it the shim's hook would
+/// make the hook forward to the wrapper and the wrapper to the hook, for ever. The wrapper
+/// itself is what the hook forwards to (the next definition after the shim), so a call
+/// passes each layer once: program, shim, wrapper, driver. Only runs for exact hooked names
+/// looked up on a library handle (start-up, not a hot path).
+fn caller_defines(caller: usize, name: *const c_char) -> bool {
+    // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(caller as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
+    {
+        return false;
+    }
+    // A handle of the caller's own object (never loads one): the link map `dladdr1` gives is
+    // no handle for a library loaded as a dependency (glibc builds its search list only in
+    // `dlopen`).
+    // SAFETY: dli_fname is the loaded object's NUL-terminated file name; RTLD_NOLOAD.
+    let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: a live handle and the program's NUL-terminated name; a lookup on a handle
+    // searches the object first, then its dependencies.
+    let def = unsafe { real_dlsym(h, name) } as usize;
+    // SAFETY: balances the reference RTLD_NOLOAD took; the library stays loaded.
+    unsafe { libc::dlclose(h) };
+    def != 0 && crate::callsite::module_base(def) == Some(info.dli_fbase as usize)
 }
 
 /// libc's `dlsym`, for the tail jump.

@@ -77,6 +77,14 @@ fn engine_device() -> Option<i32> {
     let dev = ctx_device()?;
     let slot = PRIMARY.get(usize::try_from(dev).ok()?)?;
     if slot.load(Ordering::Relaxed) == 0 {
+        // A primary context that is not active cannot be the current one (the program works
+        // in a context of its own): never create it by retaining it here.
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: valid out-pointers and a device ordinal the driver just reported.
+        let r = unsafe { cu::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+        if r != cu::CUresult::CUDA_SUCCESS || active == 0 {
+            return None;
+        }
         let mut prim: cu::CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointer and a device ordinal the driver just reported. The
         // engine retains the same primary context; one extra reference is kept for life.

@@ -135,7 +135,9 @@ pub fn runtime_state() -> Option<&'static crate::state::Shim> {
     if !enabled(Layer::Runtime) {
         return None;
     }
-    crate::state::get()
+    let s = crate::state::get()?;
+    crate::state::start_runtime();
+    Some(s)
 }
 
 /// The shim for a driver hook, or `None` when the call must pass through (driver layer not

@@ -3,7 +3,7 @@
 //!
 //! Invariants: the real function answers first, and its answer stands unless it succeeded
 //! with a non-NULL pointer for an exact known request: a base name whose entry point the
-//! shim hooks, asked with at least the CUDA version that introduced the ABI of the hook
+//! shim hooks (allocation, streams, IPC of cached blocks), asked with at least the CUDA version that introduced the ABI of the hook
 //! (`cuMemAlloc` >= 3020 is `cuMemAlloc_v2`; older requests keep the driver's older entry
 //! point), per-thread variant (`_ptsz`) when flag 2 asks for it or the driver answered with
 //! its `_ptsz` function. Then only the pointer is swapped, for the hook of the same ABI. The
@@ -65,6 +65,10 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuMemGetAddressRange" if version >= 3020 => b"cuMemGetAddressRange_v2",
         b"cuPointerGetAttribute" if version >= 4000 => b"cuPointerGetAttribute",
         b"cuPointerGetAttributes" if version >= 7000 => b"cuPointerGetAttributes",
+        b"cuIpcGetMemHandle" if version >= 4010 => b"cuIpcGetMemHandle",
+        b"cuIpcOpenMemHandle" if version >= 11000 => b"cuIpcOpenMemHandle_v2",
+        b"cuIpcOpenMemHandle" if version >= 4010 => b"cuIpcOpenMemHandle",
+        b"cuIpcCloseMemHandle" if version >= 4010 => b"cuIpcCloseMemHandle",
         b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
         other => {
@@ -87,7 +91,8 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
         }),
         other => driver_hook(other)
             .or_else(|| crate::exports_address::by_symbol(other))
-            .or_else(|| crate::exports_vmm::by_symbol(other)),
+            .or_else(|| crate::exports_vmm::by_symbol(other))
+            .or_else(|| crate::exports_ipc::by_symbol(other)),
     }
 }
 
@@ -228,9 +233,17 @@ mod tests {
 
     #[test]
     fn of_everything_nvidias_static_runtime_asks_for_only_the_allocation_entry_points_are_hooked() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/data/cudart-12.9-static-getprocaddress.txt"
+        for version in ["12.9", "13.2", "13.5"] {
+            hooked_in_list(version);
+        }
+    }
+
+    /// The substitutions for one measured request list (CUDA 13 keeps every allocation
+    /// entry point's 12.9 version and flags, so the same set).
+    fn hooked_in_list(version: &str) {
+        let path = format!(
+            "{}/../tests/data/cudart-{version}-static-getprocaddress.txt",
+            env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(path).expect("the measured request list");
         let mut hooked = Vec::new();
@@ -252,6 +265,10 @@ mod tests {
         let expect = [
             "cuGetProcAddress 11030 0 cuGetProcAddress",
             "cuGetProcAddress 12000 0 cuGetProcAddress_v2",
+            "cuIpcCloseMemHandle 4010 0 cuIpcCloseMemHandle",
+            "cuIpcGetMemHandle 4010 0 cuIpcGetMemHandle",
+            "cuIpcOpenMemHandle 11000 0 cuIpcOpenMemHandle_v2",
+            "cuIpcOpenMemHandle 4010 0 cuIpcOpenMemHandle",
             "cuMemAlloc 3020 0 cuMemAlloc_v2",
             "cuMemAllocAsync 11020 0 cuMemAllocAsync",
             "cuMemAllocAsync 11020 2 cuMemAllocAsync_ptsz",
@@ -274,7 +291,7 @@ mod tests {
             "cuStreamCreateWithPriority 5050 0 cuStreamCreateWithPriority",
             "cuStreamDestroy 4000 0 cuStreamDestroy_v2",
         ];
-        assert_eq!(hooked, expect);
+        assert_eq!(hooked, expect, "{version}");
     }
 
     #[test]

@@ -1,12 +1,10 @@
 //! The real CUDA runtime functions the shim wraps, found with `dlsym(RTLD_NEXT, ...)`.
 //!
-//! Invariant: each pointer is resolved once, lazily, and is `None` when the next library in
-//! the search order does not define the symbol (a program with a static runtime never calls
+//! Invariant: each pointer is resolved lazily, once found never changes, and is missing when
+//! no loaded runtime defines the symbol (a program with a static runtime never calls
 //! our runtime exports, so `None` there only ever yields `cudaErrorUnknown`).
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
-
-use once_cell::sync::Lazy;
 
 use crate::exports_families::{Extent, PitchedPtr};
 
@@ -31,21 +29,26 @@ pub unsafe fn next_sym<T: Copy>(name: &CStr) -> Option<T> {
 
 macro_rules! real_runtime {
     ($($name:ident : fn($($arg:ty),*) -> c_int;)*) => {
-        /// Pointers to the real runtime's functions.
-        #[allow(non_snake_case)]
-        pub struct Real {
-            $(pub $name: Option<unsafe extern "C" fn($($arg),*) -> c_int>,)*
+        /// The real runtime's functions, resolved on first use ([`RealFn`]: the library after
+        /// ours, else what a `dlsym` on a runtime handle found, else a privately loaded
+        /// `libcudart`).
+        #[allow(non_upper_case_globals)]
+        pub mod fns {
+            use crate::real_driver::RealFn;
+            $(pub static $name: RealFn = RealFn::new(
+                match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(n) => n,
+                    Err(_) => panic!("a symbol name"),
+                },
+            );)*
         }
 
-        /// The real runtime, resolved on first use.
-        pub static REAL: Lazy<Real> = Lazy::new(|| {
-            // SAFETY: each type matches the CUDA runtime's declaration of that symbol.
-            unsafe {
-                Real {
-                    $($name: next_sym(&std::ffi::CString::new(stringify!($name)).unwrap_or_default()),)*
-                }
-            }
-        });
+        /// The C types of the real runtime's functions.
+        #[allow(non_camel_case_types)]
+        pub mod types {
+            use super::*;
+            $(pub type $name = unsafe extern "C" fn($($arg),*) -> c_int;)*
+        }
     };
 }
 
@@ -72,6 +75,9 @@ real_runtime! {
     cudaMallocFromPoolAsync: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
     cudaHostRegister: fn(*mut c_void, usize, c_uint) -> c_int;
     cudaHostUnregister: fn(*mut c_void) -> c_int;
+    cudaIpcGetMemHandle: fn(*mut crate::ipc::IpcHandle, *mut c_void) -> c_int;
+    cudaIpcOpenMemHandle: fn(*mut *mut c_void, crate::ipc::IpcHandle, c_uint) -> c_int;
+    cudaIpcCloseMemHandle: fn(*mut c_void) -> c_int;
 }
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.
@@ -84,9 +90,12 @@ real_runtime! {
 #[macro_export]
 macro_rules! call_real {
     ($name:ident($($a:ident),*)) => {
-        match $crate::real::REAL.$name {
-            Some(f) => {
+        match $crate::real::fns::$name.get() {
+            Some(addr) => {
                 let _inside = $crate::intercept::Inside::enter_runtime();
+                // SAFETY: `addr` is the real runtime function of this name, whose C type is
+                // `types::$name`.
+                let f = unsafe { std::mem::transmute::<usize, $crate::real::types::$name>(addr) };
                 // SAFETY: forwarding the program's own arguments to the real function.
                 unsafe { f($($a),*) }
             }

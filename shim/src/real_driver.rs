@@ -1,10 +1,9 @@
 //! The real driver functions behind the driver hooks, and the real `dlsym`.
 //!
-//! Invariants: a [`RealFn`] holds either nothing or the address of the real driver function
-//! of its name, never a function of libcushim.so (so a hook can never forward to itself);
-//! once set it never changes. It is set from what the real `dlsym` or `cuGetProcAddress`
-//! handed out for that name, or found by name in the libraries after ours or in an already
-//! loaded `libcuda.so.1` (never loading one). Nothing here initializes the shim or CUDA.
+//! Invariants: a [`RealFn`] holds either nothing or the address of the real driver (or
+//! runtime) function of its name, never a function of libcushim.so (so a hook can never
+//! forward to itself); once set it never changes. Which one: see [`RealFn`]'s policy; it is
+//! never found by loading a library. Nothing here initializes the shim or CUDA.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,9 +66,21 @@ pub fn in_shim(addr: usize) -> bool {
 }
 
 /// One real driver function, by name.
+///
+/// Which function a hook forwards to, policy: the next definition of its name after the shim
+/// in the process's global search order (`RTLD_NEXT`), i.e. the next layer down: the driver,
+/// or an interposer stacked between the shim and the driver (a `libcuda.so.1` wrapper), so a
+/// call passes each layer once however the program got the hook (link, `dlsym`,
+/// `cuGetProcAddress`). Only when no such definition exists (the driver or runtime was loaded
+/// privately, `RTLD_LOCAL`) is it what a `dlsym` on a library handle or `cuGetProcAddress`
+/// returned for the hook ([`RealFn::offer`]), else the function in an already loaded
+/// `libcuda.so.1` (`libcudart.so.12`/`.13` for `cuda*` names).
 pub struct RealFn {
     name: &'static CStr,
+    /// The function the hook forwards to, once decided (never changes after).
     addr: AtomicUsize,
+    /// The first non-shim address handed out for this name by a handle lookup.
+    offered: AtomicUsize,
 }
 
 impl RealFn {
@@ -77,6 +88,7 @@ impl RealFn {
         RealFn {
             name,
             addr: AtomicUsize::new(0),
+            offered: AtomicUsize::new(0),
         }
     }
 
@@ -84,36 +96,53 @@ impl RealFn {
         self.name
     }
 
-    /// Remember `addr` as the real function if none is known yet and it is not ours.
+    /// Remember `addr`, the real function a handle lookup found, if none was yet and it is
+    /// not ours.
     pub fn offer(&self, addr: usize) {
-        if addr == 0 || self.addr.load(Ordering::Relaxed) != 0 || in_shim(addr) {
+        if addr == 0 || self.offered.load(Ordering::Relaxed) != 0 || in_shim(addr) {
             return;
         }
         let _ = self
-            .addr
+            .offered
             .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Relaxed);
     }
 
-    /// The real function's address, looked up by name on first use.
+    /// Decide the forwarding target once (see the type's policy).
+    fn decide(&self, addr: usize) {
+        if addr != 0 && !in_shim(addr) {
+            let _ = self
+                .addr
+                .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// The real function's address, decided on first use.
     pub fn get(&self) -> Option<usize> {
         let a = self.addr.load(Ordering::Acquire);
         if a != 0 {
             return Some(a);
         }
         // SAFETY: a pseudo-handle and a NUL-terminated name.
-        self.offer(unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize);
+        self.decide(unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize);
         if self.addr.load(Ordering::Acquire) == 0 {
-            // A runtime that dlopen'ed the driver privately: look in that copy, never load.
+            self.decide(self.offered.load(Ordering::Acquire));
+        }
+        // A library loaded privately (a runtime that dlopen'ed the driver, ctypes loading the
+        // runtime with RTLD_LOCAL): look in that copy, never load.
+        let libs: &[&CStr] = if self.name.to_bytes().starts_with(b"cuda") {
+            &[c"libcudart.so.12", c"libcudart.so.13"]
+        } else {
+            &[c"libcuda.so.1"]
+        };
+        for lib in libs {
+            if self.addr.load(Ordering::Acquire) != 0 {
+                break;
+            }
             // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
-            let h = unsafe {
-                libc::dlopen(
-                    c"libcuda.so.1".as_ptr(),
-                    libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-                )
-            };
+            let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
             if !h.is_null() {
                 // SAFETY: a live handle and a NUL-terminated name.
-                self.offer(unsafe { real_dlsym(h, self.name.as_ptr()) } as usize);
+                self.decide(unsafe { real_dlsym(h, self.name.as_ptr()) } as usize);
                 // SAFETY: balances the reference RTLD_NOLOAD took; the library stays loaded.
                 unsafe { libc::dlclose(h) };
             }

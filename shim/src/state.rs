@@ -7,6 +7,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use engine::alloc::observed::ObservedTable;
@@ -57,6 +58,36 @@ fn get_first() -> Option<&'static Shim> {
     s.as_ref()
 }
 
+static RUNTIME_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Policy: the shim starts the real runtime only because the program called it. A runtime
+/// export the shim serves from its cache (the first `cudaMalloc`) would have initialized the
+/// real runtime (primary context retained and current on the calling thread), so the first
+/// such call lets the real runtime do so (`cudaFree(NULL)`, the context-init idiom), once per
+/// process. A program that only loads the runtime, or only uses the driver API, gets no
+/// runtime start and no context from the shim: on a GPU a primary context costs hundreds of
+/// MB, and the program may work in contexts of its own. One relaxed load on the hot path.
+#[inline]
+pub fn start_runtime() {
+    if !RUNTIME_STARTED.load(Ordering::Relaxed) {
+        start_runtime_first();
+    }
+}
+
+#[cold]
+fn start_runtime_first() {
+    if RUNTIME_STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // Observing: the program's device calls are exactly its own (the real functions it calls
+    // start the runtime themselves).
+    if crate::observe::observing() {
+        return;
+    }
+    let null = std::ptr::null_mut();
+    let _ = crate::call_real!(cudaFree(null));
+}
+
 /// The state if it was already built (never initializes; for exit and signal paths).
 pub fn get_if_ready() -> Option<&'static Shim> {
     STATE.get().and_then(|s| s.as_ref())
@@ -66,16 +97,9 @@ fn init() -> Option<Shim> {
     if disabled_by_env() {
         return None;
     }
-    // The shim's own start-up (the real runtime's initialization below included) is never
-    // intercepted by the driver hooks when the runtime layer is.
+    // The shim's own start-up is never intercepted by the driver hooks when the runtime
+    // layer is. It starts neither the runtime nor a context: see [`start_runtime`].
     let _inside = crate::intercept::Inside::enter_runtime();
-    // Let the real runtime initialize itself (the context-init idiom), so its primary context
-    // exists and is current before the shim uses the driver.
-    // Not when observing: the program's device calls are then exactly its own.
-    if !crate::observe::observing() {
-        let null = std::ptr::null_mut();
-        let _ = crate::call_real!(cudaFree(null));
-    }
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {

@@ -28,6 +28,9 @@ extern "C" {
 #define cuMemFree                   cuMemFree_v2
 #define cuMemGetAddressRange        cuMemGetAddressRange_v2
 #define cuMemAllocHost              cuMemAllocHost_v2
+#define cuMemcpy                    __SIMCUDA_PTDS(cuMemcpy)
+#define cuMemcpyAsync               __SIMCUDA_PTSZ(cuMemcpyAsync)
+#define cuIpcOpenMemHandle          cuIpcOpenMemHandle_v2
 #define cuMemcpyHtoD                __SIMCUDA_PTDS(cuMemcpyHtoD_v2)
 #define cuMemcpyDtoH                __SIMCUDA_PTDS(cuMemcpyDtoH_v2)
 #define cuMemcpyDtoD                __SIMCUDA_PTDS(cuMemcpyDtoD_v2)
@@ -116,8 +119,18 @@ typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED = 102,
     CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
-    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
+    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+    CU_DEVICE_ATTRIBUTE_MAX = 144
 } CUdevice_attribute;
+
+#define CU_IPC_HANDLE_SIZE 64
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle_v1;
+typedef CUipcMemHandle_v1 CUipcMemHandle;
+typedef enum CUipcMem_flags_enum {
+    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+} CUipcMem_flags;
 
 typedef enum CUstream_flags_enum {
     CU_STREAM_DEFAULT = 0x0,
@@ -304,6 +317,13 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult cuCtxPushCurrent(CUcontext ctx);
 CUresult cuCtxPopCurrent(CUcontext *pctx);
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
 
 /* Managed, pitched, pool and host-registration families (simcuda/src/families.rs). */
 #define cuMemAllocPitch             cuMemAllocPitch_v2

@@ -71,6 +71,9 @@ entry_points! {
     cuDeviceGetDefaultMemPool, cudaDeviceGetDefaultMemPool, cuMemPoolCreate, cudaMemPoolCreate,
     cuMemPoolDestroy, cudaMemPoolDestroy, cuMemAllocFromPoolAsync, cudaMallocFromPoolAsync,
     cuMemHostRegister_v2, cuMemHostUnregister, cudaHostRegister, cudaHostUnregister,
+    cuDeviceGetUuid, cuDeviceGetUuid_v2, cuMemcpy, cuMemcpy_ptds, cuMemcpyAsync, cuMemcpyAsync_ptsz,
+    cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle,
+    cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
 }
 
 /// Number of entry points.

@@ -12,41 +12,10 @@ use crate::{capture, event};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-/// The simulated driver's CUDA version.
-pub const DRIVER_VERSION: c_int = 12090;
-
 /// A device attribute's value (`cuDeviceGetAttribute`), `None` when unknown.
 pub fn attribute(attr: c_int, ordinal: usize) -> Result<Option<c_int>, CUresult> {
     let vmm = state::state()?.config.vmm;
-    Ok(Some(match attr {
-        1..=3 => 1024,
-        4 => 64,
-        5 => i32::MAX,
-        6 | 7 => 65535,
-        8 => 49152,
-        9 => 65536,
-        10 => 32,
-        12 => 65536,
-        13 => 1_980_000,
-        14 => 512,
-        16 => 132,
-        19 | 31 | 41 | 78 | 115 => 1,
-        33 => ordinal as c_int + 1,
-        34 | 50 => 0,
-        36 => 2_619_000,
-        37 => 5120,
-        38 => 50 << 20,
-        39 => 2048,
-        40 => 2,
-        75 => 9,
-        76 => 0,
-        81 => 233_472,
-        82 => 65536,
-        97 => 232_448,
-        102 => vmm as c_int,
-        106 => 32,
-        _ => return Ok(None),
-    }))
+    Ok(crate::attributes::value(attr, ordinal, vmm))
 }
 
 #[no_mangle]
@@ -56,7 +25,9 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
-    driver(Api::cuDriverGetVersion, || out(v, DRIVER_VERSION))
+    driver(Api::cuDriverGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]

@@ -411,7 +411,7 @@ fn copy_async_c(
     ptds: bool,
 ) -> Result<(), CUresult> {
     let s = drv_stream(h, ptds)?;
-    stream::run_async(&s, copy_job(dst, src, n, sides.0, sides.1)?)
+    crate::copy::copy_async(&s, dst, src, n, sides.0, sides.1)
 }
 
 #[no_mangle]

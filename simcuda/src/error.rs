@@ -15,6 +15,7 @@ pub const INVALID_MEMCPY_DIRECTION: CUresult = 21;
 pub const NO_DEVICE: CUresult = 100;
 pub const INVALID_DEVICE: CUresult = 101;
 pub const INVALID_CONTEXT: CUresult = 201;
+pub const MAP_FAILED: CUresult = 205;
 pub const INVALID_HANDLE: CUresult = 400;
 pub const ILLEGAL_STATE: CUresult = 401;
 pub const NOT_FOUND: CUresult = 500;
@@ -83,6 +84,12 @@ const TABLE: &[(CUresult, &str, &str, &str)] = &[
         "CUDA_ERROR_INVALID_CONTEXT",
         "cudaErrorDeviceUninitialized",
         "invalid device context",
+    ),
+    (
+        205,
+        "CUDA_ERROR_MAP_FAILED",
+        "cudaErrorMapBufferObjectFailed",
+        "mapping of buffer object failed",
     ),
     (
         400,

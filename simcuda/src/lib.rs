@@ -16,8 +16,7 @@
 //!
 //! Known simplifications: captured work is recorded, not run, and graphs cannot be launched;
 //! `cuMemAllocAsync` allocates at once and `cuMemFreeAsync` frees when the stream gets
-//! there; asynchronous copies read pageable host memory when they run, not when queued;
-//! synchronous `cudaMemset` waits for completion; `cudaDeviceReset` frees the device's
+//! there; //! synchronous `cudaMemset` waits for completion; `cudaDeviceReset` frees the device's
 //! `cuMemAlloc` blocks but keeps streams, events and VMM objects.
 //!
 //! The internal decoders take the C caller's pointers as the C API defines them (NULL is
@@ -26,8 +25,10 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod api;
+pub mod attributes;
 pub mod capture;
 pub mod config;
+pub mod copy;
 pub mod driver_api;
 pub mod driver_mem_api;
 pub mod error;
@@ -35,6 +36,7 @@ pub mod event;
 pub mod families;
 pub mod fault;
 pub mod host;
+pub mod ipc;
 pub mod latency;
 pub mod memory;
 pub mod pointer_api;
@@ -46,4 +48,6 @@ pub mod runtime_ptsz_api;
 pub mod state;
 pub mod stream;
 pub mod types;
+pub mod uuid;
+pub mod version;
 pub mod vmm;

@@ -84,6 +84,7 @@ impl Heap {
     /// Free the block starting at `addr`; returns its size, or `None` if no block starts there.
     pub fn free(&mut self, addr: usize) -> Option<usize> {
         let size = self.live.remove(&addr)?;
+        crate::ipc::forget(addr);
         if size >= DONTNEED_MIN {
             let page = 4096;
             let start = (addr + page - 1) & !(page - 1);
@@ -198,6 +199,9 @@ pub fn check_device_range(addr: usize, len: usize) -> Result<Option<usize>, CUre
         };
     }
     if let Some(dev) = crate::vmm::accessible(addr, len) {
+        return Ok(Some(dev));
+    }
+    if let Some(dev) = crate::ipc::imported(addr, len) {
         return Ok(Some(dev));
     }
     if crate::host::contains(addr, len) {

@@ -148,6 +148,16 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuMemAllocFromPoolAsync", 11020, false, cuMemAllocFromPoolAsync as unsafe extern "C" fn(_, _, _, _) -> _),
         e!("cuMemHostRegister", 6050, false, cuMemHostRegister_v2 as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuMemHostUnregister", 4000, false, cuMemHostUnregister as extern "C" fn(_) -> _),
+        e!("cuDeviceGetUuid", 9020, false, crate::uuid::cuDeviceGetUuid as unsafe extern "C" fn(_, _) -> _),
+        e!("cuDeviceGetUuid", 11040, false, crate::uuid::cuDeviceGetUuid_v2 as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemcpy", 4000, false, crate::copy::cuMemcpy as extern "C" fn(_, _, _) -> _),
+        e!("cuMemcpy", 7000, true, crate::copy::cuMemcpy_ptds as extern "C" fn(_, _, _) -> _),
+        e!("cuMemcpyAsync", 4000, false, crate::copy::cuMemcpyAsync as extern "C" fn(_, _, _, _) -> _),
+        e!("cuMemcpyAsync", 7000, true, crate::copy::cuMemcpyAsync_ptsz as extern "C" fn(_, _, _, _) -> _),
+        e!("cuIpcGetMemHandle", 4010, false, crate::ipc::cuIpcGetMemHandle as unsafe extern "C" fn(_, _) -> _),
+        e!("cuIpcOpenMemHandle", 4010, false, crate::ipc::cuIpcOpenMemHandle as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuIpcOpenMemHandle", 11000, false, crate::ipc::cuIpcOpenMemHandle_v2 as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuIpcCloseMemHandle", 4010, false, crate::ipc::cuIpcCloseMemHandle as extern "C" fn(_) -> _),
     ]
 });
 

@@ -1,6 +1,8 @@
 //! The device-side ledger at exit (`SIMCUDA_REPORT=path`): registered with `atexit` when the
 //! library loads, so it is written by whichever thread calls `exit()`. Invariant: writing
 //! reads only atomics (never a lock a running stream worker could hold) and happens once.
+//! Per device it shows the primary context's reference count and whether the runtime started
+//! (retained it), so a test can tell who created a context.
 
 use crate::api::{count_of, NAMES};
 use crate::state::{state_if_created, Ledger};
@@ -26,8 +28,10 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Acquire)
 }
 
-fn device_json(ordinal: usize, l: &Ledger) -> Value {
+fn device_json(ordinal: usize, l: &Ledger, ctx: (u32, bool)) -> Value {
     json!({
+        "primary_ctx_refs": ctx.0,
+        "runtime_started": ctx.1,
         "ordinal": ordinal,
         "capacity_bytes": l.capacity,
         "bytes_in_use": load(&l.in_use),
@@ -44,7 +48,13 @@ pub fn render() -> Value {
         Some(st) => st
             .devices
             .iter()
-            .map(|d| device_json(d.ordinal, &d.ledger))
+            .map(|d| {
+                let ctx = (
+                    d.primary_refs.load(Ordering::Acquire),
+                    d.runtime_retained.load(Ordering::Acquire),
+                );
+                device_json(d.ordinal, &d.ledger, ctx)
+            })
             .collect(),
         None => {
             let cfg = crate::config::Config::from_env();
@@ -56,6 +66,7 @@ pub fn render() -> Value {
                             capacity: cfg.mem_bytes,
                             ..Ledger::default()
                         },
+                        (0, false),
                     )
                 })
                 .collect()

@@ -5,7 +5,7 @@
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::api::{last_error, out, runtime, Api};
-use crate::driver_api::{attribute, device_name, end_capture, write_name, HostFn, DRIVER_VERSION};
+use crate::driver_api::{attribute, device_name, end_capture, write_name, HostFn};
 use crate::error::*;
 use crate::state::{self, runtime_device};
 use crate::stream::{self, Stream};
@@ -68,7 +68,7 @@ fn device_props(prop: *mut c_void, dev: c_int) -> Result<(), CUresult> {
         std::ptr::write_bytes(prop as *mut u8, 0, DEVICE_PROP_SIZE);
         let p = &mut *(prop as *mut DevicePropHead);
         write_name(p.name.as_mut_ptr(), p.name.len(), &device_name(d.ordinal))?;
-        p.uuid[0] = d.ordinal as u8 + 1;
+        p.uuid = crate::uuid::of(d.ordinal);
         p.total_global_mem = d.ledger.capacity as usize;
         p.shared_mem_per_block = a(8) as usize;
         p.regs_per_block = a(12);
@@ -325,12 +325,16 @@ pub extern "C" fn cudaGetErrorName(code: CUresult) -> *const c_char {
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaDriverGetVersion(v: *mut c_int) -> CUresult {
-    runtime(Api::cudaDriverGetVersion, || out(v, DRIVER_VERSION))
+    runtime(Api::cudaDriverGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaRuntimeGetVersion(v: *mut c_int) -> CUresult {
-    runtime(Api::cudaRuntimeGetVersion, || out(v, DRIVER_VERSION))
+    runtime(Api::cudaRuntimeGetVersion, || {
+        out(v, crate::version::cuda_version())
+    })
 }
 
 #[no_mangle]

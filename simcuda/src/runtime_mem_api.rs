@@ -136,11 +136,14 @@ pub(crate) fn memcpy_on(
 ) -> Result<(), CUresult> {
     let (dd, sd) = copy_sides(kind)?;
     let s = stream_of(h, d)?;
-    let job = copy_job(dst as usize, src as usize, n, dd, sd)?;
+    let (dst, src) = (dst as usize, src as usize);
+    if kind == MEMCPY_DEFAULT {
+        return crate::copy::copy_unified(&s, dst, src, n, wait);
+    }
     if wait {
-        stream::run_sync(&s, job)
+        stream::run_sync(&s, copy_job(dst, src, n, dd, sd)?)
     } else {
-        stream::run_async(&s, job)
+        crate::copy::copy_async(&s, dst, src, n, dd, sd)
     }
 }
 
@@ -189,6 +192,9 @@ pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> 
         out(total, d.ledger.capacity as usize)
     })
 }
+
+/// `cudaMemcpyDefault`: each side's kind from its address (unified addressing).
+const MEMCPY_DEFAULT: c_int = 4;
 
 /// Which sides of a copy of `kind` must be device memory: (dst, src).
 pub(crate) fn copy_sides(kind: c_int) -> Result<(bool, bool), CUresult> {

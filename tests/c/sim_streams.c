@@ -202,7 +202,7 @@ int main(int argc, char **argv) {
         CUstream cs;
         CUevent a, b;
         CUdeviceptr d, e2;
-        unsigned int host[64], back[64];
+        unsigned int host[64], *back;
         for (int i = 0; i < 64; i++) host[i] = (unsigned)i * 3u;
         EXPECT(CUDA_SUCCESS, cuInit(0));
         EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&ctx, 0));
@@ -218,6 +218,8 @@ int main(int argc, char **argv) {
         REQUIRE(prio == greatest && fl == CU_STREAM_NON_BLOCKING);
         EXPECT(CUDA_SUCCESS, cuMemAlloc(&d, sizeof host));
         EXPECT(CUDA_SUCCESS, cuMemAlloc(&e2, sizeof host));
+        /* pinned: a copy into pageable memory would return only once done (CUDA's rule) */
+        EXPECT(CUDA_SUCCESS, cuMemAllocHost((void **)&back, sizeof host));
         EXPECT(CUDA_SUCCESS, cuEventCreate(&a, CU_EVENT_DEFAULT));
         EXPECT(CUDA_SUCCESS, cuEventCreate(&b, CU_EVENT_DEFAULT));
         EXPECT(CUDA_SUCCESS, cuEventRecord(a, cs));
@@ -225,7 +227,7 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemcpyHtoDAsync(d, host, sizeof host, cs));
         EXPECT(CUDA_SUCCESS, cuMemcpyDtoDAsync(e2, d, sizeof host, cs));
         EXPECT(CUDA_SUCCESS, cuMemsetD32Async(d, 0xdeadbeef, 64, cs));
-        EXPECT(CUDA_SUCCESS, cuMemcpyDtoHAsync(back, e2, sizeof back, cs));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoHAsync(back, e2, sizeof host, cs));
         EXPECT(CUDA_SUCCESS, cuEventRecord(b, cs));
         float ms = -1;
         EXPECT(CUDA_ERROR_NOT_READY, cuEventElapsedTime(&ms, a, b));

@@ -1,0 +1,173 @@
+/* Device memory shared between two processes with IPC handles. "export" allocates, fills a
+ * block, exports it (also through an interior pointer and through the runtime: the same
+ * handle), starts "import HEX SIZE" as a second process and waits for it; the importer
+ * checks the bytes, writes marks at both ends and closes; the exporter then sees the marks.
+ * With the shim preloaded the exporter's blocks are cached blocks inside larger segments.
+ * Prints "PASS export" (exporter) and "imported ok" (importer). */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "sim_check.h"
+
+extern char **environ;
+#define MiB (1024u * 1024u)
+
+static void init_ctx(void) {
+    CUdevice d;
+    CUcontext c;
+    EXPECT(CUDA_SUCCESS, cuInit(0));
+    EXPECT(CUDA_SUCCESS, cuDeviceGet(&d, 0));
+    EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&c, d));
+    EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c));
+}
+
+static void to_hex(const CUipcMemHandle *h, char *out) {
+    for (int i = 0; i < CU_IPC_HANDLE_SIZE; i++)
+        sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+}
+
+static void from_hex(const char *s, CUipcMemHandle *h) {
+    REQUIRE(strlen(s) == 2 * CU_IPC_HANDLE_SIZE);
+    for (int i = 0; i < CU_IPC_HANDLE_SIZE; i++) {
+        unsigned v;
+        REQUIRE(sscanf(s + 2 * i, "%2x", &v) == 1);
+        h->reserved[i] = (char)v;
+    }
+}
+
+static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
+
+static int import(const char *hex, size_t size) {
+    init_ctx();
+    CUipcMemHandle h, zero;
+    from_hex(hex, &h);
+    memset(&zero, 0, sizeof zero);
+    CUdeviceptr p = 0, q = 0;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcOpenMemHandle(&p, zero, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    EXPECT(CUDA_SUCCESS, cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    EXPECT(CUDA_SUCCESS, cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    REQUIRE(p == q);
+    unsigned char *buf = malloc(size);
+    EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, p, size));
+    for (size_t i = 0; i < size; i++)
+        if (buf[i] != pattern(i)) {
+            fprintf(stderr, "importer: byte %zu is %u, expected %u\n", i, buf[i], pattern(i));
+            return 1;
+        }
+    EXPECT(CUDA_SUCCESS, cuMemsetD8(p, 0xAB, 16));
+    EXPECT(CUDA_SUCCESS, cuMemsetD8(p + size - 1, 0xCD, 1));
+    EXPECT(CUDA_SUCCESS, cuCtxSynchronize());
+    EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(p));
+    EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(q));
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcCloseMemHandle(p));
+    printf("imported ok\n");
+    return 0;
+}
+
+/* A process without the shim given a handle of a block inside a cached segment: refused
+ * with CUDA's error, never a pointer to other memory. */
+static int import_refused(const char *hex) {
+    init_ctx();
+    CUipcMemHandle h;
+    from_hex(hex, &h);
+    CUdeviceptr p = 0;
+    EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    REQUIRE(p == 0);
+    printf("import refused\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "import"))
+        return import(argv[2], (size_t)strtoull(argv[3], NULL, 10));
+    if (argc == 4 && !strcmp(argv[1], "import-refused"))
+        return import_refused(argv[2]);
+    if (argc < 2)
+        return 2;
+    if (!strcmp(argv[1], "export") || !strcmp(argv[1], "export-first")) {
+        /* "export": the second of two allocations (under the shim: a block inside the
+         * segment the first one opened); "export-first": the first. SIM_IPC_CHILD_NO_SHIM=1
+         * starts the importer without LD_PRELOAD; SIM_IPC_EXPECT_REFUSED=1 expects the
+         * importer's open to be refused with CUDA_ERROR_INVALID_VALUE. */
+        int first = !strcmp(argv[1], "export-first");
+        int refused = getenv("SIM_IPC_EXPECT_REFUSED") != NULL;
+        init_ctx();
+        const size_t sizes[2] = {2 * MiB, 3 * MiB + 512};
+        CUdeviceptr blk[2];
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&blk[0], sizes[0]));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&blk[1], sizes[1]));
+        CUdeviceptr b = blk[!first], a = blk[first];
+        size_t size = sizes[!first], asize = sizes[first];
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(a, 0x11, asize));   /* the neighbour, left alone */
+        unsigned char *buf = malloc(size);
+        for (size_t i = 0; i < size; i++)
+            buf[i] = pattern(i);
+        EXPECT(CUDA_SUCCESS, cuMemcpyHtoD(b, buf, size));
+        CUipcMemHandle h, h2;
+        cudaIpcMemHandle_t rh;
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
+        REQUIRE(!memcmp(&h, &h2, sizeof h));
+        EXPECT(cudaSuccess, cudaIpcGetMemHandle(&rh, (void *)b));
+        REQUIRE(!memcmp(&h, &rh, sizeof h));
+        CUdeviceptr self;
+        EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuIpcOpenMemHandle(&self, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        /* the exporter still sees its bytes after exporting */
+        memset(buf, 0, size);
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, b, size));
+        REQUIRE(buf[5] == pattern(5) && buf[size - 1] == pattern(size - 1));
+        char hex[2 * CU_IPC_HANDLE_SIZE + 1], sz[32];
+        to_hex(&h, hex);
+        snprintf(sz, sizeof sz, "%zu", size);
+        char *child_argv[] = {argv[0], refused ? "import-refused" : "import", hex, sz, NULL};
+        char **env = environ;
+        if (getenv("SIM_IPC_CHILD_NO_SHIM")) {
+            static char *clean[512];
+            int n = 0;
+            for (char **e = environ; *e && n < 510; e++)
+                if (strncmp(*e, "LD_PRELOAD=", 11))
+                    clean[n++] = *e;
+            clean[n] = NULL;
+            env = clean;
+        }
+        pid_t pid;
+        REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, child_argv, env) == 0);
+        int status = 0;
+        REQUIRE(waitpid(pid, &status, 0) == pid);
+        REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, b, size));
+        if (!refused) {
+            REQUIRE(buf[0] == 0xAB && buf[15] == 0xAB && buf[16] == pattern(16));
+            REQUIRE(buf[size - 1] == 0xCD && buf[size - 2] == pattern(size - 2));
+        } else {
+            REQUIRE(buf[0] == pattern(0) && buf[size - 1] == pattern(size - 1));
+        }
+        unsigned char *na = malloc(asize);
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(na, a, asize));
+        for (size_t i = 0; i < asize; i++)
+            REQUIRE(na[i] == 0x11);
+        printf("offset_in_pair=%lld\nPASS export\n", (long long)(b - a));
+    }
+    CASE("handles") {
+        /* Not device memory: refused. A freed and reallocated allocation: a new handle. */
+        init_ctx();
+        CUipcMemHandle h, h2;
+        char host[64];
+        EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcGetMemHandle(&h, (CUdeviceptr)host));
+        CUdeviceptr b, b2;
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&b, MiB));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b + 4096));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
+        REQUIRE(!memcmp(&h, &h2, sizeof h));
+        EXPECT(CUDA_SUCCESS, cuMemFree(b));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&b2, MiB));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b2));
+        REQUIRE(b2 != b || memcmp(&h, &h2, sizeof h));
+        printf("PASS handles\n");
+    }
+    return 0;
+}

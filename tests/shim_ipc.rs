@@ -1,0 +1,102 @@
+//! IPC handles of cached blocks (issue 14, item 3): a block inside a cached segment, exported
+//! by a process under the shim, is opened by a second process under the shim at the block
+//! (right bytes, right offset); a process without the shim is refused with CUDA's error and
+//! the exporter says so once; a block at its segment's base works for both. Each compared
+//! with the same program without the shim.
+mod common;
+
+fn exe() -> std::path::PathBuf {
+    common::compile("sim_ipc", &["-lcuda"])
+}
+
+fn run(mode: &str, shim: bool, env: &[(&str, &str)], dir: &std::path::Path) -> (String, String) {
+    let mut cmd = if shim {
+        common::shim_cmd(&exe())
+    } else {
+        common::sim_cmd(&exe())
+    };
+    let out = common::run(
+        cmd.arg(mode)
+            .env("CUSHIM_IPC_DIR", dir)
+            .envs(env.iter().copied()),
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{mode}: {stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn a_block_inside_a_cached_segment_opens_at_the_block_in_a_second_process_under_the_shim() {
+    let dir = common::scratch("shim-ipc-both");
+    let (bare, _) = run("export", false, &[], &dir);
+    assert!(
+        bare.contains("imported ok") && bare.contains("PASS export"),
+        "{bare}"
+    );
+    let (out, stderr) = run("export", true, &[], &dir);
+    assert!(
+        out.contains("imported ok") && out.contains("PASS export"),
+        "{out}"
+    );
+    // Under the shim the two allocations are neighbours in one segment: the exported block
+    // lies 2 MiB into it, which is what the handle had to carry.
+    assert!(out.contains("offset_in_pair=2097152"), "{out}");
+    assert_eq!(stderr.matches("cushim: IPC handle").count(), 1, "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("listing")
+        .map_while(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cushim-ipc-"))
+        .collect();
+    assert!(left.is_empty(), "records removed at exit: {left:?}");
+}
+
+#[test]
+fn a_process_without_the_shim_is_refused_a_block_inside_a_cached_segment_with_one_line() {
+    let dir = common::scratch("shim-ipc-refused");
+    let (out, stderr) = run(
+        "export",
+        true,
+        &[
+            ("SIM_IPC_CHILD_NO_SHIM", "1"),
+            ("SIM_IPC_EXPECT_REFUSED", "1"),
+        ],
+        &dir,
+    );
+    assert!(
+        out.contains("import refused") && out.contains("PASS export"),
+        "{out}"
+    );
+    let lines: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cushim:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("without cushim the driver refuses it"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_block_at_its_segments_base_gets_the_drivers_handle_and_works_without_the_shim() {
+    let dir = common::scratch("shim-ipc-base");
+    let (out, stderr) = run(
+        "export-first",
+        true,
+        &[("SIM_IPC_CHILD_NO_SHIM", "1")],
+        &dir,
+    );
+    assert!(
+        out.contains("imported ok") && out.contains("PASS export"),
+        "{out}"
+    );
+    assert!(!stderr.contains("cushim: IPC handle"), "{stderr}");
+    let (out, _) = run("export-first", true, &[], &dir);
+    assert!(
+        out.contains("imported ok") && out.contains("PASS export"),
+        "{out}"
+    );
+}
