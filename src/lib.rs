@@ -6,6 +6,7 @@
 //! allocator's own lock); symbolization and formatting happen at dump time.
 
 pub mod alloc;
+pub mod analyze;
 pub mod artifacts;
 pub mod config;
 pub mod device;

@@ -4,6 +4,14 @@
 //! Invariant: the pickle reader accepts only plain-data opcodes (no GLOBAL/REDUCE/BUILD:
 //! nothing is ever imported or called); an object fetched from the memo is the same shared
 //! node wherever it appears, so a snapshot with shared frame lists stays small in memory.
+//!
+//! Hostile input (snapshots are files people send each other): every length is checked
+//! against the bytes left before anything is allocated; nesting deeper than [`MAX_DEPTH`]
+//! is refused (so no later recursive walk or drop can overflow the stack); a memo lookup
+//! is O(1) whatever the stack holds; and copying a shared container to mutate it (which no
+//! real pickle does) is budgeted by the input's length, so the tree held in memory is at
+//! most a constant factor of the file. [`expanded_nodes`] tells how large a tree becomes
+//! with shared nodes written out (the check before writing JSON or msgpack).
 
 use crate::snapshot::value::Value;
 use crate::snapshot::Format;
@@ -24,14 +32,36 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
         Format::Json => {
             let j: serde_json::Value =
                 serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}"))?;
+            check_depth(&j, "JSON")?;
             Ok(restore_tuples(Value::from_json(&j)))
         }
         Format::Msgpack => {
             let j: serde_json::Value =
                 rmp_serde::from_slice(bytes).map_err(|e| format!("msgpack: {e}"))?;
+            check_depth(&j, "msgpack")?;
             Ok(restore_tuples(Value::from_json(&j)))
         }
     }
+}
+
+/// Refuse a tree nested deeper than [`MAX_DEPTH`] (the parsers stop far deeper, at 128 and
+/// 1024 levels; the recursion here stops at the limit).
+fn check_depth(j: &serde_json::Value, what: &str) -> Result<(), String> {
+    fn deeper(j: &serde_json::Value, left: u32) -> bool {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match j {
+            serde_json::Value::Array(a) => Box::new(a.iter()),
+            serde_json::Value::Object(o) => Box::new(o.values()),
+            _ => return false,
+        };
+        if left == 0 {
+            return true;
+        }
+        children.into_iter().any(|c| deeper(c, left - 1))
+    }
+    if deeper(j, MAX_DEPTH) {
+        return Err(format!("{what} nests deeper than {MAX_DEPTH} levels"));
+    }
+    Ok(())
 }
 
 /// JSON and msgpack have no tuples: turn the schema's tuple (`segment_pool_id`) back into
@@ -70,10 +100,16 @@ pub fn detect(bytes: &[u8]) -> Format {
 /// Dicts up to this size are checked for repeated keys on insertion.
 const DEDUP_SCAN: usize = 16;
 
+/// The deepest nesting accepted: a snapshot is 8 levels deep (top dict, segments, segment,
+/// blocks, block, frames, frame, value); the margin is for other plain data.
+pub const MAX_DEPTH: u32 = 64;
+
 struct Item {
     v: Value,
     /// Memo slots that name this (still mutable) object.
     memo: Vec<u32>,
+    /// Levels of nesting in `v` (0 for a scalar).
+    depth: u32,
 }
 
 struct Reader<'a> {
@@ -81,9 +117,13 @@ struct Reader<'a> {
     pos: usize,
     stack: Vec<Item>,
     marks: Vec<usize>,
-    memo: HashMap<u32, Value>,
+    memo: HashMap<u32, (Value, u32)>,
+    /// Memo slots naming a container still on the stack: slot -> stack index.
+    pending: HashMap<u32, usize>,
     /// Slots assigned so far (MEMOIZE takes the next one, as `len(memo)` in Python).
     memo_count: u32,
+    /// Elements that copying shared containers may still cost (see the module comment).
+    copy_budget: usize,
 }
 
 impl Reader<'_> {
@@ -116,18 +156,64 @@ impl Reader<'_> {
         Ok(String::from_utf8_lossy(self.line_bytes()?).into_owned())
     }
     fn push(&mut self, v: Value) {
+        self.push_at(v, 0);
+    }
+    fn push_at(&mut self, v: Value, depth: u32) {
         self.stack.push(Item {
             v,
             memo: Vec::new(),
+            depth,
         });
     }
     /// Pop the top object; it is complete now, so the memo slots naming it get it.
     fn pop(&mut self) -> Result<Value, String> {
+        Ok(self.pop_item()?.0)
+    }
+    fn pop_item(&mut self) -> Result<(Value, u32), String> {
         let it = self.stack.pop().ok_or("pickle stack underflow")?;
         for slot in it.memo {
-            self.memo.insert(slot, it.v.clone());
+            self.pending.remove(&slot);
+            self.memo.insert(slot, (it.v.clone(), it.depth));
         }
-        Ok(it.v)
+        Ok((it.v, it.depth))
+    }
+    /// Pop everything above the last MARK, with the deepest nesting among them.
+    fn pop_mark_depth(&mut self) -> Result<(Vec<Value>, u32), String> {
+        let m = self.marks.pop().ok_or("pickle: no MARK")?;
+        if m > self.stack.len() {
+            return Err("pickle: MARK above stack".into());
+        }
+        let n = self.stack.len() - m;
+        let mut out = Vec::with_capacity(n);
+        let mut depth = 0;
+        for _ in 0..n {
+            let (v, d) = self.pop_item()?;
+            depth = depth.max(d);
+            out.push(v);
+        }
+        out.reverse();
+        Ok((out, depth))
+    }
+    /// A container holding children `child_depth` deep, refused past [`MAX_DEPTH`].
+    fn nest(&self, child_depth: u32) -> Result<u32, String> {
+        let d = child_depth + 1;
+        if d > MAX_DEPTH {
+            return Err(format!(
+                "pickle nests deeper than {MAX_DEPTH} levels at byte {}",
+                self.pos
+            ));
+        }
+        Ok(d)
+    }
+    /// Charge `n` copied elements to the copy budget.
+    fn charge_copy(&mut self, n: usize) -> Result<(), String> {
+        self.copy_budget = self.copy_budget.checked_sub(n).ok_or_else(|| {
+            format!(
+                "pickle copies shared containers beyond what its size justifies (byte {})",
+                self.pos
+            )
+        })?;
+        Ok(())
     }
     fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
         let m = self.marks.pop().ok_or("pickle: no MARK")?;
@@ -144,35 +230,54 @@ impl Reader<'_> {
     }
     fn put(&mut self, slot: u32) -> Result<(), String> {
         self.memo_count = self.memo_count.max(slot.saturating_add(1));
+        let index = self.stack.len().wrapping_sub(1);
         let top = self.stack.last_mut().ok_or("pickle: PUT on empty stack")?;
         match &top.v {
-            Value::List(_) | Value::Dict(_) => top.memo.push(slot),
+            Value::List(_) | Value::Dict(_) => {
+                top.memo.push(slot);
+                // A slot reassigned while its old holder is still open keeps the newest.
+                self.pending.insert(slot, index);
+            }
             v => {
-                let v = v.clone();
-                self.memo.insert(slot, v);
+                let entry = (v.clone(), top.depth);
+                self.pending.remove(&slot);
+                self.memo.insert(slot, entry);
             }
         }
         Ok(())
     }
     fn get(&mut self, slot: u32) -> Result<(), String> {
-        let v = match self.memo.get(&slot) {
-            Some(v) => v.clone(),
+        let (v, depth) = match self.pending.get(&slot).and_then(|&i| self.stack.get(i)) {
+            Some(it) => (it.v.clone(), it.depth),
             None => self
-                .stack
-                .iter()
-                .rev()
-                .find(|it| it.memo.contains(&slot))
-                .map(|it| it.v.clone())
+                .memo
+                .get(&slot)
+                .cloned()
                 .ok_or_else(|| format!("pickle: memo slot {slot} unset"))?,
         };
-        self.push(v);
+        self.push_at(v, depth);
         Ok(())
     }
-    fn top_mut(&mut self) -> Result<&mut Value, String> {
-        Ok(&mut self.stack.last_mut().ok_or("pickle: empty stack")?.v)
+    /// The top item, its nesting raised to hold children `child_depth` deep, and the
+    /// copy of its container paid for if it is shared.
+    fn top_for_insert(&mut self, child_depth: u32, added: usize) -> Result<&mut Value, String> {
+        let depth = self.nest(child_depth)?;
+        let shared = match self.stack.last() {
+            Some(Item {
+                v: Value::List(l), ..
+            }) => (Arc::strong_count(l) > 1).then(|| l.len()),
+            Some(Item {
+                v: Value::Dict(d), ..
+            }) => (Arc::strong_count(d) > 1).then(|| d.len()),
+            _ => None,
+        };
+        self.charge_copy(shared.unwrap_or(0).saturating_add(added))?;
+        let top = self.stack.last_mut().ok_or("pickle: empty stack")?;
+        top.depth = top.depth.max(depth);
+        Ok(&mut top.v)
     }
-    fn extend_list(&mut self, items: Vec<Value>) -> Result<(), String> {
-        match self.top_mut()? {
+    fn extend_list(&mut self, items: Vec<Value>, child_depth: u32) -> Result<(), String> {
+        match self.top_for_insert(child_depth, 0)? {
             Value::List(l) => {
                 Arc::make_mut(l).extend(items);
                 Ok(())
@@ -180,11 +285,11 @@ impl Reader<'_> {
             _ => Err("pickle: APPEND(S) onto a non-list".into()),
         }
     }
-    fn extend_dict(&mut self, items: Vec<Value>) -> Result<(), String> {
+    fn extend_dict(&mut self, items: Vec<Value>, child_depth: u32) -> Result<(), String> {
         if items.len() % 2 != 0 {
             return Err("pickle: odd SETITEMS".into());
         }
-        match self.top_mut()? {
+        match self.top_for_insert(child_depth, 0)? {
             Value::Dict(d) => {
                 let d = Arc::make_mut(d);
                 let mut it = items.into_iter();
@@ -318,43 +423,49 @@ impl Reader<'_> {
                 b')' => self.push(Value::Tuple(Arc::new(Vec::new()))),
                 b'(' => self.marks.push(self.stack.len()),
                 b'l' => {
-                    let items = self.pop_mark()?;
-                    self.push(Value::list(items))
+                    let (items, d) = self.pop_mark_depth()?;
+                    let d = self.nest(d)?;
+                    self.push_at(Value::list(items), d)
                 }
                 b'd' => {
-                    let items = self.pop_mark()?;
+                    let (items, d) = self.pop_mark_depth()?;
                     self.push(Value::dict(Vec::new()));
-                    self.extend_dict(items)?
+                    self.extend_dict(items, d)?
                 }
                 b't' => {
-                    let items = self.pop_mark()?;
-                    self.push(Value::Tuple(Arc::new(items)))
+                    let (items, d) = self.pop_mark_depth()?;
+                    let d = self.nest(d)?;
+                    self.push_at(Value::Tuple(Arc::new(items)), d)
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     let mut items = Vec::with_capacity(n);
+                    let mut d = 0;
                     for _ in 0..n {
-                        items.push(self.pop()?);
+                        let (v, vd) = self.pop_item()?;
+                        d = d.max(vd);
+                        items.push(v);
                     }
                     items.reverse();
-                    self.push(Value::Tuple(Arc::new(items)))
+                    let d = self.nest(d)?;
+                    self.push_at(Value::Tuple(Arc::new(items)), d)
                 }
                 b'a' => {
-                    let v = self.pop()?;
-                    self.extend_list(vec![v])?
+                    let (v, d) = self.pop_item()?;
+                    self.extend_list(vec![v], d)?
                 }
                 b'e' => {
-                    let items = self.pop_mark()?;
-                    self.extend_list(items)?
+                    let (items, d) = self.pop_mark_depth()?;
+                    self.extend_list(items, d)?
                 }
                 b's' => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.extend_dict(vec![k, v])?
+                    let (v, vd) = self.pop_item()?;
+                    let (k, kd) = self.pop_item()?;
+                    self.extend_dict(vec![k, v], vd.max(kd))?
                 }
                 b'u' => {
-                    let items = self.pop_mark()?;
-                    self.extend_dict(items)?
+                    let (items, d) = self.pop_mark_depth()?;
+                    self.extend_dict(items, d)?
                 }
                 0x94 => {
                     let slot = self.memo_count;
@@ -391,13 +502,9 @@ impl Reader<'_> {
                     self.pop_mark()?;
                 }
                 b'2' => {
-                    let v = self
-                        .stack
-                        .last()
-                        .ok_or("pickle: DUP on empty stack")?
-                        .v
-                        .clone();
-                    self.push(v)
+                    let top = self.stack.last().ok_or("pickle: DUP on empty stack")?;
+                    let (v, d) = (top.v.clone(), top.depth);
+                    self.push_at(v, d)
                 }
                 other => {
                     return Err(format!(
@@ -443,7 +550,36 @@ pub fn read_pickle(bytes: &[u8]) -> Result<Value, String> {
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        pending: HashMap::new(),
         memo_count: 0,
+        copy_budget: bytes.len().saturating_mul(16).saturating_add(1 << 20),
     };
     r.run()
+}
+
+/// Nodes of `v` with every shared node counted wherever it appears (what a JSON or msgpack
+/// writer writes), saturating at `limit`. Shared nodes are counted once each by identity, so
+/// this takes time in the tree's stored size, not its written size.
+pub fn expanded_nodes(v: &Value, limit: u64) -> u64 {
+    fn walk(v: &Value, seen: &mut HashMap<usize, u64>, limit: u64) -> u64 {
+        let (key, items): (usize, Vec<&Value>) = match v {
+            Value::List(l) | Value::Tuple(l) => (Arc::as_ptr(l) as usize, l.iter().collect()),
+            Value::Dict(d) => (
+                Arc::as_ptr(d) as usize,
+                d.iter().flat_map(|(k, v)| [k, v]).collect(),
+            ),
+            Value::Events(e) => return (e.len() as u64).saturating_mul(16).min(limit),
+            _ => return 1,
+        };
+        if let Some(&n) = seen.get(&key) {
+            return n;
+        }
+        let mut n: u64 = 1;
+        for it in items {
+            n = n.saturating_add(walk(it, seen, limit)).min(limit);
+        }
+        seen.insert(key, n);
+        n
+    }
+    walk(v, &mut HashMap::new(), limit)
 }

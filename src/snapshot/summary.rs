@@ -1,25 +1,62 @@
-//! `cushim summary`: a text digest of a snapshot (ours or PyTorch's).
+//! `cushim summary`: a text digest of a snapshot (ours or PyTorch's), from the one model
+//! (`analyze::model`) every analysis reads.
 //!
-//! Invariant: figures come only from the snapshot: current values from `segments`, peaks
-//! from replaying `device_traces` backwards from the current state (so a peak covers the
-//! recorded window and is never below the current value).
+//! Invariant: figures come only from the input: current values from `segments`, peaks from
+//! the trace walked forward from its reconstructed start (`analyze::timeline`), so a peak
+//! covers the recorded window and is never below the current value. "Allocated" counts
+//! blocks the program holds; blocks it freed that wait for other streams ("pending free")
+//! are reported apart, as PyTorch's `allocated_bytes` does. Blocks are attributed to the
+//! program's first frame (`analyze::frames`). Devices with nothing on them are left out.
+//!
+//! Structure: [`device_summary`] computes one [`DeviceSummary`]; [`write_device`] prints
+//! it section by section (add a section there); [`ranks`] prints the per-rank table.
 
+use crate::analyze::load::from_value;
+use crate::analyze::model::{BlockState, Device, Snapshot};
+use crate::analyze::sites::{by_site, tree, Node};
+use crate::analyze::timeline::{end_state, peaks, start_of, State};
 use crate::snapshot::value::Value;
-use std::collections::HashMap;
 use std::fmt::Write;
 
+/// How much to show.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Frames per site: the program's first frame and `depth - 1` callers.
+    pub depth: usize,
+    /// Also print the top-down tree of live bytes.
+    pub tree: bool,
+    /// Rows per list.
+    pub top: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            depth: 1,
+            tree: false,
+            top: 5,
+        }
+    }
+}
+
 /// Per-device figures.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct DeviceSummary {
     pub segments: usize,
     pub reserved: u64,
-    /// Bytes in active blocks (allocated or pending free), as the viewer draws them.
+    /// Bytes in blocks the program holds.
     pub allocated: u64,
+    /// Bytes in blocks freed by the program and waiting for other streams' work.
+    pub pending: u64,
     pub peak_reserved: u64,
     pub peak_allocated: u64,
     pub largest_free_block: u64,
-    /// `(site, live bytes, live count)`, sorted by bytes descending.
+    /// `(site, live bytes, live count)` of allocated blocks, sorted by bytes descending.
     pub sites: Vec<(String, u64, u64)>,
+    /// The top-down tree of allocated bytes.
+    pub tree: Node,
+    /// Events that contradict the recorded state.
+    pub inconsistent: u64,
 }
 
 impl DeviceSummary {
@@ -33,79 +70,71 @@ impl DeviceSummary {
     }
 }
 
-fn u(v: Option<&Value>) -> u64 {
-    v.and_then(Value::as_i64).map_or(0, |i| i.max(0) as u64)
-}
-
-fn site(frames: Option<&Value>) -> String {
-    let first = frames.and_then(Value::as_seq).and_then(|f| f.first());
-    match first {
-        Some(f) => {
-            let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
-            let file = f.get("filename").and_then(Value::as_str).unwrap_or("?");
-            format!("{name} ({file}:{})", u(f.get("line")))
-        }
-        None => "<no stack>".to_string(),
-    }
-}
-
-/// Figures of one device (or of pinned host memory) from its segments and trace.
-pub fn device_summary(segments: &[&Value], trace: &[Value]) -> DeviceSummary {
-    let mut s = DeviceSummary {
-        segments: segments.len(),
-        ..Default::default()
+/// Figures of one device (or of pinned host memory).
+pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSummary {
+    let st = start_of(snap, dev);
+    let p = peaks(dev, &st);
+    let end: State = if snap.has_state {
+        end_state(dev)
+    } else {
+        crate::analyze::timeline::state_after(dev, &st, dev.events.len())
     };
-    let mut live: HashMap<i64, u64> = HashMap::new();
-    let mut sites: HashMap<String, (u64, u64)> = HashMap::new();
-    for seg in segments {
-        s.reserved += u(seg.get("total_size"));
-        for b in seg.get("blocks").and_then(Value::as_seq).unwrap_or(&[]) {
-            let size = u(b.get("size"));
-            match b.get("state").and_then(Value::as_str) {
-                Some("inactive") => s.largest_free_block = s.largest_free_block.max(size),
-                Some(_) => {
-                    // Active: allocated, or freed with work possibly still using it.
-                    s.allocated += size;
-                    live.insert(b.get("address").and_then(Value::as_i64).unwrap_or(0), size);
-                    let e = sites.entry(site(b.get("frames"))).or_default();
-                    e.0 += size;
-                    e.1 += 1;
-                }
-                None => {}
-            }
-        }
+    let largest_free_block = dev
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state == BlockState::Inactive)
+        .map(|b| b.size)
+        .max()
+        .unwrap_or(0);
+    let sites = by_site(&snap.stacks, end.allocated.values(), opts.depth)
+        .into_iter()
+        .map(|r| (r.site, r.bytes, r.count))
+        .collect();
+    DeviceSummary {
+        segments: dev.segments.len(),
+        reserved: end.reserved,
+        allocated: end.allocated_bytes,
+        pending: end.pending_bytes,
+        peak_reserved: p.reserved.max(end.reserved),
+        peak_allocated: p.allocated.max(end.allocated_bytes),
+        largest_free_block,
+        sites,
+        tree: if opts.tree {
+            tree(&snap.stacks, end.allocated.values(), opts.depth.max(4))
+        } else {
+            Node::default()
+        },
+        inconsistent: st.inconsistent,
     }
-    let (mut alloc, mut res) = (s.allocated as i128, s.reserved as i128);
-    let (mut peak_a, mut peak_r) = (alloc, res);
-    for ev in trace.iter().rev() {
-        let addr = ev.get("addr").and_then(Value::as_i64).unwrap_or(0);
-        let size = u(ev.get("size")) as i128;
-        match ev.get("action").and_then(Value::as_str).unwrap_or("") {
-            "alloc" => alloc -= live.remove(&addr).map_or(size, i128::from),
-            "free_completed" => {
-                live.insert(addr, size as u64);
-                alloc += size
-            }
-            "segment_alloc" | "segment_map" => res -= size,
-            "segment_free" | "segment_unmap" => res += size,
-            _ => {}
-        }
-        peak_a = peak_a.max(alloc);
-        peak_r = peak_r.max(res);
-    }
-    s.peak_allocated = peak_a.max(0) as u64;
-    s.peak_reserved = peak_r.max(0) as u64;
-    s.sites = sites.into_iter().map(|(k, (b, c))| (k, b, c)).collect();
-    s.sites
-        .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    s
 }
 
 fn mib(b: u64) -> String {
     format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-fn write_device(out: &mut String, title: &str, s: &DeviceSummary) {
+fn write_tree(out: &mut String, n: &Node, indent: usize, total: u64, top: usize) {
+    for c in n.children.iter().take(top) {
+        let share = if total == 0 {
+            0.0
+        } else {
+            c.bytes as f64 * 100.0 / total as f64
+        };
+        let _ = writeln!(
+            out,
+            "    {:indent$}{:>12} {:>5.1}%  {}",
+            "",
+            mib(c.bytes),
+            share,
+            c.frame,
+            indent = indent
+        );
+        write_tree(out, c, indent + 2, total, top);
+    }
+}
+
+/// Print one device's summary.
+pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Options) {
     let _ = writeln!(out, "{title}:");
     let _ = writeln!(
         out,
@@ -113,6 +142,13 @@ fn write_device(out: &mut String, title: &str, s: &DeviceSummary) {
         mib(s.allocated),
         mib(s.peak_allocated)
     );
+    if s.pending > 0 {
+        let _ = writeln!(
+            out,
+            "  pending free: {} (freed, waiting for other streams)",
+            mib(s.pending)
+        );
+    }
     let _ = writeln!(
         out,
         "  reserved:  {} (peak {})",
@@ -122,74 +158,110 @@ fn write_device(out: &mut String, title: &str, s: &DeviceSummary) {
     let _ = writeln!(out, "  fragmentation: {:.1}%", s.fragmentation() * 100.0);
     let _ = writeln!(out, "  segments: {}", s.segments);
     let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+    if s.inconsistent > 0 {
+        let _ = writeln!(
+            out,
+            "  note: {} trace events contradict the recorded state",
+            s.inconsistent
+        );
+    }
     if s.sites.is_empty() {
         return;
     }
     let _ = writeln!(out, "  top allocation sites by live bytes:");
-    for (name, bytes, count) in s.sites.iter().take(5) {
+    for (name, bytes, count) in s.sites.iter().take(opts.top) {
         let _ = writeln!(out, "    {:>12}  {count:>7} blocks  {name}", mib(*bytes));
     }
     let mut by_count: Vec<&(String, u64, u64)> = s.sites.iter().collect();
     by_count.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
     let _ = writeln!(out, "  top allocation sites by count:");
-    for (name, bytes, count) in by_count.into_iter().take(5) {
+    for (name, bytes, count) in by_count.into_iter().take(opts.top) {
         let _ = writeln!(out, "    {count:>7} blocks  {:>12}  {name}", mib(*bytes));
+    }
+    if opts.tree && !s.tree.children.is_empty() {
+        let _ = writeln!(out, "  live bytes top-down (outermost caller first):");
+        write_tree(out, &s.tree, 0, s.allocated, opts.top);
     }
 }
 
-/// Summaries per device ordinal (segments' devices and `device_traces` indices).
-pub fn devices(v: &Value) -> Vec<(i64, DeviceSummary)> {
-    let v = &v.expanded();
-    let segs = v.get("segments").and_then(Value::as_seq).unwrap_or(&[]);
-    let traces = v
-        .get("device_traces")
-        .and_then(Value::as_seq)
-        .unwrap_or(&[]);
-    let mut ords: Vec<i64> = segs
+/// Summaries of the devices with anything on them, by ordinal.
+pub fn summaries(snap: &Snapshot, opts: &Options) -> Vec<(i64, DeviceSummary)> {
+    snap.devices
         .iter()
-        .filter_map(|s| s.get("device")?.as_i64())
-        .collect();
-    ords.extend(0..traces.len() as i64);
-    ords.sort_unstable();
-    ords.dedup();
-    ords.into_iter()
-        .map(|d| {
-            let mine: Vec<&Value> = segs
-                .iter()
-                .filter(|s| s.get("device").and_then(Value::as_i64) == Some(d))
-                .collect();
-            let trace = usize::try_from(d)
-                .ok()
-                .and_then(|i| traces.get(i))
-                .and_then(Value::as_seq)
-                .unwrap_or(&[]);
-            (d, device_summary(&mine, trace))
-        })
+        .filter(|d| !d.is_empty())
+        .map(|d| (d.ordinal, device_summary(snap, d, opts)))
         .collect()
 }
 
-/// The text `cushim summary` prints.
-pub fn summary(v: &Value) -> String {
-    let v = &v.expanded();
+/// The text `cushim summary` prints for one input.
+pub fn render(snap: &Snapshot, opts: &Options) -> String {
     let mut out = String::new();
-    let devs = devices(v);
+    let devs = summaries(snap, opts);
     if devs.is_empty() {
         out.push_str("no device memory in this snapshot\n");
     }
-    let segs = v.get("segments").and_then(Value::as_seq).unwrap_or(&[]);
     for (d, s) in &devs {
-        write_device(&mut out, &format!("device {d}"), s);
-        let mine: Vec<&Value> = segs
-            .iter()
-            .filter(|s| s.get("device").and_then(Value::as_i64) == Some(*d))
-            .collect();
-        crate::snapshot::kinds::write_extra(&mut out, v, &mine, *d);
+        write_device(&mut out, &format!("device {d}"), s, opts);
     }
-    if let Some(hs) = v.get("host_segments").and_then(Value::as_seq) {
-        let hs: Vec<&Value> = hs.iter().collect();
-        let ht = v.get("host_traces").and_then(Value::as_seq).unwrap_or(&[]);
-        write_device(&mut out, "pinned host memory", &device_summary(&hs, ht));
-        crate::snapshot::kinds::write_extra(&mut out, v, &hs, -1);
+    if let Some(h) = snap.host.as_ref().filter(|h| !h.is_empty()) {
+        write_device(
+            &mut out,
+            "pinned host memory",
+            &device_summary(snap, h, opts),
+            opts,
+        );
     }
     out
+}
+
+/// The per-rank table of several inputs (one per rank): per file and device the peaks,
+/// then the spread of the peaks (min, max, max - min, and which file has the largest).
+pub fn ranks(inputs: &[(String, Snapshot)], opts: &Options) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<40} {:>6} {:>16} {:>16} {:>16}",
+        "file", "device", "peak allocated", "peak reserved", "reserved now"
+    );
+    let mut peaks_a: Vec<(u64, &str)> = Vec::new();
+    let mut peaks_r: Vec<(u64, &str)> = Vec::new();
+    for (name, snap) in inputs {
+        for (d, s) in summaries(snap, opts) {
+            let _ = writeln!(
+                out,
+                "{:<40} {:>6} {:>16} {:>16} {:>16}",
+                name,
+                d,
+                mib(s.peak_allocated),
+                mib(s.peak_reserved),
+                mib(s.reserved)
+            );
+            peaks_a.push((s.peak_allocated, name));
+            peaks_r.push((s.peak_reserved, name));
+        }
+    }
+    for (what, v) in [("peak allocated", &peaks_a), ("peak reserved", &peaks_r)] {
+        let (Some(min), Some(max)) = (v.iter().min(), v.iter().max()) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "spread of {what}: min {} max {} (max - min {}, largest in {})",
+            mib(min.0),
+            mib(max.0),
+            mib(max.0 - min.0),
+            max.1
+        );
+    }
+    out
+}
+
+/// Summaries per device of a snapshot tree.
+pub fn devices(v: &Value) -> Result<Vec<(i64, DeviceSummary)>, String> {
+    Ok(summaries(&from_value(v)?, &Options::default()))
+}
+
+/// The text `cushim summary` prints for a snapshot tree.
+pub fn summary(v: &Value) -> Result<String, String> {
+    Ok(render(&from_value(v)?, &Options::default()))
 }

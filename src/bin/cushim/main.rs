@@ -1,5 +1,6 @@
 //! The `cushim` command: run programs under the shim, the bundled demo, and snapshot tools.
 
+mod analyze;
 mod bench;
 mod demo;
 mod launch;
@@ -70,8 +71,39 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Print a summary of a snapshot (ours in any format, or PyTorch's own pickle).
-    Summary { file: PathBuf },
+    /// Print a summary of a snapshot (ours in any format, PyTorch's pickle, an RMM or
+    /// alloc/free log); several files (one per rank) add a per-rank table.
+    Summary {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Frames per allocation site: the program's first frame and its callers.
+        #[arg(long, default_value_t = 1)]
+        depth: usize,
+        /// Also print the top-down tree of live bytes.
+        #[arg(long)]
+        tree: bool,
+    },
+    /// Replay a recorded trace through the engine under the recorded settings and others,
+    /// and print peaks, fragmentation, device allocations and OOMs side by side.
+    Replay {
+        file: PathBuf,
+        /// A configuration to replay (PYTORCH_CUDA_ALLOC_CONF syntax); repeatable. Default:
+        /// PyTorch's defaults, expandable segments, max_split_size_mb 32/128/512, GC 0.6.
+        #[arg(long = "conf")]
+        confs: Vec<String>,
+    },
+    /// Compare two runs: peaks and the allocation sites that grew, shrank, appeared or
+    /// vanished, per device.
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Frames per allocation site.
+        #[arg(long, default_value_t = 1)]
+        depth: usize,
+        /// Sites listed per device.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert { input: PathBuf, output: PathBuf },
     /// Ask a running process to write a live snapshot (sends CUSHIM_DUMP_SIGNAL, default USR1).
@@ -110,7 +142,9 @@ fn main() -> ExitCode {
             steps,
         } => demo::demo(expandable, snapshot, steps),
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
-        Cmd::Summary { file } => tools::summary(&file),
+        Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
+        Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
+        Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal),
     };

@@ -1,8 +1,8 @@
-//! `cushim summary`, `convert` and `dump`: snapshot tools over the engine's reader/writers.
+//! `cushim convert` and `dump`: snapshot tools over the engine's reader/writers.
 
 use std::path::Path;
 
-use cushim::snapshot::{json, reader, summary};
+use cushim::snapshot::{json, reader};
 use serde_json::Value;
 
 /// Read a snapshot in any supported format as JSON data.
@@ -11,13 +11,6 @@ pub fn read_snapshot_json(path: &Path) -> Result<Value, String> {
         reader::read_file(path).map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
     let bytes = json::to_bytes(&v)?;
     serde_json::from_slice(&bytes).map_err(|e| format!("snapshot {} as JSON: {e}", path.display()))
-}
-
-pub fn summary(path: &Path) -> Result<i32, String> {
-    let v =
-        reader::read_file(path).map_err(|e| format!("reading snapshot {}: {e}", path.display()))?;
-    print!("{}", summary::summary(&v));
-    Ok(0)
 }
 
 pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {

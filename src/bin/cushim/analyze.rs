@@ -1,0 +1,49 @@
+//! `cushim summary`, `replay` and `diff`: the analyses of `cushim::analyze` on files.
+
+use std::path::{Path, PathBuf};
+
+use cushim::analyze::{diff, input, replay};
+use cushim::snapshot::summary::{ranks, render, Options};
+
+pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
+    let opts = Options {
+        depth: depth.max(1),
+        tree,
+        ..Options::default()
+    };
+    if let [one] = files {
+        print!("{}", render(&input::read(one)?, &opts));
+        return Ok(0);
+    }
+    let mut all = Vec::new();
+    for f in files {
+        all.push((f.display().to_string(), input::read(f)?));
+    }
+    print!("{}", ranks(&all, &opts));
+    for (name, snap) in &all {
+        println!("\n== {name}");
+        print!("{}", render(snap, &opts));
+    }
+    Ok(0)
+}
+
+pub fn replay(file: &Path, confs: &[String]) -> Result<i32, String> {
+    let snap = input::read(file)?;
+    let confs = if confs.is_empty() {
+        replay::default_confs()
+    } else {
+        confs.to_vec()
+    };
+    let r = replay::replay(&snap, &confs).map_err(|e| format!("{}: {e}", file.display()))?;
+    print!("{}", replay::render(&r));
+    Ok(0)
+}
+
+pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String> {
+    let (sa, sb) = (input::read(a)?, input::read(b)?);
+    print!(
+        "{}",
+        diff::render(&diff::diff(&sa, &sb, depth.max(1)), top.max(1))
+    );
+    Ok(0)
+}
