@@ -5,7 +5,7 @@
 //! file and says what is wrong (`FILE: line 7: ...`); logs give events only (no end state),
 //! on device 0, with each block's id standing in for its address.
 
-use crate::analyze::load::from_value;
+use crate::analyze::load::from_value_sized;
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::snapshot::reader::read_bytes;
 use crate::trace::event::Action;
@@ -35,7 +35,7 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
         }
     }
     let v = read_bytes(bytes)?;
-    from_value(&v)
+    from_value_sized(&v, bytes.len())
 }
 
 /// The first non-blank, non-comment line, if the file starts as text.

@@ -4,7 +4,10 @@
 //! not fit its segment is an error naming where it is (`segments[3].blocks[2].size: ...`);
 //! unknown keys and unknown trace actions are ignored (newer PyTorch versions add some).
 //! Frames and frame lists shared in the tree (pickle memo) are interned by identity, so a
-//! million events sharing one 32-frame stack cost one stack here too.
+//! million events sharing one 32-frame stack cost one stack here too. With the input's
+//! length given, the model's entries (segments, blocks, events) are limited to what that
+//! many bytes can hold, so a crafted file that references one large list many times over
+//! (cheap in pickle's memo) is refused instead of multiplied.
 
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
 use crate::snapshot::value::Value;
@@ -334,8 +337,33 @@ fn settings(v: &Value) -> R<Option<String>> {
     Ok(Some(parts.join(",")))
 }
 
+/// Bytes of pickle one entry (segment, block, trace entry) takes at least: a dict with a
+/// handful of memoized keys and small values.
+const MIN_ENTRY_BYTES: usize = 8;
+
+/// Counts the model's entries against what the input can hold.
+struct Budget(usize);
+
+impl Budget {
+    fn take(&mut self, n: usize, at: &dyn Fn() -> String) -> R<()> {
+        self.0 = self.0.checked_sub(n).ok_or_else(|| {
+            format!(
+                "{}: more entries than a file of this size can hold (a list shared many times over?)",
+                at()
+            )
+        })?;
+        Ok(())
+    }
+}
+
 /// The model of a snapshot tree.
 pub fn from_value(v: &Value) -> R<Snapshot> {
+    from_value_sized(v, usize::MAX)
+}
+
+/// The model of a snapshot tree read from `input_len` bytes.
+pub fn from_value_sized(v: &Value, input_len: usize) -> R<Snapshot> {
+    let mut budget = Budget((input_len / MIN_ENTRY_BYTES).saturating_add(1024));
     if !matches!(v, Value::Dict(_)) {
         return Err(format!(
             "expected a snapshot (a dict with segments and device_traces), found {}",
@@ -344,23 +372,23 @@ pub fn from_value(v: &Value) -> R<Snapshot> {
     }
     let mut i = Interner::new();
     let mut devices: Vec<Device> = Vec::new();
-    let dev_at = |devices: &mut Vec<Device>, d: i64| -> usize {
-        match devices.iter().position(|x| x.ordinal == d) {
-            Some(p) => p,
-            None => {
-                devices.push(Device {
-                    ordinal: d,
-                    ..Default::default()
-                });
-                devices.len() - 1
-            }
-        }
+    let mut index: HashMap<i64, usize> = HashMap::new();
+    let mut dev_at = |devices: &mut Vec<Device>, d: i64| -> usize {
+        *index.entry(d).or_insert_with(|| {
+            devices.push(Device {
+                ordinal: d,
+                ..Default::default()
+            });
+            devices.len() - 1
+        })
     };
     for (n, seg) in seq(v, "segments", &|| "snapshot".into())?
         .iter()
         .enumerate()
     {
-        let (d, s) = segment(seg, &|| format!("segments[{n}]"), &mut i)?;
+        let at = || format!("segments[{n}]");
+        budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
+        let (d, s) = segment(seg, &at, &mut i)?;
         let p = dev_at(&mut devices, d);
         devices[p].segments.push(s);
     }
@@ -381,6 +409,7 @@ pub fn from_value(v: &Value) -> R<Snapshot> {
         if entries.is_empty() {
             continue;
         }
+        budget.take(entries.len(), &at)?;
         let p = dev_at(&mut devices, d as i64);
         let mut events = Vec::with_capacity(entries.len());
         for (n, e) in entries.iter().enumerate() {
@@ -400,8 +429,9 @@ pub fn from_value(v: &Value) -> R<Snapshot> {
             .iter()
             .enumerate()
         {
-            h.segments
-                .push(segment(seg, &|| format!("host_segments[{n}]"), &mut i)?.1);
+            let at = || format!("host_segments[{n}]");
+            budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
+            h.segments.push(segment(seg, &at, &mut i)?.1);
         }
         let built;
         let traces = match v.get("host_traces") {
@@ -411,6 +441,7 @@ pub fn from_value(v: &Value) -> R<Snapshot> {
             }
             _ => seq(v, "host_traces", &|| "snapshot".into())?,
         };
+        budget.take(traces.len(), &|| "host_traces".into())?;
         for (n, e) in traces.iter().enumerate() {
             if let Some(ev) = event(e, &|| format!("host_traces[{n}]"), &mut i)? {
                 h.events.push(ev);

@@ -552,7 +552,7 @@ pub fn read_pickle(bytes: &[u8]) -> Result<Value, String> {
         memo: HashMap::new(),
         pending: HashMap::new(),
         memo_count: 0,
-        copy_budget: bytes.len().saturating_mul(16).saturating_add(1 << 20),
+        copy_budget: bytes.len() / 4 + 4096,
     };
     r.run()
 }
