@@ -51,9 +51,20 @@ fn allowance(len: usize) -> usize {
 fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
     let mut out = Vec::new();
     let snap = input::from_bytes(bytes);
-    out.push(snap.as_ref().map(|s| {
-        let _ = render(s, &Options { depth: 3, tree: true, top: 5 });
-    }).map_err(Clone::clone));
+    out.push(
+        snap.as_ref()
+            .map(|s| {
+                let _ = render(
+                    s,
+                    &Options {
+                        depth: 3,
+                        tree: true,
+                        top: 5,
+                    },
+                );
+            })
+            .map_err(Clone::clone),
+    );
     if let Ok(s) = &snap {
         out.push(replay::replay(s, &[String::new()]).map(|r| {
             let _ = replay::render(&r);
@@ -132,7 +143,9 @@ fn mutate(rng: &mut fastrand::Rng, b: &[u8]) -> Vec<u8> {
         }
         5 => {
             // A byte set to an interesting opcode or marker.
-            let ops = [b'h', b'j', b'2', b'(', b']', b'}', b'a', b'e', b's', b'u', 0x94, 0x8d, b'X', b'.'];
+            let ops = [
+                b'h', b'j', b'2', b'(', b']', b'}', b'a', b'e', b's', b'u', 0x94, 0x8d, b'X', b'.',
+            ];
             if !m.is_empty() {
                 let i = rng.usize(0..m.len());
                 m[i] = ops[rng.usize(0..ops.len())];
@@ -150,7 +163,10 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
     let mut c = vec![
         ("seed pickle", seed_scenario("", Format::Pickle)),
         ("seed json", seed_scenario("", Format::Json)),
-        ("seed msgpack", seed_scenario("expandable_segments:True", Format::Msgpack)),
+        (
+            "seed msgpack",
+            seed_scenario("expandable_segments:True", Format::Msgpack),
+        ),
         ("rmm csv", rmm_csv()),
         ("plain log", plain_log()),
     ];
@@ -221,7 +237,10 @@ fn worst_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             (Value::str("total_size"), Value::Int(10)),
             (
                 Value::str("blocks"),
-                Value::list(vec![Value::dict(vec![(Value::str("size"), Value::Int(i64::MAX))])]),
+                Value::list(vec![Value::dict(vec![(
+                    Value::str("size"),
+                    Value::Int(i64::MAX),
+                )])]),
             ),
         ])]),
     )]));
@@ -254,15 +273,31 @@ fn worst_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ("DUP/APPEND copies", dup_append, "copies shared containers"),
         ("billion laughs", laughs, "expected a segment dict"),
         ("100k gets of an open list", many_gets, "found a list"),
-        ("wrong type in a known key", wrong_type, "segments: expected a list, found a string"),
+        (
+            "wrong type in a known key",
+            wrong_type,
+            "segments: expected a list, found a string",
+        ),
         ("negative size", neg_size, "total_size: negative"),
-        ("blocks beyond their segment", blocks_overflow, "more than the segment"),
-        ("one trace shared by 2000 devices", shared_trace, "more entries than a file of this size"),
+        (
+            "blocks beyond their segment",
+            blocks_overflow,
+            "more than the segment",
+        ),
+        (
+            "one trace shared by 2000 devices",
+            shared_trace,
+            "more entries than a file of this size",
+        ),
         ("msgpack 4 GiB string", msgpack_huge, "msgpack"),
         ("msgpack 4G-entry array", msgpack_array, "msgpack"),
         ("JSON nested 100k deep", json_deep, "JSON"),
         ("empty", Vec::new(), "empty"),
-        ("text garbage", b"hello world\n".to_vec(), "expected a snapshot"),
+        (
+            "text garbage",
+            b"hello world\n".to_vec(),
+            "expected a snapshot",
+        ),
     ]
 }
 

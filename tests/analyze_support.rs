@@ -79,7 +79,9 @@ pub fn engine_snapshot(
 /// The seed scenario (DESIGN.md): 8 x 16 MiB, free all, 4 x 32 MiB.
 pub fn seed_scenario(conf: &str, format: Format) -> Vec<u8> {
     engine_snapshot(conf, format, |a| {
-        let p: Vec<u64> = (0..8).map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap()).collect();
+        let p: Vec<u64> = (0..8)
+            .map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap())
+            .collect();
         for x in p {
             a.free(x, 0, 0).unwrap();
         }

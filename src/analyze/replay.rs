@@ -30,7 +30,8 @@ const UNLIMITED: u64 = 1 << 50;
 pub struct Row {
     /// What the column is (`recorded`, `replay: <conf>`).
     pub label: String,
-    pub peak_reserved: u64,
+    /// `None` when not known (the recorded column of a log: it has no segments).
+    pub peak_reserved: Option<u64>,
     pub peak_allocated: u64,
     /// Device allocation calls (cudaMalloc, or physical pages for expandable segments);
     /// `None` when not known (the recorded column of a log).
@@ -40,11 +41,10 @@ pub struct Row {
 
 impl Row {
     /// `1 - peak allocated / peak reserved` (0 when nothing was reserved).
-    pub fn fragmentation(&self) -> f64 {
-        if self.peak_reserved == 0 {
-            0.0
-        } else {
-            1.0 - self.peak_allocated as f64 / self.peak_reserved as f64
+    pub fn fragmentation(&self) -> Option<f64> {
+        match self.peak_reserved? {
+            0 => Some(0.0),
+            r => Some(1.0 - self.peak_allocated as f64 / r as f64),
         }
     }
 }
@@ -94,7 +94,7 @@ fn recorded_row(snap: &Snapshot, dev: &Device) -> Row {
         .count() as u64;
     Row {
         label: "recorded".into(),
-        peak_reserved: p.reserved,
+        peak_reserved: snap.has_state.then_some(p.reserved),
         peak_allocated: p.allocated,
         device_allocs: snap.has_state.then_some(allocs),
         ooms: p.ooms,
@@ -153,7 +153,7 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
     let counters = fake.counters();
     Ok(Row {
         label,
-        peak_reserved: stat("reserved_bytes.all.peak"),
+        peak_reserved: Some(stat("reserved_bytes.all.peak")),
         peak_allocated: stat("allocated_bytes.all.peak"),
         device_allocs: Some(counters.malloc + counters.create_physical),
         ooms,
@@ -243,13 +243,17 @@ pub fn render(r: &Replay) -> String {
             let allocs = row
                 .device_allocs
                 .map_or_else(|| "-".to_string(), |n| n.to_string());
+            let reserved = row.peak_reserved.map_or_else(|| "-".to_string(), mib);
+            let frag = row
+                .fragmentation()
+                .map_or_else(|| "-".to_string(), |f| format!("{:.1}%", f * 100.0));
             let _ = writeln!(
                 out,
-                "  {:<48} {:>10} MiB {:>11} MiB {:>7.1}% {:>12} {:>5}",
+                "  {:<48} {:>10} MiB {:>11} MiB {:>8} {:>12} {:>5}",
                 row.label,
-                mib(row.peak_reserved),
+                reserved,
                 mib(row.peak_allocated),
-                row.fragmentation() * 100.0,
+                frag,
                 allocs,
                 row.ooms
             );
