@@ -234,8 +234,8 @@ fn every_command_refuses_hostile_files_with_one_line_naming_the_file() {
     let dir = common::scratch("analyze-hostile-cli");
     let good = write(&dir, "good.pickle", &seed_scenario("", Format::Pickle));
     let mut deep = vec![0x80, 2];
-    deep.extend(std::iter::repeat_n(b']', 10_000));
-    deep.extend(std::iter::repeat_n(b'a', 9_999));
+    deep.extend(std::iter::repeat(b']').take(10_000));
+    deep.extend(std::iter::repeat(b'a').take(9_999));
     deep.push(b'.');
     let mut huge = vec![0x80, 4, 0x8d];
     huge.extend((5u64 << 30).to_le_bytes());

@@ -3,11 +3,12 @@
 //! than a constant factor of the input. A deterministic mutation loop over real inputs of
 //! every kind, and hand-made worst cases. (One test per binary: the allocation counter is
 //! process-wide.)
+//! Covered: summary, replay, diff, report, convert.
 
 #[path = "analyze_support.rs"]
 mod support;
 
-use cushim::analyze::{diff, input, replay};
+use cushim::analyze::{diff, input, replay, report};
 use cushim::snapshot::reader::{expanded_nodes, read_bytes};
 use cushim::snapshot::summary::{render, Options};
 use cushim::snapshot::value::Value;
@@ -47,7 +48,8 @@ fn allowance(len: usize) -> usize {
 }
 
 /// Everything a command does with input bytes, in process: summary, replay (one
-/// configuration), diff against itself, and convert's check before writing JSON.
+/// configuration), diff against itself, report (replaying the default set), and convert's
+/// check before writing JSON.
 fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
     let mut out = Vec::new();
     let snap = input::from_bytes(bytes);
@@ -70,6 +72,7 @@ fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
             let _ = replay::render(&r);
         }));
         let _ = diff::render(&diff::diff(s, s, 2), 5);
+        out.push(report::report(s, "hostile").map(|h| assert!(h.len() < allowance(bytes.len()))));
     }
     match read_bytes(bytes) {
         Ok(v) => {
@@ -86,6 +89,9 @@ fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
 
 /// Run `every_command` on `bytes`, checking the allocation bound; the errors it returned.
 fn check(bytes: &[u8], what: &str) -> Vec<String> {
+    if std::env::var_os("HOSTILE_TRACE").is_some() {
+        eprintln!("case {what}");
+    }
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
     let res = every_command(bytes);
@@ -179,11 +185,11 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
 /// Hand-made worst cases: each must be refused with the given words in its error.
 fn worst_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     let mut deep = vec![0x80, 2];
-    deep.extend(std::iter::repeat_n(b']', 200_000));
-    deep.extend(std::iter::repeat_n(b'a', 199_999));
+    deep.extend(std::iter::repeat(b']').take(200_000));
+    deep.extend(std::iter::repeat(b'a').take(199_999));
     deep.push(b'.');
     let mut deep_tuple = vec![0x80, 2, b'N'];
-    deep_tuple.extend(std::iter::repeat_n(0x85, 100_000));
+    deep_tuple.extend(std::iter::repeat(0x85).take(100_000));
     deep_tuple.push(b'.');
     let mut huge_str8 = vec![0x80, 4, 0x8d];
     huge_str8.extend((3u64 << 30).to_le_bytes());
@@ -215,7 +221,7 @@ fn worst_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     // GETs of a container still open at the bottom of a deep stack (a scan per GET would
     // be quadratic).
     let mut many_gets = vec![0x80, 2, b']', 0x94];
-    many_gets.extend(std::iter::repeat_n(b']', 100_000));
+    many_gets.extend(std::iter::repeat(b']').take(100_000));
     for _ in 0..100_000 {
         many_gets.extend([b'h', 0]);
     }

@@ -8,7 +8,8 @@
 //! they are skipped. Python frames inside the `torch` package itself are skipped as well
 //! (the caller of `torch.empty` is the answer, not `torch/nn/modules/linear.py`), but only
 //! while a frame outside it follows: a stack of nothing but machinery keeps its innermost
-//! frame, so no block is ever left without a site.
+//! frame, so no block is ever left without a site. At the other end, the frames that only
+//! start a process or thread (`_start`, `__libc_start_main`, ...) are trimmed.
 
 use crate::analyze::model::{Frame, Stacks};
 
@@ -53,6 +54,17 @@ const SKIP_FILE_PARTS: &[&str] = &[
     "libsimcuda",
 ];
 
+/// Outermost frames that only start a process or thread (trimmed from the caller's end).
+const START_FRAMES: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "clone3",
+];
+
 /// Whether `f` is machinery between the program and the memory.
 pub fn is_machinery(f: &Frame) -> bool {
     let name = f.name.trim_start();
@@ -64,7 +76,14 @@ pub fn is_machinery(f: &Frame) -> bool {
 /// The frames of stack `id` from the program's first frame on, innermost first (the whole
 /// stack when every frame is machinery).
 pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
-    let all: Vec<&Frame> = stacks.frames_of(id).collect();
+    let mut all: Vec<&Frame> = stacks.frames_of(id).collect();
+    while all.len() > 1
+        && all
+            .last()
+            .is_some_and(|f| START_FRAMES.contains(&f.name.trim()))
+    {
+        all.pop();
+    }
     match all.iter().position(|f| !is_machinery(f)) {
         Some(p) => all[p..].to_vec(),
         None => all,

@@ -22,8 +22,11 @@ use crate::trace::event::{Action, NullSink};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Unlimited device memory, for inputs that do not record the device's size.
-const UNLIMITED: u64 = 1 << 50;
+/// Device memory for inputs that do not record the device's size: 256 GiB, beyond any GPU
+/// made so far. It also bounds what a crafted request costs the replay: the engine keeps
+/// host-side records per mapped page of expandable segments (tens of MB for a TiB), and
+/// the fake device's expandable path overflows past its 16 TiB address span.
+const UNLIMITED: u64 = 256 << 30;
 
 /// One configuration's figures on one device.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,8 +124,17 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
         .map(|(&addr, l)| (addr, l.size))
         .collect();
     before.sort_unstable();
+    // A request beyond the whole device cannot succeed on it; such sizes (from a corrupt
+    // or crafted input) never reach the engine.
+    let malloc = |size: u64, stream: u64| {
+        if size > capacity {
+            Err(crate::alloc::AllocError::OutOfMemory)
+        } else {
+            a.malloc(0, size, stream, 0)
+        }
+    };
     for (addr, size) in before {
-        match a.malloc(0, size, 0, 0) {
+        match malloc(size, 0) {
             Ok(p) => {
                 ptrs.insert(addr, p);
             }
@@ -131,7 +143,7 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
     }
     for ev in &dev.events {
         match ev.action {
-            Action::Alloc => match a.malloc(0, ev.size, ev.stream, 0) {
+            Action::Alloc => match malloc(ev.size, ev.stream) {
                 Ok(p) => {
                     if let Some(old) = ptrs.insert(ev.addr, p) {
                         // The recording reused an address we still hold: a free was lost.
@@ -168,7 +180,7 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
         None => notes.push("the input records no allocator settings: the recorded row is replayed under PyTorch's defaults".into()),
     }
     if snap.device_total.is_none() {
-        notes.push("the device's size is not recorded: replays run on an unlimited device (no OOMs; garbage_collection_threshold never triggers)".into());
+        notes.push("the device's size is not recorded: replays run on a 256 GiB device (no OOMs below that; garbage_collection_threshold never triggers)".into());
     }
     notes.push(NO_FIXED_PAGES.into());
     let mut devices = Vec::new();

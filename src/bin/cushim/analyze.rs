@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cushim::analyze::{diff, input, replay};
+use cushim::analyze::{diff, input, replay, report};
 use cushim::snapshot::summary::{ranks, render, Options};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
@@ -45,5 +45,17 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String>
         "{}",
         diff::render(&diff::diff(&sa, &sb, depth.max(1)), top.max(1))
     );
+    Ok(0)
+}
+
+pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
+    let snap = input::read(file)?;
+    let html = report::report(&snap, &file.display().to_string())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    cushim::snapshot::output::write_atomic_with(out, |w| {
+        w.write_all(html.as_bytes())
+            .map_err(|e| format!("writing {}: {e}", out.display()))
+    })?;
+    eprintln!("cushim: wrote {}", out.display());
     Ok(0)
 }

@@ -92,6 +92,14 @@ enum Cmd {
         #[arg(long = "conf")]
         confs: Vec<String>,
     },
+    /// Write a self-contained HTML report (timeline, top sites and flame graph at the peak,
+    /// segments, replay table).
+    Report {
+        file: PathBuf,
+        /// The HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Compare two runs: peaks and the allocation sites that grew, shrank, appeared or
     /// vanished, per device.
     Diff {
@@ -144,6 +152,7 @@ fn main() -> ExitCode {
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
         Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
         Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
+        Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal),

@@ -1,0 +1,279 @@
+//! `cushim report FILE -o report.html`: one self-contained HTML page (every style inline,
+//! no script, no network) with, per device, the timeline of allocated and reserved memory,
+//! the top sites at the peak, a flame graph of live bytes at the peak, the segments' fill,
+//! and the replay table.
+//!
+//! Policy: the page stays small whatever the input: the timeline is aggregated into at most
+//! [`BUCKETS`] columns (each the maximum of its events), the flame graph drops frames under
+//! 0.5% of the peak, and segment and site lists are capped; nothing is drawn per block or
+//! per event. Drawing is SVG, so the page needs no script to render. Text from the input
+//! (frame names, file names) is escaped.
+
+use crate::analyze::model::{BlockState, Device, Snapshot};
+use crate::analyze::replay::{self, Replay};
+use crate::analyze::sites::{by_site, tree, Node};
+use crate::analyze::timeline::{apply, peaks, start_of, state_after};
+use std::fmt::Write;
+
+/// Columns of the timeline.
+pub const BUCKETS: usize = 800;
+/// Levels of the flame graph.
+const FLAME_DEPTH: usize = 12;
+const WIDTH: f64 = 1000.0;
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '&' => o.push_str("&amp;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+/// Per bucket of events: (max allocated, max reserved).
+fn timeline(snap: &Snapshot, dev: &Device) -> Vec<(u64, u64)> {
+    let st = start_of(snap, dev);
+    let mut s = st.state.clone();
+    let n = dev.events.len().max(1);
+    let per = n.div_ceil(BUCKETS).max(1);
+    let mut out = vec![(s.allocated_bytes, s.reserved)];
+    let mut cur = (0u64, 0u64);
+    for (i, ev) in dev.events.iter().enumerate() {
+        apply(&mut s, ev, st.requests);
+        cur.0 = cur.0.max(s.allocated_bytes);
+        cur.1 = cur.1.max(s.reserved);
+        if (i + 1) % per == 0 || i + 1 == dev.events.len() {
+            out.push(cur);
+            cur = (0, 0);
+        }
+    }
+    out
+}
+
+fn svg_timeline(out: &mut String, pts: &[(u64, u64)]) {
+    let h = 200.0;
+    let top = pts.iter().map(|p| p.0.max(p.1)).max().unwrap_or(0).max(1) as f64;
+    let x = |i: usize| i as f64 * WIDTH / (pts.len().max(2) - 1) as f64;
+    let y = |v: u64| h - v as f64 * (h - 10.0) / top;
+    let line = |sel: &dyn Fn(&(u64, u64)) -> u64| -> String {
+        pts.iter()
+            .enumerate()
+            .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(sel(p))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let _ = writeln!(
+        out,
+        "<svg class=\"tl\" viewBox=\"0 0 {WIDTH} {h}\" width=\"{WIDTH}\" height=\"{h}\">\
+         <polyline fill=\"none\" stroke=\"#c44\" stroke-width=\"1.5\" points=\"{}\"/>\
+         <polyline fill=\"none\" stroke=\"#36c\" stroke-width=\"1.5\" points=\"{}\"/>\
+         <text x=\"4\" y=\"12\">{}</text></svg>",
+        line(&|p| p.1),
+        line(&|p| p.0),
+        esc(&mib(top as u64))
+    );
+    out.push_str(
+        "<p class=\"legend\"><span style=\"color:#c44\">&#9632; reserved</span> \
+         <span style=\"color:#36c\">&#9632; allocated</span> (events left to right, each \
+         column the maximum of its events)</p>\n",
+    );
+}
+
+fn flame(out: &mut String, root: &Node) {
+    let row_h = 18.0;
+    let total = root.bytes.max(1) as f64;
+    let mut rects = String::new();
+    let mut max_depth = 0usize;
+    fn walk(
+        n: &Node,
+        x0: f64,
+        depth: usize,
+        total: f64,
+        row_h: f64,
+        rects: &mut String,
+        max_depth: &mut usize,
+    ) {
+        let mut x = x0;
+        for c in &n.children {
+            let w = c.bytes as f64 * WIDTH / total;
+            if w < WIDTH * 0.005 {
+                continue;
+            }
+            *max_depth = (*max_depth).max(depth + 1);
+            let y = depth as f64 * row_h;
+            let label: String = c.frame.chars().take((w / 7.0) as usize).collect();
+            let hue = (c
+                .frame
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+                % 40)
+                + 10;
+            let _ = write!(
+                rects,
+                "<g><title>{} — {}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" \
+                 height=\"{}\" fill=\"hsl({hue},80%,60%)\" stroke=\"#fff\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
+                esc(&c.frame),
+                esc(&mib(c.bytes)),
+                row_h - 1.0,
+                x + 3.0,
+                y + 13.0,
+                esc(&label)
+            );
+            walk(c, x, depth + 1, total, row_h, rects, max_depth);
+            x += w;
+        }
+    }
+    walk(root, 0.0, 0, total, row_h, &mut rects, &mut max_depth);
+    let h = (max_depth.max(1) as f64) * row_h;
+    let _ = writeln!(
+        out,
+        "<svg class=\"flame\" viewBox=\"0 0 {WIDTH} {h}\" width=\"{WIDTH}\" height=\"{h}\">{rects}</svg>"
+    );
+}
+
+fn segments(out: &mut String, dev: &Device) {
+    let mut segs: Vec<_> = dev.segments.iter().collect();
+    segs.sort_by(|a, b| {
+        b.total_size
+            .cmp(&a.total_size)
+            .then(a.address.cmp(&b.address))
+    });
+    out.push_str("<table><tr><th>segment</th><th>size</th><th>fill</th><th></th></tr>\n");
+    for s in segs.iter().take(64) {
+        let used: u64 = s
+            .blocks
+            .iter()
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        let pct = if s.total_size == 0 {
+            0.0
+        } else {
+            used as f64 * 100.0 / s.total_size as f64
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{:#x}{}</td><td>{}</td><td>{pct:.0}%</td><td><div class=\"bar\">\
+             <div style=\"width:{pct:.1}%\"></div></div></td></tr>",
+            s.address,
+            if s.expandable { " (expandable)" } else { "" },
+            mib(s.total_size)
+        );
+    }
+    if segs.len() > 64 {
+        let _ = writeln!(
+            out,
+            "<tr><td colspan=\"4\">… {} more</td></tr>",
+            segs.len() - 64
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
+    let Some(d) = r.devices.iter().find(|d| d.ordinal == ordinal) else {
+        return;
+    };
+    out.push_str(
+        "<table><tr><th>settings</th><th>peak reserved</th><th>peak allocated</th>\
+         <th>fragmentation</th><th>device allocs</th><th>OOMs</th></tr>\n",
+    );
+    for row in &d.rows {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&row.label),
+            row.peak_reserved.map_or("-".into(), mib),
+            mib(row.peak_allocated),
+            row.fragmentation()
+                .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
+            row.device_allocs.map_or("-".into(), |n| n.to_string()),
+            row.ooms
+        );
+    }
+    out.push_str("</table>\n");
+    for n in &d.notes {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
+    }
+}
+
+const STYLE: &str = "body{font:13px sans-serif;margin:20px;color:#222}\
+    h1{font-size:18px}h2{font-size:16px;border-bottom:1px solid #ccc}\
+    table{border-collapse:collapse;margin:6px 0}td,th{padding:2px 8px;text-align:left;\
+    border-bottom:1px solid #eee}svg{display:block;background:#fafafa;margin:6px 0}\
+    svg text{font:11px sans-serif;fill:#222}.bar{width:200px;height:10px;background:#eee}\
+    .bar div{height:10px;background:#36c}.note{color:#666}.legend{margin:0}";
+
+/// The HTML page for `snap` (its title names `source`).
+pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
+    let r = replay::replay(snap, &replay::default_confs())?;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>cushim report: {}</title>\
+         <style>{STYLE}</style></head><body>\n<h1>cushim report: {}</h1>\n",
+        esc(source),
+        esc(source)
+    );
+    let devs: Vec<&Device> = snap.devices.iter().filter(|d| !d.is_empty()).collect();
+    if devs.is_empty() {
+        out.push_str("<p>No device memory in this input.</p>\n");
+    }
+    for dev in devs {
+        let st = start_of(snap, dev);
+        let p = peaks(dev, &st);
+        let at_peak = state_after(dev, &st, p.allocated_at);
+        let _ = writeln!(
+            out,
+            "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (after event {2} of {3}), \
+             peak reserved {4}</p>",
+            dev.ordinal,
+            mib(p.allocated),
+            p.allocated_at,
+            dev.events.len(),
+            if snap.has_state { mib(p.reserved) } else { "not recorded".into() }
+        );
+        out.push_str("<h3>timeline</h3>\n");
+        svg_timeline(&mut out, &timeline(snap, dev));
+        out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
+        for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
+            .iter()
+            .take(20)
+        {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                mib(row.bytes),
+                row.count,
+                esc(&row.site)
+            );
+        }
+        out.push_str("</table>\n<h3>live bytes at the peak (outermost caller on top)</h3>\n");
+        flame(
+            &mut out,
+            &tree(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
+        );
+        if !dev.segments.is_empty() {
+            out.push_str("<h3>segments at the end of the trace (fill = active blocks)</h3>\n");
+            segments(&mut out, dev);
+        }
+        out.push_str("<h3>replay under other settings</h3>\n");
+        replay_table(&mut out, &r, dev.ordinal);
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
+    }
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
