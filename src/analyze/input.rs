@@ -5,9 +5,10 @@
 //! file and says what is wrong (`FILE: line 7: ...`); logs give events only (no end state),
 //! on device 0, with each block's id standing in for its address.
 
-use crate::analyze::load::from_value_sized;
+use crate::analyze::load::{from_value_sized, Loader};
 use crate::analyze::model::{Device, Event, Snapshot};
-use crate::snapshot::reader::read_bytes;
+use crate::snapshot::reader::{detect, read_bytes, read_pickle_with};
+use crate::snapshot::Format;
 use crate::trace::event::Action;
 use std::path::Path;
 
@@ -16,7 +17,19 @@ type R<T> = Result<T, String>;
 /// Read and model `path`.
 pub fn read(path: &Path) -> R<Snapshot> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    from_owned(bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`from_bytes`], dropping the bytes once a pickle is parsed (before the model is built).
+fn from_owned(bytes: Vec<u8>) -> R<Snapshot> {
+    if detect(&bytes) != Format::Pickle || first_text_line(&bytes).is_some_and(is_log_line) {
+        return from_bytes(&bytes);
+    }
+    let len = bytes.len();
+    let mut loader = Loader::new();
+    let v = read_pickle_with(&bytes, &mut |d| loader.extract(d))?;
+    drop(bytes);
+    loader.model(&v, len)
 }
 
 /// Model input bytes of any supported kind.
@@ -33,6 +46,12 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
         if is_log_line(line) {
             return plain_log(bytes);
         }
+    }
+    if detect(bytes) == Format::Pickle {
+        // Stream: trace entries become compact events as they are read.
+        let mut loader = Loader::new();
+        let v = read_pickle_with(bytes, &mut |d| loader.extract(d))?;
+        return loader.model(&v, bytes.len());
     }
     let v = read_bytes(bytes)?;
     from_value_sized(&v, bytes.len())

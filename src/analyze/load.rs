@@ -68,9 +68,11 @@ fn text<'a>(d: &'a Value, key: &str, at: &dyn Fn() -> String) -> R<Option<&'a st
 #[derive(Default)]
 struct Interner {
     stacks: Stacks,
-    list_by_ptr: HashMap<usize, u32>,
+    /// Shared nodes seen, by address, each kept alive here so its address cannot be reused
+    /// by another node while this cache exists (an unshared node is interned by content).
+    list_by_ptr: HashMap<usize, (u32, Arc<Vec<Value>>)>,
     list_by_content: HashMap<Box<[u32]>, u32>,
-    frame_by_ptr: HashMap<usize, u32>,
+    frame_by_ptr: HashMap<usize, (u32, Arc<Vec<(Value, Value)>>)>,
     frame_by_content: HashMap<Frame, u32>,
     strings: HashMap<Arc<str>, Arc<str>>,
     ids: Vec<u32>,
@@ -101,8 +103,8 @@ impl Interner {
             ));
         };
         let ptr = Arc::as_ptr(d) as usize;
-        if let Some(&id) = self.frame_by_ptr.get(&ptr) {
-            return Ok(id);
+        if let Some((id, _)) = self.frame_by_ptr.get(&ptr) {
+            return Ok(*id);
         }
         let name = text(f, "name", at)?.unwrap_or("??");
         let file = text(f, "filename", at)?.unwrap_or("??");
@@ -131,8 +133,9 @@ impl Interner {
                 id
             }
         };
-        // Key by pointer only for shared nodes (the reader keeps them alive in the tree).
-        self.frame_by_ptr.insert(ptr, id);
+        if Arc::strong_count(d) > 1 {
+            self.frame_by_ptr.insert(ptr, (id, d.clone()));
+        }
         Ok(id)
     }
 
@@ -149,8 +152,8 @@ impl Interner {
             ));
         };
         let ptr = Arc::as_ptr(l) as usize;
-        if let Some(&id) = self.list_by_ptr.get(&ptr) {
-            return Ok(id);
+        if let Some((id, _)) = self.list_by_ptr.get(&ptr) {
+            return Ok(*id);
         }
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
@@ -168,7 +171,9 @@ impl Interner {
             }
         };
         self.ids = ids;
-        self.list_by_ptr.insert(ptr, id);
+        if Arc::strong_count(l) > 1 {
+            self.list_by_ptr.insert(ptr, (id, l.clone()));
+        }
         Ok(id)
     }
 }
@@ -363,101 +368,188 @@ pub fn from_value(v: &Value) -> R<Snapshot> {
 
 /// The model of a snapshot tree read from `input_len` bytes.
 pub fn from_value_sized(v: &Value, input_len: usize) -> R<Snapshot> {
-    let mut budget = Budget((input_len / MIN_ENTRY_BYTES).saturating_add(1024));
-    if !matches!(v, Value::Dict(_)) {
-        return Err(format!(
-            "expected a snapshot (a dict with segments and device_traces), found {}",
-            kind(v)
-        ));
+    Loader::new().model(v, input_len)
+}
+
+/// Builds the model, optionally taking trace entries out of the tree while it is read.
+///
+/// Streaming: [`Loader::extract`], given to the pickle reader as its dict hook, turns each
+/// completed trace entry (a dict with an `action` string) into its compact [`Event`] at
+/// once and leaves `Int(index)` in its place, so a million entries never exist as dicts at
+/// the same time. [`Loader::model`] then takes the events back by index.
+pub struct Loader {
+    i: Interner,
+    extracted: Vec<Event>,
+    error: Option<String>,
+}
+
+impl Default for Loader {
+    fn default() -> Self {
+        Loader::new()
     }
-    let mut i = Interner::new();
-    let mut devices: Vec<Device> = Vec::new();
-    let mut index: HashMap<i64, usize> = HashMap::new();
-    let mut dev_at = |devices: &mut Vec<Device>, d: i64| -> usize {
-        *index.entry(d).or_insert_with(|| {
-            devices.push(Device {
-                ordinal: d,
-                ..Default::default()
-            });
-            devices.len() - 1
-        })
-    };
-    for (n, seg) in seq(v, "segments", &|| "snapshot".into())?
-        .iter()
-        .enumerate()
-    {
-        let at = || format!("segments[{n}]");
-        budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
-        let (d, s) = segment(seg, &at, &mut i)?;
-        let p = dev_at(&mut devices, d);
-        devices[p].segments.push(s);
-    }
-    for (d, trace) in seq(v, "device_traces", &|| "snapshot".into())?
-        .iter()
-        .enumerate()
-    {
-        let at = || format!("device_traces[{d}]");
-        let built;
-        let trace = match trace {
-            Value::Events(e) => {
-                built = e.to_list();
-                &built
-            }
-            t => t,
-        };
-        let entries = want(trace.as_seq(), trace, &at, "a list")?;
-        if entries.is_empty() {
-            continue;
+}
+
+impl Loader {
+    pub fn new() -> Loader {
+        Loader {
+            i: Interner::new(),
+            extracted: Vec::new(),
+            error: None,
         }
-        budget.take(entries.len(), &at)?;
-        let p = dev_at(&mut devices, d as i64);
+    }
+
+    /// The dict hook: a trace entry becomes `Int(index)` of its extracted event.
+    pub fn extract(&mut self, v: Value) -> Value {
+        if self.error.is_some() || !matches!(v.get("action"), Some(Value::Str(_))) {
+            return v;
+        }
+        let k = self.extracted.len();
+        match event(&v, &|| format!("trace entry {k}"), &mut self.i) {
+            Ok(Some(ev)) => {
+                self.extracted.push(ev);
+                Value::Int(k as i64)
+            }
+            // An action this version does not know: skipped, as `model` skips it.
+            Ok(None) => Value::None,
+            Err(e) => {
+                self.error = Some(e);
+                v
+            }
+        }
+    }
+
+    /// A trace entry: a dict, the index of one already extracted, or `None` for one skipped.
+    fn entry(&mut self, e: &Value, at: &dyn Fn() -> String) -> R<Option<Event>> {
+        match e {
+            Value::Int(k) => usize::try_from(*k)
+                .ok()
+                .and_then(|k| self.extracted.get(k).copied())
+                .map(Some)
+                .ok_or_else(|| format!("{}: expected a trace entry dict, found an integer", at())),
+            Value::None => Ok(None),
+            e => event(e, at, &mut self.i),
+        }
+    }
+
+    /// A device's events: the extracted ones moved out whole when the trace is exactly
+    /// all of them in order (one device: the common case, no copy), else copied entry by
+    /// entry.
+    fn events(&mut self, entries: &[Value], d: usize) -> R<Vec<Event>> {
+        let whole = entries.len() == self.extracted.len()
+            && entries
+                .iter()
+                .enumerate()
+                .all(|(n, e)| matches!(e, Value::Int(k) if *k == n as i64));
+        if whole && !entries.is_empty() {
+            return Ok(std::mem::take(&mut self.extracted));
+        }
         let mut events = Vec::with_capacity(entries.len());
         for (n, e) in entries.iter().enumerate() {
-            if let Some(ev) = event(e, &|| format!("device_traces[{d}][{n}]"), &mut i)? {
+            if let Some(ev) = self.entry(e, &|| format!("device_traces[{d}][{n}]"))? {
                 events.push(ev);
             }
         }
-        devices[p].events = events;
+        Ok(events)
     }
-    devices.sort_by_key(|d| d.ordinal);
-    let host = if v.get("host_segments").is_some() || v.get("host_traces").is_some() {
-        let mut h = Device {
-            ordinal: -1,
-            ..Default::default()
+
+    /// The model of `v` (read from `input_len` bytes).
+    pub fn model(mut self, v: &Value, input_len: usize) -> R<Snapshot> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.model_inner(v, input_len)
+    }
+
+    fn model_inner(&mut self, v: &Value, input_len: usize) -> R<Snapshot> {
+        let mut budget = Budget((input_len / MIN_ENTRY_BYTES).saturating_add(1024));
+        if !matches!(v, Value::Dict(_)) {
+            return Err(format!(
+                "expected a snapshot (a dict with segments and device_traces), found {}",
+                kind(v)
+            ));
+        }
+        let mut devices: Vec<Device> = Vec::new();
+        let mut index: HashMap<i64, usize> = HashMap::new();
+        let mut dev_at = |devices: &mut Vec<Device>, d: i64| -> usize {
+            *index.entry(d).or_insert_with(|| {
+                devices.push(Device {
+                    ordinal: d,
+                    ..Default::default()
+                });
+                devices.len() - 1
+            })
         };
-        for (n, seg) in seq(v, "host_segments", &|| "snapshot".into())?
+        for (n, seg) in seq(v, "segments", &|| "snapshot".into())?
             .iter()
             .enumerate()
         {
-            let at = || format!("host_segments[{n}]");
+            let at = || format!("segments[{n}]");
             budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
-            h.segments.push(segment(seg, &at, &mut i)?.1);
+            let (d, s) = segment(seg, &at, &mut self.i)?;
+            let p = dev_at(&mut devices, d);
+            devices[p].segments.push(s);
         }
-        let built;
-        let traces = match v.get("host_traces") {
-            Some(Value::Events(e)) => {
-                built = e.to_list();
-                built.as_seq().unwrap_or(&[])
+        for (d, trace) in seq(v, "device_traces", &|| "snapshot".into())?
+            .iter()
+            .enumerate()
+        {
+            let at = || format!("device_traces[{d}]");
+            let built;
+            let trace = match trace {
+                Value::Events(e) => {
+                    built = e.to_list();
+                    &built
+                }
+                t => t,
+            };
+            let entries = want(trace.as_seq(), trace, &at, "a list")?;
+            if entries.is_empty() {
+                continue;
             }
-            _ => seq(v, "host_traces", &|| "snapshot".into())?,
+            budget.take(entries.len(), &at)?;
+            let p = dev_at(&mut devices, d as i64);
+            devices[p].events = self.events(entries, d)?;
+        }
+        devices.sort_by_key(|d| d.ordinal);
+        let host = if v.get("host_segments").is_some() || v.get("host_traces").is_some() {
+            let mut h = Device {
+                ordinal: -1,
+                ..Default::default()
+            };
+            for (n, seg) in seq(v, "host_segments", &|| "snapshot".into())?
+                .iter()
+                .enumerate()
+            {
+                let at = || format!("host_segments[{n}]");
+                budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
+                h.segments.push(segment(seg, &at, &mut self.i)?.1);
+            }
+            let built;
+            let traces = match v.get("host_traces") {
+                Some(Value::Events(e)) => {
+                    built = e.to_list();
+                    built.as_seq().unwrap_or(&[])
+                }
+                _ => seq(v, "host_traces", &|| "snapshot".into())?,
+            };
+            budget.take(traces.len(), &|| "host_traces".into())?;
+            for (n, e) in traces.iter().enumerate() {
+                if let Some(ev) = self.entry(e, &|| format!("host_traces[{n}]"))? {
+                    h.events.push(ev);
+                }
+            }
+            Some(h)
+        } else {
+            None
         };
-        budget.take(traces.len(), &|| "host_traces".into())?;
-        for (n, e) in traces.iter().enumerate() {
-            if let Some(ev) = event(e, &|| format!("host_traces[{n}]"), &mut i)? {
-                h.events.push(ev);
-            }
-        }
-        Some(h)
-    } else {
-        None
-    };
-    Ok(Snapshot {
-        kind: "snapshot",
-        devices,
-        host,
-        settings: settings(v)?,
-        device_total: None,
-        has_state: true,
-        stacks: i.stacks,
-    })
+        Ok(Snapshot {
+            kind: "snapshot",
+            devices,
+            host,
+            settings: settings(v)?,
+            device_total: None,
+            has_state: true,
+            stacks: std::mem::take(&mut self.i.stacks),
+        })
+    }
 }

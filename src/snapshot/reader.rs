@@ -112,12 +112,49 @@ struct Item {
     depth: u32,
 }
 
-struct Reader<'a> {
+/// The memo: slots are dense in practice (MEMOIZE takes the next one; old picklers PUT
+/// `len(memo)`), so a vector holds them; a slot far beyond the others (crafted) goes to a
+/// map, so no slot number makes the vector grow by more than a few entries per opcode.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<(Value, u32)>>,
+    sparse: HashMap<u32, (Value, u32)>,
+}
+
+/// The largest gap a PUT may leave in the dense memo.
+const MEMO_GAP: usize = 4;
+
+impl Memo {
+    fn insert(&mut self, slot: u32, e: (Value, u32)) {
+        let i = slot as usize;
+        if i < self.dense.len() {
+            self.dense[i] = Some(e);
+        } else if i <= self.dense.len() + MEMO_GAP {
+            self.dense.resize_with(i, || None);
+            self.dense.push(Some(e));
+        } else {
+            self.sparse.insert(slot, e);
+        }
+    }
+    fn get(&self, slot: u32) -> Option<&(Value, u32)> {
+        self.dense
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .or_else(|| self.sparse.get(&slot))
+    }
+}
+
+/// Called with every completed dict as it leaves the stack; returns what takes its place
+/// (everywhere: in its container and in the memo).
+pub type DictHook<'h> = &'h mut dyn FnMut(Value) -> Value;
+
+struct Reader<'a, 'h> {
+    hook: Option<DictHook<'h>>,
     b: &'a [u8],
     pos: usize,
     stack: Vec<Item>,
     marks: Vec<usize>,
-    memo: HashMap<u32, (Value, u32)>,
+    memo: Memo,
     /// Memo slots naming a container still on the stack: slot -> stack index.
     pending: HashMap<u32, usize>,
     /// Slots assigned so far (MEMOIZE takes the next one, as `len(memo)` in Python).
@@ -126,7 +163,7 @@ struct Reader<'a> {
     copy_budget: usize,
 }
 
-impl Reader<'_> {
+impl Reader<'_, '_> {
     fn take(&mut self, n: usize) -> Result<&[u8], String> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
         let end = end.ok_or_else(|| format!("truncated pickle at byte {}", self.pos))?;
@@ -170,7 +207,13 @@ impl Reader<'_> {
         Ok(self.pop_item()?.0)
     }
     fn pop_item(&mut self) -> Result<(Value, u32), String> {
-        let it = self.stack.pop().ok_or("pickle stack underflow")?;
+        let mut it = self.stack.pop().ok_or("pickle stack underflow")?;
+        if let (Some(hook), Value::Dict(_)) = (self.hook.as_mut(), &it.v) {
+            it.v = hook(std::mem::replace(&mut it.v, Value::None));
+            if !matches!(it.v, Value::Dict(_)) {
+                it.depth = 0;
+            }
+        }
         for slot in it.memo {
             self.pending.remove(&slot);
             self.memo.insert(slot, (it.v.clone(), it.depth));
@@ -251,7 +294,7 @@ impl Reader<'_> {
             Some(it) => (it.v.clone(), it.depth),
             None => self
                 .memo
-                .get(&slot)
+                .get(slot)
                 .cloned()
                 .ok_or_else(|| format!("pickle: memo slot {slot} unset"))?,
         };
@@ -544,12 +587,24 @@ fn raw_unicode_escape(b: &[u8]) -> String {
 
 /// Decode a pickle of plain data.
 pub fn read_pickle(bytes: &[u8]) -> Result<Value, String> {
+    read_pickle_inner(bytes, None)
+}
+
+/// Decode a pickle of plain data, passing every completed dict through `hook` as the
+/// stream is read (so a consumer can keep a compact form of millions of small dicts
+/// instead of the dicts themselves).
+pub fn read_pickle_with(bytes: &[u8], hook: DictHook<'_>) -> Result<Value, String> {
+    read_pickle_inner(bytes, Some(hook))
+}
+
+fn read_pickle_inner(bytes: &[u8], hook: Option<DictHook<'_>>) -> Result<Value, String> {
     let mut r = Reader {
+        hook,
         b: bytes,
         pos: 0,
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: HashMap::new(),
+        memo: Memo::default(),
         pending: HashMap::new(),
         memo_count: 0,
         copy_budget: bytes.len() / 4 + 4096,

@@ -57,6 +57,8 @@ pub struct DeviceSummary {
     pub tree: Node,
     /// Events that contradict the recorded state.
     pub inconsistent: u64,
+    /// Whether the input records segments (a log records allocations only).
+    pub reserved_known: bool,
 }
 
 impl DeviceSummary {
@@ -106,6 +108,7 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
             Node::default()
         },
         inconsistent: st.inconsistent,
+        reserved_known: snap.has_state,
     }
 }
 
@@ -149,15 +152,22 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
             mib(s.pending)
         );
     }
-    let _ = writeln!(
-        out,
-        "  reserved:  {} (peak {})",
-        mib(s.reserved),
-        mib(s.peak_reserved)
-    );
-    let _ = writeln!(out, "  fragmentation: {:.1}%", s.fragmentation() * 100.0);
-    let _ = writeln!(out, "  segments: {}", s.segments);
-    let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+    if s.reserved_known {
+        let _ = writeln!(
+            out,
+            "  reserved:  {} (peak {})",
+            mib(s.reserved),
+            mib(s.peak_reserved)
+        );
+        let _ = writeln!(out, "  fragmentation: {:.1}%", s.fragmentation() * 100.0);
+        let _ = writeln!(out, "  segments: {}", s.segments);
+        let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+    } else {
+        let _ = writeln!(
+            out,
+            "  reserved:  not recorded (a log of allocations; `cushim replay` estimates it)"
+        );
+    }
     if s.inconsistent > 0 {
         let _ = writeln!(
             out,
