@@ -117,15 +117,23 @@ struct Item {
 /// map, so no slot number makes the vector grow by more than a few entries per opcode.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<Option<(Value, u32)>>,
-    sparse: HashMap<u32, (Value, u32)>,
+    dense: Vec<Option<Slot>>,
+    sparse: HashMap<u32, Slot>,
+}
+
+/// What a memo slot names: a finished object (with its nesting depth), or a container
+/// still open on the stack (its index there), so a lookup is O(1) either way.
+#[derive(Clone)]
+enum Slot {
+    Done(Value, u32),
+    Open(usize),
 }
 
 /// The largest gap a PUT may leave in the dense memo.
 const MEMO_GAP: usize = 4;
 
 impl Memo {
-    fn insert(&mut self, slot: u32, e: (Value, u32)) {
+    fn insert(&mut self, slot: u32, e: Slot) {
         let i = slot as usize;
         if i < self.dense.len() {
             self.dense[i] = Some(e);
@@ -136,7 +144,7 @@ impl Memo {
             self.sparse.insert(slot, e);
         }
     }
-    fn get(&self, slot: u32) -> Option<&(Value, u32)> {
+    fn get(&self, slot: u32) -> Option<&Slot> {
         self.dense
             .get(slot as usize)
             .and_then(Option::as_ref)
@@ -155,8 +163,6 @@ struct Reader<'a, 'h> {
     stack: Vec<Item>,
     marks: Vec<usize>,
     memo: Memo,
-    /// Memo slots naming a container still on the stack: slot -> stack index.
-    pending: HashMap<u32, usize>,
     /// Slots assigned so far (MEMOIZE takes the next one, as `len(memo)` in Python).
     memo_count: u32,
     /// Elements that copying shared containers may still cost (see the module comment).
@@ -215,8 +221,7 @@ impl Reader<'_, '_> {
             }
         }
         for slot in it.memo {
-            self.pending.remove(&slot);
-            self.memo.insert(slot, (it.v.clone(), it.depth));
+            self.memo.insert(slot, Slot::Done(it.v.clone(), it.depth));
         }
         Ok((it.v, it.depth))
     }
@@ -278,25 +283,24 @@ impl Reader<'_, '_> {
         match &top.v {
             Value::List(_) | Value::Dict(_) => {
                 top.memo.push(slot);
-                // A slot reassigned while its old holder is still open keeps the newest.
-                self.pending.insert(slot, index);
+                self.memo.insert(slot, Slot::Open(index));
             }
             v => {
-                let entry = (v.clone(), top.depth);
-                self.pending.remove(&slot);
+                let entry = Slot::Done(v.clone(), top.depth);
                 self.memo.insert(slot, entry);
             }
         }
         Ok(())
     }
     fn get(&mut self, slot: u32) -> Result<(), String> {
-        let (v, depth) = match self.pending.get(&slot).and_then(|&i| self.stack.get(i)) {
-            Some(it) => (it.v.clone(), it.depth),
-            None => self
-                .memo
-                .get(slot)
-                .cloned()
-                .ok_or_else(|| format!("pickle: memo slot {slot} unset"))?,
+        let unset = || format!("pickle: memo slot {slot} unset");
+        let (v, depth) = match self.memo.get(slot) {
+            Some(Slot::Done(v, d)) => (v.clone(), *d),
+            Some(Slot::Open(i)) => {
+                let it = self.stack.get(*i).ok_or_else(unset)?;
+                (it.v.clone(), it.depth)
+            }
+            None => return Err(unset()),
         };
         self.push_at(v, depth);
         Ok(())
@@ -605,7 +609,6 @@ fn read_pickle_inner(bytes: &[u8], hook: Option<DictHook<'_>>) -> Result<Value, 
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
-        pending: HashMap::new(),
         memo_count: 0,
         copy_budget: bytes.len() / 4 + 4096,
     };
