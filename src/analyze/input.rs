@@ -7,29 +7,28 @@
 
 use crate::analyze::load::{from_value_sized, Loader};
 use crate::analyze::model::{Device, Event, Snapshot};
-use crate::snapshot::reader::{detect, read_bytes, read_pickle_with};
+use crate::snapshot::reader::{detect, read_bytes, read_pickle_file_with, read_pickle_with};
 use crate::snapshot::Format;
 use crate::trace::event::Action;
 use std::path::Path;
 
 type R<T> = Result<T, String>;
 
-/// Read and model `path`.
+/// Read and model `path`. A pickle (protocol 2+: it starts with PROTO) is streamed from the
+/// file, trace entries becoming events as they are read; other kinds are read whole.
 pub fn read(path: &Path) -> R<Snapshot> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    from_owned(bytes).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// [`from_bytes`], dropping the bytes once a pickle is parsed (before the model is built).
-fn from_owned(bytes: Vec<u8>) -> R<Snapshot> {
-    if detect(&bytes) != Format::Pickle || first_text_line(&bytes).is_some_and(is_log_line) {
-        return from_bytes(&bytes);
+    let at = |e: String| format!("{}: {e}", path.display());
+    let mut first = [0u8; 1];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
+        .map_err(|e| at(e.to_string()))?;
+    if n == 1 && first[0] == 0x80 {
+        let mut loader = Loader::new();
+        let (v, len) = read_pickle_file_with(path, &mut |d| loader.extract(d)).map_err(at)?;
+        return loader.model(&v, len).map_err(at);
     }
-    let len = bytes.len();
-    let mut loader = Loader::new();
-    let v = read_pickle_with(&bytes, &mut |d| loader.extract(d))?;
-    drop(bytes);
-    loader.model(&v, len)
+    let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+    from_bytes(&bytes).map_err(at)
 }
 
 /// Model input bytes of any supported kind.

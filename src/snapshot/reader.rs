@@ -16,6 +16,7 @@
 use crate::snapshot::value::Value;
 use crate::snapshot::Format;
 use std::collections::HashMap;
+use std::io::Read;
 use std::sync::Arc;
 
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
@@ -156,9 +157,21 @@ impl Memo {
 /// (everywhere: in its container and in the memo).
 pub type DictHook<'h> = &'h mut dyn FnMut(Value) -> Value;
 
+/// Where pickle bytes come from: memory, or a file streamed through a buffer (so a 1 GB
+/// file is never in memory whole). `len` is known up front either way, and every length
+/// is checked against what is left before anything is read or allocated.
+enum Source<'a> {
+    Slice(&'a [u8]),
+    Stream {
+        r: Box<dyn std::io::BufRead + 'a>,
+        buf: Vec<u8>,
+    },
+}
+
 struct Reader<'a, 'h> {
     hook: Option<DictHook<'h>>,
-    b: &'a [u8],
+    src: Source<'a>,
+    len: usize,
     pos: usize,
     stack: Vec<Item>,
     marks: Vec<usize>,
@@ -171,11 +184,28 @@ struct Reader<'a, 'h> {
 
 impl Reader<'_, '_> {
     fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| format!("truncated pickle at byte {}", self.pos))?;
-        let s = &self.b[self.pos..end];
+        let pos = self.pos;
+        let end = pos.checked_add(n).filter(|&e| e <= self.len);
+        let end = end.ok_or_else(|| format!("truncated pickle at byte {pos}"))?;
         self.pos = end;
-        Ok(s)
+        match &mut self.src {
+            Source::Slice(b) => Ok(&b[pos..end]),
+            Source::Stream { r, buf } => {
+                buf.clear();
+                let avail = r
+                    .fill_buf()
+                    .map_err(|e| format!("reading byte {pos}: {e}"))?;
+                if avail.len() >= n {
+                    buf.extend_from_slice(&avail[..n]);
+                    r.consume(n);
+                } else {
+                    buf.resize(n, 0);
+                    r.read_exact(buf)
+                        .map_err(|e| format!("reading bytes {pos}..{end}: {e}"))?;
+                }
+                Ok(&buf[..])
+            }
+        }
     }
     fn u8(&mut self) -> Result<u8, String> {
         Ok(self.take(1)?[0])
@@ -186,14 +216,29 @@ impl Reader<'_, '_> {
         Ok(a)
     }
     fn line_bytes(&mut self) -> Result<&'_ [u8], String> {
-        let b = self.b;
-        let rest = &b[self.pos..];
-        let n = rest
-            .iter()
-            .position(|&c| c == b'\n')
-            .ok_or("unterminated text opcode")?;
-        self.pos += n + 1;
-        Ok(&rest[..n])
+        let pos = self.pos;
+        match &mut self.src {
+            Source::Slice(b) => {
+                let rest = &b[pos..];
+                let n = rest
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .ok_or("unterminated text opcode")?;
+                self.pos += n + 1;
+                Ok(&rest[..n])
+            }
+            Source::Stream { r, buf } => {
+                buf.clear();
+                let n = r
+                    .read_until(b'\n', buf)
+                    .map_err(|e| format!("reading byte {pos}: {e}"))?;
+                self.pos += n;
+                if buf.pop() != Some(b'\n') || self.pos > self.len {
+                    return Err("unterminated text opcode".into());
+                }
+                Ok(&buf[..])
+            }
+        }
     }
     fn line(&mut self) -> Result<String, String> {
         Ok(String::from_utf8_lossy(self.line_bytes()?).into_owned())
@@ -602,15 +647,36 @@ pub fn read_pickle_with(bytes: &[u8], hook: DictHook<'_>) -> Result<Value, Strin
 }
 
 fn read_pickle_inner(bytes: &[u8], hook: Option<DictHook<'_>>) -> Result<Value, String> {
+    run(Source::Slice(bytes), bytes.len(), hook)
+}
+
+/// [`read_pickle_with`] streaming from the file at `path` (never holding it whole); returns
+/// the value and the file's length.
+pub fn read_pickle_file_with(
+    path: &std::path::Path,
+    hook: DictHook<'_>,
+) -> Result<(Value, usize), String> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    let len = usize::try_from(len).map_err(|_| "file too large".to_string())?;
+    let src = Source::Stream {
+        r: Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+        buf: Vec::new(),
+    };
+    Ok((run(src, len, Some(hook))?, len))
+}
+
+fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value, String> {
     let mut r = Reader {
         hook,
-        b: bytes,
+        src,
+        len,
         pos: 0,
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
         memo_count: 0,
-        copy_budget: bytes.len() / 4 + 4096,
+        copy_budget: len / 4 + 4096,
     };
     r.run()
 }
