@@ -64,6 +64,9 @@ fn text<'a>(d: &'a Value, key: &str, at: &dyn Fn() -> String) -> R<Option<&'a st
     }
 }
 
+/// A frame dict's node, kept alive while its address is a cache key.
+type FrameNode = Arc<Vec<(Value, Value)>>;
+
 /// Interns frames and stacks, by node identity first, by content otherwise.
 #[derive(Default)]
 struct Interner {
@@ -72,7 +75,7 @@ struct Interner {
     /// by another node while this cache exists (an unshared node is interned by content).
     list_by_ptr: HashMap<usize, (u32, Arc<Vec<Value>>)>,
     list_by_content: HashMap<Box<[u32]>, u32>,
-    frame_by_ptr: HashMap<usize, (u32, Arc<Vec<(Value, Value)>>)>,
+    frame_by_ptr: HashMap<usize, (u32, FrameNode)>,
     frame_by_content: HashMap<Frame, u32>,
     strings: HashMap<Arc<str>, Arc<str>>,
     ids: Vec<u32>,
