@@ -72,6 +72,7 @@ pub fn engine_snapshot(
         stats: serde_json::json!({}),
         history: HistoryConf::default(),
         cmdline: vec!["analysis-test".into()],
+        ..Default::default()
     };
     encode(&build(&input, StackTable::global()), format).unwrap()
 }

@@ -90,6 +90,7 @@ fn log_snapshot(kind: &'static str, events: Vec<Event>) -> Snapshot {
         device_total: None,
         has_state: false,
         stacks: Default::default(),
+        cushim: None,
     }
 }
 

@@ -252,6 +252,7 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
             stack,
         });
     }
+    let kind = text(seg, "kind", at)?.map(|k| i.string(k));
     Ok((
         device,
         Segment {
@@ -259,6 +260,7 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
             total_size,
             stream,
             expandable,
+            kind,
             blocks,
         },
     ))
@@ -553,6 +555,7 @@ impl Loader {
             device_total: None,
             has_state: true,
             stacks: std::mem::take(&mut self.i.stacks),
+            cushim: v.get("cushim").cloned(),
         })
     }
 }

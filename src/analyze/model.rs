@@ -67,6 +67,8 @@ pub struct Segment {
     pub total_size: u64,
     pub stream: u64,
     pub expandable: bool,
+    /// What an observed allocation is (`managed`, `vmm`, `pool`, ...); `None`: the cache's.
+    pub kind: Option<Arc<str>>,
     pub blocks: Vec<Block>,
 }
 
@@ -111,6 +113,9 @@ pub struct Snapshot {
     /// events).
     pub has_state: bool,
     pub stacks: Stacks,
+    /// The snapshot's `cushim` section (version, command line, stats, observed memory), as
+    /// read; small, kept for the lines that read it (`snapshot::kinds`).
+    pub cushim: Option<crate::snapshot::value::Value>,
 }
 
 impl Snapshot {

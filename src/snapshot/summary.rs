@@ -9,7 +9,8 @@
 //! program's first frame (`analyze::frames`). Devices with nothing on them are left out.
 //!
 //! Structure: [`device_summary`] computes one [`DeviceSummary`]; [`write_device`] prints
-//! it section by section (add a section there); [`ranks`] prints the per-rank table.
+//! it section by section (add a section there); [`ranks`] prints the per-rank table;
+//! `snapshot::kinds` adds the observed kinds and the unexplained memory after each device.
 
 use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
@@ -210,8 +211,12 @@ pub fn render(snap: &Snapshot, opts: &Options) -> String {
     if devs.is_empty() {
         out.push_str("no device memory in this snapshot\n");
     }
+    let top = kinds_tree(snap);
     for (d, s) in &devs {
         write_device(&mut out, &format!("device {d}"), s, opts);
+        if let Some(dev) = snap.device(*d) {
+            write_kinds(&mut out, &top, dev, *d);
+        }
     }
     if let Some(h) = snap.host.as_ref().filter(|h| !h.is_empty()) {
         write_device(
@@ -220,8 +225,32 @@ pub fn render(snap: &Snapshot, opts: &Options) -> String {
             &device_summary(snap, h, opts),
             opts,
         );
+        write_kinds(&mut out, &top, h, -1);
     }
     out
+}
+
+/// The part of the snapshot tree `snapshot::kinds` reads: its `cushim` section.
+fn kinds_tree(snap: &Snapshot) -> Value {
+    let cushim = snap.cushim.clone().map(|c| (Value::str("cushim"), c));
+    Value::dict(cushim.into_iter().collect())
+}
+
+/// `snapshot::kinds`' lines for one device, given its segments' kinds and sizes.
+fn write_kinds(out: &mut String, top: &Value, dev: &Device, ordinal: i64) {
+    let segs: Vec<Value> = dev
+        .segments
+        .iter()
+        .map(|s| {
+            let mut e = vec![(Value::str("total_size"), Value::uint(s.total_size))];
+            if let Some(k) = &s.kind {
+                e.push((Value::str("kind"), Value::Str(k.clone())));
+            }
+            Value::dict(e)
+        })
+        .collect();
+    let refs: Vec<&Value> = segs.iter().collect();
+    crate::snapshot::kinds::write_extra(out, top, &refs, ordinal);
 }
 
 /// The per-rank table of several inputs (one per rank): per file and device the peaks,
