@@ -152,6 +152,38 @@ fn replay_reads_pytorch_pickles_with_a_wrapped_ring_and_logs() {
 }
 
 #[test]
+fn replay_runs_on_the_recorded_device_size_and_counts_ooms() {
+    let dir = common::scratch("analyze-replay-oom");
+    // Recorded on a 64 MiB device (cushim.memory[].total); two 40 MiB blocks cannot both
+    // be live there, whatever the settings.
+    let m = 1u64 << 20;
+    let snap = serde_json::json!({
+        "segments": [],
+        "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": 40 * m, "stream": 0},
+            {"action": "alloc", "addr": 8192, "size": 40 * m, "stream": 0},
+        ]],
+        "cushim": {"memory": [{"device": 0, "total": 64 * m, "explained": 0}]},
+    });
+    let f = write(&dir, "small-device.json", snap.to_string().as_bytes());
+    let out = ok(
+        &["replay", "--conf", "", "--conf", "expandable_segments:True"],
+        &[&f],
+    );
+    assert!(
+        out.contains(&format!("recorded size, {} bytes", 64 * m)),
+        "{out}"
+    );
+    for label in [
+        "replay: PyTorch defaults",
+        "replay: expandable_segments:True",
+    ] {
+        let r = last_cols(&row(&out, label), 5);
+        assert_eq!(r[4], "1", "{label}: one OOM\n{out}");
+    }
+}
+
+#[test]
 fn diff_names_the_site_that_grew_between_two_runs() {
     let dir = common::scratch("analyze-diff");
     let a = record(&dir, "analyze_grow", &["0"], false, "a.pickle");

@@ -347,6 +347,18 @@ fn settings(v: &Value) -> R<Option<String>> {
     Ok(Some(parts.join(",")))
 }
 
+/// The devices' total memory as the shim recorded it (`cushim.memory[].total`, asked of the
+/// driver at the dump; the largest when devices differ); PyTorch's snapshots do not have it.
+fn device_total(v: &Value) -> Option<u64> {
+    v.get("cushim")?
+        .get("memory")?
+        .as_seq()?
+        .iter()
+        .filter_map(|m| m.get("total")?.as_i64())
+        .filter_map(|t| u64::try_from(t).ok())
+        .max()
+}
+
 /// Bytes of pickle one entry (segment, block, trace entry) takes at least: a dict with a
 /// handful of memoized keys and small values.
 const MIN_ENTRY_BYTES: usize = 8;
@@ -552,7 +564,7 @@ impl Loader {
             devices,
             host,
             settings: settings(v)?,
-            device_total: None,
+            device_total: device_total(v),
             has_state: true,
             stacks: std::mem::take(&mut self.i.stacks),
             cushim: v.get("cushim").cloned(),

@@ -107,7 +107,8 @@ pub struct Snapshot {
     pub host: Option<Device>,
     /// The recorded allocator settings as a configuration string, when the input has them.
     pub settings: Option<String>,
-    /// The device's total memory, when the input records it.
+    /// The device's total memory, when the input records it (the largest, when devices
+    /// differ).
     pub device_total: Option<u64>,
     /// Whether the segments describe the state at the end (false for logs, which have only
     /// events).

@@ -110,7 +110,7 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
     if let Some(e) = errs.first() {
         return Err(format!("--conf {conf:?}: {e}"));
     }
-    let capacity = snap.device_total.unwrap_or(UNLIMITED);
+    let capacity = snap.device_total.map_or(UNLIMITED, |t| t.min(UNLIMITED));
     let fake = Arc::new(FakeDevice::new(1, capacity));
     let a = CachingAllocator::new(fake.clone(), c, &|_| Box::new(NullSink));
     let st = start_of(snap, dev);
@@ -178,6 +178,15 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
     match &snap.settings {
         Some(s) => notes.push(format!("recorded settings: {:?}", s)),
         None => notes.push("the input records no allocator settings: the recorded row is replayed under PyTorch's defaults".into()),
+    }
+    match snap.device_total {
+        Some(t) if t > UNLIMITED => notes.push(format!(
+            "the device's recorded size ({t} bytes) is beyond what the replay models: it runs on 256 GiB"
+        )),
+        Some(t) => notes.push(format!(
+            "replays run on a device of the recorded size, {t} bytes"
+        )),
+        None => {}
     }
     if snap.device_total.is_none() {
         notes.push("the device's size is not recorded: replays run on a 256 GiB device (no OOMs below that; garbage_collection_threshold never triggers)".into());
