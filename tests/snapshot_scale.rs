@@ -124,6 +124,7 @@ fn measure_one_million_events_with_32_frame_stacks() {
             .len(),
         inp.devices[0].events.len()
     );
-    assert!((t2 - t0).as_secs_f64() <= 5.0);
+    // The times are printed, not asserted: a speed target belongs in a benchmark, and a
+    // wall-clock bound fails on a busy machine. The size does not depend on the machine.
     assert!(bytes.len() <= 150_000_000);
 }
