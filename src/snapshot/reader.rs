@@ -37,12 +37,31 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
             Ok(restore_tuples(Value::from_json(&j)))
         }
         Format::Msgpack => {
-            let j: serde_json::Value =
-                rmp_serde::from_slice(bytes).map_err(|e| format!("msgpack: {e}"))?;
+            let j = read_msgpack_value(bytes)?;
             check_depth(&j, "msgpack")?;
             Ok(restore_tuples(Value::from_json(&j)))
         }
     }
+}
+
+/// One msgpack value that must fill the input exactly: msgpack is the fallback format, so
+/// arbitrary bytes (a text file starts with a positive fixint) would otherwise read as a
+/// number followed by ignored garbage.
+fn read_msgpack_value(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    use serde::Deserialize;
+    let mut cur = std::io::Cursor::new(bytes);
+    let j = {
+        let mut de = rmp_serde::Deserializer::new(&mut cur);
+        serde_json::Value::deserialize(&mut de).map_err(|e| format!("msgpack: {e}"))?
+    };
+    let used = cur.position();
+    if used != bytes.len() as u64 {
+        return Err(format!(
+            "msgpack: {} bytes after the first value (at byte {used}): not one msgpack snapshot",
+            bytes.len() as u64 - used
+        ));
+    }
+    Ok(j)
 }
 
 /// Refuse a tree nested deeper than [`MAX_DEPTH`] (the parsers stop far deeper, at 128 and
