@@ -90,6 +90,10 @@ pub trait Device: Send + Sync {
     fn event_done(&self, dev: i32, event: Event) -> DevResult<bool>;
     /// Wait for the event (`cuEventSynchronize`).
     fn event_sync(&self, dev: i32, event: Event) -> DevResult<()>;
+    /// Make all work submitted to `stream` after this call wait for the event's most recent
+    /// record (`cuStreamWaitEvent`); the wait is fixed at the call, so the event may be
+    /// recorded again at once. The CPU does not wait.
+    fn stream_wait_event(&self, dev: i32, stream: Stream, event: Event) -> DevResult<()>;
     /// Destroy the event (`cuEventDestroy`).
     fn destroy_event(&self, dev: i32, event: Event);
     /// Whether `stream` is capturing a graph (events must not be recorded or queried then).

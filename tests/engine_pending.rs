@@ -1,5 +1,6 @@
-//! Stream safety of freed blocks (`free_sync`): immediate reuse without streams, lazy event
-//! batches with streams, device synchronization, capture, stream-ordered frees.
+//! Stream safety of freed blocks (`free_sync`): immediate reuse without streams, GPU-side
+//! barriers with streams (`auto`, `barrier`), lazy event batches (`event`), device
+//! synchronization, capture, stream-ordered frees.
 
 mod engine_support;
 use engine_support::setup;
@@ -31,8 +32,8 @@ fn auto_without_streams_reuses_at_once_with_no_event_calls() {
 }
 
 #[test]
-fn auto_with_streams_keeps_freed_blocks_pending_until_the_batch_completes() {
-    let (dev, a) = setup("", GIB);
+fn event_mode_keeps_freed_blocks_pending_until_the_batch_completes() {
+    let (dev, a) = setup("free_sync:event", GIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -58,7 +59,7 @@ fn auto_with_streams_keeps_freed_blocks_pending_until_the_batch_completes() {
 
 #[test]
 fn one_batch_covers_every_block_freed_since_the_last_one() {
-    let (dev, a) = setup("", 4 * GIB);
+    let (dev, a) = setup("free_sync:event", 4 * GIB);
     a.stream_created(0, 0x77, true);
     a.stream_created(0, 0x78, false); // blocking: covered by the legacy stream
     let ps: Vec<u64> = (0..50)
@@ -91,7 +92,7 @@ fn one_batch_covers_every_block_freed_since_the_last_one() {
 
 #[test]
 fn destroyed_streams_are_no_longer_covered() {
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     a.stream_created(0, 0x77, true);
     a.stream_destroyed(0, 0x77);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -152,7 +153,7 @@ fn no_event_is_recorded_while_a_stream_captures() {
 
 #[test]
 fn out_of_memory_waits_for_pending_batches_before_releasing_the_cache() {
-    let (dev, a) = setup("", 100 * MIB);
+    let (dev, a) = setup("free_sync:event", 100 * MIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
     let p = a.malloc(0, 80 * MIB, 0, 0).unwrap();
@@ -167,7 +168,7 @@ fn out_of_memory_waits_for_pending_batches_before_releasing_the_cache() {
 
 #[test]
 fn stream_ordered_free_is_reusable_at_once_on_its_own_stream_only() {
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
     a.stream_created(0, 0x78, true);
@@ -186,7 +187,7 @@ fn stream_ordered_free_is_reusable_at_once_on_its_own_stream_only() {
 
 #[test]
 fn empty_cache_waits_for_pending_frees_and_releases_everything() {
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -202,7 +203,7 @@ fn a_batch_that_completes_moments_after_it_is_recorded_serves_the_miss_without_g
     // Work finishes a little after the events are recorded (the third query sees them done):
     // the miss polls the fresh batch briefly and reuses the freed block. (12 MiB: a
     // segment of exactly the request, so no remainder could serve the next round.)
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     a.stream_created(0, 7, true);
     dev.set_auto_complete(false);
     dev.set_complete_after_queries(3);
@@ -216,7 +217,7 @@ fn a_batch_that_completes_moments_after_it_is_recorded_serves_the_miss_without_g
 
 #[test]
 fn a_batch_that_stays_busy_makes_the_miss_grow_after_a_bounded_poll() {
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     a.stream_created(0, 7, true);
     dev.set_auto_complete(false);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -239,7 +240,7 @@ fn a_batch_that_stays_busy_makes_the_miss_grow_after_a_bounded_poll() {
 
 #[test]
 fn a_miss_does_not_poll_when_no_waiting_block_could_serve_it() {
-    let (dev, a) = setup("", GIB);
+    let (dev, a) = setup("free_sync:event", GIB);
     a.stream_created(0, 7, true);
     dev.set_auto_complete(false);
     dev.set_complete_after_queries(1_000_000);

@@ -265,6 +265,19 @@ impl Device for CudaDevice {
         unsafe { check(cu::cuEventSynchronize(event.0 as cu::CUevent)) }
     }
 
+    fn stream_wait_event(&self, dev: i32, stream: Stream, event: Event) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the event came from `create_event`; the stream is a live program stream
+        // (or 0); flags 0.
+        unsafe {
+            check(cu::cuStreamWaitEvent(
+                stream as cu::CUstream,
+                event.0 as cu::CUevent,
+                0,
+            ))
+        }
+    }
+
     fn destroy_event(&self, dev: i32, event: Event) {
         if let Ok(_s) = self.enter(dev) {
             // SAFETY: the event came from `create_event` and is destroyed once.

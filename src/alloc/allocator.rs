@@ -8,7 +8,7 @@
 //! method that settles), so it never sees a deferred merge (`deferred.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::caching::{Ctx, DeviceState};
@@ -16,7 +16,7 @@ use super::devlock::{DevLock, DevLockGuard};
 use super::host::HostCache;
 use super::info::SegmentInfo;
 use super::{AllocError, FreeError};
-use crate::config::alloc::AllocConf;
+use crate::config::alloc::{AllocConf, FreeSync};
 use crate::device::{DevPtr, DevResult, Device, DeviceError, Stream};
 use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
 
@@ -40,6 +40,19 @@ pub struct CachingAllocator {
     states: Vec<DevLock<DeviceState>>,
     host: DevLock<HostCache>,
     streams_seen: AtomicBool,
+    /// The first thread that allocated or freed (its [`thread_token`]), while
+    /// `streams_seen` is false under `free_sync:auto`.
+    first_thread: AtomicUsize,
+}
+
+thread_local! {
+    static TOKEN: u8 = const { 0 };
+}
+
+/// A number unique to the calling thread while it lives (the address of a thread-local).
+#[inline(always)]
+fn thread_token() -> usize {
+    TOKEN.with(|t| t as *const u8 as usize)
 }
 
 const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
@@ -70,6 +83,34 @@ impl CachingAllocator {
             conf,
             states,
             streams_seen: AtomicBool::new(false),
+            first_thread: AtomicUsize::new(0),
+        }
+    }
+
+    /// Under `free_sync:auto`, before any stream is seen: a second thread that allocates or
+    /// frees counts as a stream (it may queue its work on its own per-thread default
+    /// stream, which nothing orders with the first thread's).
+    #[inline(always)]
+    fn note_thread(&self) {
+        if self.conf.free_sync == FreeSync::Auto && !self.streams_seen.load(Ordering::Relaxed) {
+            let me = thread_token();
+            let first = self.first_thread.load(Ordering::Relaxed);
+            if first != me {
+                self.note_other_thread(first, me);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_other_thread(&self, first: usize, me: usize) {
+        if first != 0
+            || self
+                .first_thread
+                .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.streams_seen.store(true, Ordering::Relaxed);
         }
     }
 
@@ -108,6 +149,7 @@ impl CachingAllocator {
             return Ok(0);
         }
         let st = self.state(dev).ok_or(AllocError::Device(INVALID_DEVICE))?;
+        self.note_thread();
         let ctx = self.ctx();
         let mut g = st.lock();
         let r = g.malloc(&ctx, size, stream, stack);
@@ -137,6 +179,7 @@ impl CachingAllocator {
         hint_dev: i32,
         stack: StackId,
     ) -> Result<(), FreeError> {
+        self.note_thread();
         let ctx = self.ctx();
         if let Some(st) = self.state(hint_dev) {
             match st.lock().free(&ctx, ptr, stream, stack) {
@@ -194,19 +237,36 @@ impl CachingAllocator {
             .map(|d| d as i32)
     }
 
+    /// The program created `stream` on device `dev` (after the real creation succeeded).
     pub fn stream_created(&self, dev: i32, stream: Stream, non_blocking: bool) {
         self.streams_seen.store(true, Ordering::Relaxed);
         if non_blocking {
             if let Some(st) = self.state(dev) {
-                st.lock().pending.stream_created(stream);
+                st.lock()
+                    .pending
+                    .stream_created(&*self.device, dev, stream);
             }
         }
     }
 
+    /// The program is about to destroy `stream` of device `dev` (before the real destroy).
     pub fn stream_destroyed(&self, dev: i32, stream: Stream) {
         if let Some(st) = self.state(dev) {
-            st.lock().pending.stream_destroyed(stream);
+            st.lock()
+                .pending
+                .stream_destroyed(&*self.device, dev, stream);
         }
+    }
+
+    /// GPU-side ordering barriers issued on device `dev` so far, and the driver calls they
+    /// made (`barrier.rs`).
+    pub fn barriers(&self, dev: i32) -> (u64, u64) {
+        self.state(dev)
+            .map(|st| {
+                let g = st.lock();
+                (g.pending.barrier.issued, g.pending.barrier.calls)
+            })
+            .unwrap_or((0, 0))
     }
 
     /// Wait for pending frees and release every free segment and page of every device, and

@@ -31,10 +31,11 @@
 //!
 //! **The malloc sequence.** (1) Blocks whose pending frees completed return to the pools.
 //! (2) Best fit. (3) If nothing fits but freed blocks still wait, the waiting blocks are
-//! covered (one event per live stream, or a device synchronization) and (1)-(2) retried;
-//! when a waiting block could serve the request by itself, the fresh batch is polled (16
-//! quick polls, then with a yield between polls) for up to 100 µs first (on idle streams it
-//! completes within that, and growing costs more).
+//! covered and (1)-(2) retried: by a GPU-side ordering barrier (`free_sync:auto` with
+//! streams, `barrier`: the blocks are reusable at once, `barrier.rs`), by one event per
+//! live stream (`event`: when a waiting block could serve the request by itself, the fresh
+//! batch is polled, 16 quick polls, then with a yield between polls, for up to 100 µs), or
+//! by a device synchronization (`device`).
 //! (4) With `garbage_collection_threshold` set and reserved memory above that fraction of
 //! the allowed memory, whole cached large segments that have waited longest unused (age
 //! counted in pool lookups, at least the average age) are released until enough is under
@@ -90,7 +91,8 @@ const FRESH_BATCH_SPINS: u32 = 16;
 pub(crate) struct Ctx<'a> {
     pub device: &'a dyn Device,
     pub conf: &'a AllocConf,
-    /// Whether the program ever created a stream (`free_sync:auto`).
+    /// Whether the program ever created a stream, or a second thread allocated or freed
+    /// (`free_sync:auto`: each thread may work on its own per-thread default stream).
     pub streams_seen: bool,
 }
 
@@ -552,7 +554,7 @@ impl DeviceState {
             None => match ctx.conf.free_sync {
                 FreeSync::None => false,
                 FreeSync::Auto => ctx.streams_seen,
-                FreeSync::Event | FreeSync::Device => true,
+                FreeSync::Barrier | FreeSync::Event | FreeSync::Device => true,
             },
         };
         if !wait {

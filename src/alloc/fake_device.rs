@@ -24,6 +24,7 @@ pub enum Op {
     SyncStream,
     HostAlloc,
     ReleasePhysical,
+    WaitEvent,
 }
 
 /// How many times each call was made.
@@ -41,6 +42,7 @@ pub struct Counters {
     pub record_event: u64,
     pub event_query: u64,
     pub event_sync: u64,
+    pub stream_wait_event: u64,
     pub destroy_event: u64,
     pub sync_stream: u64,
     pub sync_device: u64,
@@ -51,7 +53,11 @@ pub struct Counters {
 impl Counters {
     /// Every event-related driver call.
     pub fn event_calls(&self) -> u64 {
-        self.create_event + self.record_event + self.event_query + self.event_sync
+        self.create_event
+            + self.record_event
+            + self.event_query
+            + self.event_sync
+            + self.stream_wait_event
     }
 }
 
@@ -481,6 +487,21 @@ impl Device for FakeDevice {
                 Ok(())
             }
             None => Err(DeviceError::Driver(400)),
+        }
+    }
+
+    fn stream_wait_event(&self, dev: i32, stream: Stream, event: Event) -> DevResult<()> {
+        let mut g = self.inner.lock();
+        g.counters.stream_wait_event += 1;
+        if g.capturing.contains(&stream) {
+            return Err(DeviceError::Capturing);
+        }
+        if g.fault(Op::WaitEvent) {
+            return Err(DeviceError::Driver(1));
+        }
+        match g.events.get(&event.0) {
+            Some(e) if e.dev == dev => Ok(()),
+            _ => Err(DeviceError::Driver(400)),
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod addr_hash;
 mod allocator;
+pub mod barrier;
 pub mod block;
 pub mod caching;
 mod cap;

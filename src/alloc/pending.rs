@@ -1,14 +1,22 @@
-//! Stream safety of freed blocks: pending frees, covered lazily in batches by events.
+//! Stream safety of freed blocks: pending frees, covered lazily (when a malloc would need
+//! them) by one of three mechanisms, chosen by `free_sync`:
+//!
+//! - `auto` (once streams exist) and `barrier`: a GPU-side ordering barrier (`barrier.rs`);
+//!   the blocks are reusable as soon as it is issued.
+//! - `event`: a batch of events, one per live stream, polled on the CPU.
+//! - `device`: a device synchronization.
 //!
 //! Invariant: a block handed in by [`Pending::push`] is returned (by `poll`, `cover` or
-//! `sync_all`) only after every stream that may still touch it has passed the point of the
-//! free: an event recorded after the free on the legacy stream (which orders after all
-//! blocking streams) and on every tracked non-blocking stream has completed, or the device
-//! was synchronized. No event is recorded or queried on a capturing stream. Events are
-//! reused through a pool; a batch costs one event per live stream, never one per free.
+//! `sync_all`) only once no work queued before the free can overlap work queued after the
+//! block is returned: a barrier was issued after the free on the legacy stream (which
+//! orders all blocking streams) and on every tracked non-blocking stream, or an event
+//! recorded after the free on each of them has completed, or the device was synchronized.
+//! Nothing is recorded, waited or queried on a capturing stream. Events are reused; a
+//! batch or barrier costs one event per live stream, never one per free.
 
 use std::collections::VecDeque;
 
+use super::barrier::Barrier;
 use super::block::BlockId;
 use crate::config::alloc::FreeSync;
 use crate::device::{Device, Event, Stream, LEGACY_STREAM};
@@ -29,8 +37,10 @@ pub struct Pending {
     spare: Vec<Vec<BlockId>>,
     /// Tracked live non-blocking streams of this device.
     streams: Vec<Stream>,
-    /// Events recorded so far (for tests and stats).
+    /// Events recorded so far by `event` batches (for tests and stats).
     pub events_recorded: u64,
+    /// The GPU-side barriers (`auto`, `barrier`).
+    pub barrier: Barrier,
 }
 
 impl Pending {
@@ -44,20 +54,44 @@ impl Pending {
             spare: Vec::new(),
             streams: Vec::new(),
             events_recorded: 0,
+            barrier: Barrier::default(),
         }
+    }
+
+    /// Whether blocks are covered by GPU-side barriers.
+    fn barriers(&self) -> bool {
+        matches!(self.mode, FreeSync::Auto | FreeSync::Barrier)
     }
 
     pub fn mode(&self) -> FreeSync {
         self.mode
     }
 
-    pub fn stream_created(&mut self, s: Stream) {
+    /// A non-blocking stream was created. Under barriers it is made to wait for the last
+    /// barrier (blocks that barrier released may be used on it at once); if that fails, the
+    /// device is synchronized instead.
+    pub fn stream_created(&mut self, device: &dyn Device, dev: i32, s: Stream) {
         if !self.streams.contains(&s) {
             self.streams.push(s);
         }
+        if self.barriers() && self.barrier.tie_new_stream(device, dev, s).is_err() {
+            let _ = device.synchronize_device(dev);
+        }
     }
 
-    pub fn stream_destroyed(&mut self, s: Stream) {
+    /// A stream is about to be destroyed. Under barriers, while freed blocks wait, the
+    /// legacy stream is first made to wait for its queued work (the next barrier no longer
+    /// names it); if that fails, the stream is synchronized.
+    pub fn stream_destroyed(&mut self, device: &dyn Device, dev: i32, s: Stream) {
+        let tracked = self.streams.contains(&s) || self.extra.contains(&s);
+        if tracked
+            && self.barriers()
+            && self.has_unbatched()
+            && !device.stream_is_capturing(dev, s)
+            && self.barrier.tie_dying_stream(device, dev, s).is_err()
+        {
+            let _ = device.synchronize_stream(dev, s);
+        }
         self.streams.retain(|&x| x != s);
         self.extra.retain(|&x| x != s);
     }
@@ -136,6 +170,21 @@ impl Pending {
             }
             return;
         }
+        if self.barriers() {
+            // The tracked non-blocking streams, then the ones frees named; the barrier
+            // skips the default streams the legacy record covers.
+            self.streams.extend_from_slice(&self.extra);
+            let r = self.barrier.issue(device, dev, &self.streams);
+            let tracked = self.streams.len() - self.extra.len();
+            self.streams.truncate(tracked);
+            self.extra.clear();
+            if r.is_ok() || device.synchronize_device(dev).is_ok() {
+                self.recycle(blocks, out);
+            } else {
+                self.unbatched = blocks;
+            }
+            return;
+        }
         let streams: Vec<Stream> = self.live_streams().collect();
         let mut events = Vec::with_capacity(streams.len());
         let mut failed = false;
@@ -199,6 +248,7 @@ impl Pending {
     pub fn clear(&mut self, device: &dyn Device, dev: i32) {
         self.unbatched.clear();
         self.extra.clear();
+        self.barrier.clear(device, dev);
         for b in self.batches.drain(..) {
             for (_, e) in b.events {
                 device.destroy_event(dev, e);

@@ -11,12 +11,15 @@ pub const ROUNDUP_INTERVALS: usize = 16;
 
 const MIB: u64 = 1 << 20;
 
-/// When a freed block may be handed out again (see `alloc::pending`).
+/// When a freed block may be handed out again (see `alloc::pending`, `alloc::barrier`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FreeSync {
-    /// Immediate reuse while no stream was ever created; event batches afterwards.
+    /// Immediate reuse while the program has created no stream and only one thread
+    /// allocates; GPU-side ordering barriers afterwards (as `Barrier`).
     Auto,
-    /// Event batches from the first free.
+    /// GPU-side ordering barriers from the first free: reuse at once, no CPU wait.
+    Barrier,
+    /// Event batches from the first free, waited for on the CPU.
     Event,
     /// Synchronize the device instead of recording events.
     Device,
@@ -28,6 +31,7 @@ impl FreeSync {
     pub fn name(self) -> &'static str {
         match self {
             FreeSync::Auto => "auto",
+            FreeSync::Barrier => "barrier",
             FreeSync::Event => "event",
             FreeSync::Device => "device",
             FreeSync::None => "none",
@@ -283,6 +287,7 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
             },
             "free_sync" => match value {
                 "auto" => Some(FreeSync::Auto),
+                "barrier" => Some(FreeSync::Barrier),
                 "event" => Some(FreeSync::Event),
                 "device" => Some(FreeSync::Device),
                 "none" => Some(FreeSync::None),
@@ -290,7 +295,9 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
             }
             .map(|m| conf.free_sync = m)
             .ok_or_else(|| {
-                format!("free_sync: bad value '{value}' (accepted: auto, event, device, none)")
+                format!(
+                    "free_sync: bad value '{value}' (accepted: auto, barrier, event, device, none)"
+                )
             }),
             "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
             // ND4J-style cap on what the cache keeps (see `alloc::cap`).
@@ -445,7 +452,7 @@ mod tests {
             parse("max_split_size_mb:10,free_sync:sometimes,bogus:1,expandable_segments:True");
         assert_eq!(e.len(), 3, "{e:?}");
         assert!(e[0].contains("max_split_size_mb"));
-        assert!(e[1].contains("auto, event, device, none"));
+        assert!(e[1].contains("auto, barrier, event, device, none"));
         assert!(e[2].contains("bogus"));
         assert_eq!(c.max_split_size, u64::MAX);
         assert!(c.expandable_segments);

@@ -1,0 +1,131 @@
+//! The GPU-side ordering barrier: how freed blocks are handed out again at once, with no CPU
+//! wait, while the program has streams (`free_sync:auto` once streams exist, `barrier`).
+//!
+//! # Policy
+//!
+//! A freed block may still be touched by work queued before the free, on any stream. Rather
+//! than waiting on the CPU for that work (the GPU normally lags the CPU, so every free would
+//! still be pending at the next malloc and the cache would grow by all the memory in
+//! flight), the allocator makes every later piece of work on every stream run, on the GPU,
+//! after every earlier one. One barrier:
+//!
+//! 1. on each live non-blocking stream `s` (and each stream a `cudaFreeAsync` named):
+//!    record `e_s`; make the legacy default stream wait for `e_s`;
+//! 2. record `e_L` on the legacy stream: it completes after everything queued before it on
+//!    the legacy stream, on every blocking stream (CUDA's implicit ordering, which covers
+//!    per-thread default streams) and, through step 1, on every non-blocking stream;
+//! 3. make each non-blocking stream wait for `e_L`. Blocking streams and the legacy stream
+//!    wait for `e_L` implicitly (their later work follows earlier legacy work).
+//!
+//! After it, any work submitted on any stream runs after all work submitted before it, so
+//! every block freed before the barrier is reusable as soon as the barrier is *issued*. A
+//! barrier is issued only when a malloc finds no free block and freed blocks wait: once per
+//! burst of reuse, never per free, and never while nothing waits. It costs `3n + 1` driver
+//! calls for `n` non-blocking streams (1 with blocking streams only), none of them a wait
+//! on the CPU. Events are reused at once (a wait is fixed when it is issued) and `e_L` is
+//! kept: a non-blocking stream created later waits for the last `e_L` when it appears (it
+//! has no implicit ordering with anything), and a stream about to be destroyed while freed
+//! blocks wait is tied into the legacy stream first (its queued work still runs).
+//!
+//! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): measured
+//! on simcuda, the CPU-waited batches made a 64 MiB cudaMalloc/cudaFree loop with one idle
+//! stream allocate 3-160 segments and six driver calls per pair, and a GPU kept 10 ms
+//! behind the CPU grew the cache 50x (see BENCHMARKS.md). Why not tracking which streams
+//! received work: every launch, copy and memset entry point would have to be hooked, and
+//! one missed entry point would make reuse unsafe.
+//!
+//! A capturing stream is never touched: while any live stream (or, implicitly, the legacy
+//! stream) captures, no barrier is issued and the freed blocks keep waiting. A failing
+//! driver call falls back to synchronizing the device (a barrier half issued orders too
+//! much, never too little).
+
+use crate::device::{DevResult, Device, Event, Stream, LEGACY_STREAM};
+
+/// Whether `s` is the legacy stream or aliases a blocking default stream (`1` is
+/// `cudaStreamLegacy`, `2` the calling thread's per-thread default stream): the legacy
+/// record covers it.
+pub fn covered_by_legacy(s: Stream) -> bool {
+    s <= 2
+}
+
+/// The events of the barriers of one device.
+#[derive(Default)]
+pub struct Barrier {
+    /// Events for step 1, reused by every barrier.
+    spare: Vec<Event>,
+    /// `e_L`, recorded by the last barrier issued (`None` before the first one).
+    legacy: Option<Event>,
+    /// Barriers issued so far.
+    pub issued: u64,
+    /// Driver calls made by barriers so far (records and waits).
+    pub calls: u64,
+}
+
+impl Barrier {
+    fn event(&mut self, device: &dyn Device, dev: i32, i: usize) -> DevResult<Event> {
+        while self.spare.len() <= i {
+            self.spare.push(device.create_event(dev)?);
+        }
+        Ok(self.spare[i])
+    }
+
+    /// Issue one barrier over the legacy stream and `streams` (the non-blocking ones; those
+    /// the legacy record covers are skipped). The caller checked that none captures.
+    pub fn issue(&mut self, device: &dyn Device, dev: i32, streams: &[Stream]) -> DevResult<()> {
+        let mut n = 0;
+        for &s in streams.iter().filter(|&&s| !covered_by_legacy(s)) {
+            let e = self.event(device, dev, n)?;
+            n += 1;
+            self.calls += 2;
+            device.record_event(dev, e, s)?;
+            device.stream_wait_event(dev, LEGACY_STREAM, e)?;
+        }
+        let el = match self.legacy {
+            Some(e) => e,
+            None => {
+                let e = device.create_event(dev)?;
+                self.legacy = Some(e);
+                e
+            }
+        };
+        self.calls += 1;
+        device.record_event(dev, el, LEGACY_STREAM)?;
+        for &s in streams.iter().filter(|&&s| !covered_by_legacy(s)) {
+            self.calls += 1;
+            device.stream_wait_event(dev, s, el)?;
+        }
+        self.issued += 1;
+        Ok(())
+    }
+
+    /// A non-blocking stream appeared: its work must follow everything the last barrier
+    /// ordered (blocks that barrier released may be used on it).
+    pub fn tie_new_stream(&mut self, device: &dyn Device, dev: i32, s: Stream) -> DevResult<()> {
+        match self.legacy {
+            Some(el) if !covered_by_legacy(s) => {
+                self.calls += 1;
+                device.stream_wait_event(dev, s, el)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A stream is about to be destroyed while freed blocks wait: the legacy stream (and so
+    /// the next barrier) waits for its queued work.
+    pub fn tie_dying_stream(&mut self, device: &dyn Device, dev: i32, s: Stream) -> DevResult<()> {
+        if covered_by_legacy(s) {
+            return Ok(());
+        }
+        let e = self.event(device, dev, 0)?;
+        self.calls += 2;
+        device.record_event(dev, e, s)?;
+        device.stream_wait_event(dev, LEGACY_STREAM, e)
+    }
+
+    /// Destroy every event (device reset).
+    pub fn clear(&mut self, device: &dyn Device, dev: i32) {
+        for e in self.spare.drain(..).chain(self.legacy.take()) {
+            device.destroy_event(dev, e);
+        }
+    }
+}
