@@ -52,3 +52,58 @@ fn single_stream_program_makes_no_event_calls_in_auto_mode() {
     }
     assert!(out.contains("device_allocs="), "{out}");
 }
+
+/// Run `shim_stream_matrix` with `args` under `conf`; returns (same_address, intact).
+fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
+    let exe = common::compile("shim_stream_matrix", &["-lpthread"]);
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .args(args)
+            .env("CUSHIM_ALLOC_CONF", conf),
+    );
+    let kv = common::kv(&out);
+    (
+        common::num(&kv, "same_address") == 1,
+        common::num(&kv, "intact") == 1,
+    )
+}
+
+const KINDS: [&[&str]; 5] = [
+    &["nonblocking", "1"],
+    &["nonblocking", "4"],
+    &["nonblocking", "16"],
+    &["blocking"],
+    &["perthread"],
+];
+
+#[test]
+fn a_late_write_never_reaches_the_next_owner_in_any_protecting_mode_or_kind_of_stream() {
+    for mode in ["auto", "barrier", "event", "device"] {
+        for args in KINDS {
+            for extra in ["", ",expandable_segments:True"] {
+                let conf = format!("free_sync:{mode}{extra}");
+                let (_, intact) = matrix(&conf, args);
+                assert!(intact, "{conf} {args:?}: the late write corrupted the new owner");
+            }
+        }
+    }
+}
+
+#[test]
+fn barriers_hand_the_freed_block_out_again_at_once_with_every_kind_of_stream() {
+    for args in KINDS {
+        for conf in ["", "free_sync:barrier", "expandable_segments:True"] {
+            let (same, intact) = matrix(conf, args);
+            assert!(same && intact, "{conf:?} {args:?}: same={same} intact={intact}");
+        }
+    }
+}
+
+#[test]
+fn without_protection_the_late_write_does_corrupt_the_next_owner_for_every_kind() {
+    // Proves each scenario really races: free_sync:none reuses at once, unordered.
+    for args in KINDS {
+        let (same, intact) = matrix("free_sync:none", args);
+        assert!(same && !intact, "{args:?}: same={same} intact={intact}");
+    }
+}
