@@ -107,3 +107,41 @@ fn without_protection_the_late_write_does_corrupt_the_next_owner_for_every_kind(
         assert!(same && !intact, "{args:?}: same={same} intact={intact}");
     }
 }
+
+/// Run `shim_lagging_gpu` (50 steps, streams 10 ms behind) under `conf`; returns the shim's
+/// peak allocated and reserved bytes and the device's peak bytes in use.
+fn lagging_gpu(conf: &str, run: u32) -> (i64, i64, u64) {
+    let exe = common::compile("shim_lagging_gpu", &[]);
+    let report = common::scratch(&format!("lagging-{run}")).join("report.json");
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("SIMCUDA_REPORT", &report),
+    );
+    let kv = common::kv(&out);
+    let r = common::read_report(&report);
+    let device_peak = r["devices"][0]["peak_bytes_in_use"].as_u64().unwrap_or(u64::MAX);
+    (
+        common::num(&kv, "peak_allocated"),
+        common::num(&kv, "peak_reserved"),
+        device_peak,
+    )
+}
+
+#[test]
+fn a_lagging_gpu_never_makes_the_cache_reserve_more_than_its_peak_allocation() {
+    // Every free is still in flight at the next malloc (the streams run 10 ms behind);
+    // the barrier hands the blocks out again anyway. Bytes, not times: they are exact.
+    let mut seen = Vec::new();
+    for run in 0..3 {
+        let (allocated, reserved, device) = lagging_gpu("", run);
+        assert_eq!(allocated, (128 << 20) + 512, "run {run}");
+        assert!(
+            reserved as f64 <= 1.05 * allocated as f64,
+            "run {run}: reserved {reserved} for a peak allocation of {allocated}"
+        );
+        assert!(device as f64 <= 1.05 * allocated as f64, "run {run}: device peak {device}");
+        seen.push((reserved, device));
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
+}
