@@ -14,9 +14,11 @@
  * Output, one line per measurement (median over REPEATS batches of ~BATCH_MS each; for each
  * size the kinds' batches alternate, so load changes hit them alike):
  *   bench kind=runtime size=512 threads=1 pairs=N ns_per_pair=X pairs_per_s=Y
- * and one line saying whether the shim is in the process and how many device allocations
- * it made (0 with a statically linked cudart: those calls never reach the shim):
- *   shim loaded=1 device_allocs=K
+ * and one line saying whether the shim is in the process, how many device allocations
+ * it made (0 with a statically linked cudart: those calls never reach the shim) and how
+ * many runtime pairs the whole run made (warm-up and calibration included; to turn a count
+ * of driver calls into calls per pair):
+ *   shim loaded=1 device_allocs=K runtime_pairs=P
  */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <cuda_runtime.h>
@@ -48,6 +50,7 @@ static double now_s(void) {
 }
 
 static volatile uintptr_t sink;
+static long runtime_pairs; /* every runtime pair made, on every thread */
 
 /* n pairs of `kind` at `size`; returns 0 on success. */
 static int pairs(enum kind k, size_t size, long n) {
@@ -97,6 +100,8 @@ static void *worker(void *arg) {
 
 /* Seconds for `threads` threads doing n pairs each, started together. */
 static double timed(enum kind k, size_t size, long n, int threads, int *err) {
+    if (k == RUNTIME)
+        runtime_pairs += n * threads;
     if (threads == 1) {
         double t0 = now_s();
         *err = pairs(k, size, n);
@@ -240,6 +245,7 @@ int main(int argc, char **argv) {
         }
     }
     long long allocs = shim_device_allocs();
-    printf("shim loaded=%d device_allocs=%lld\n", allocs >= 0, allocs < 0 ? 0 : allocs);
+    printf("shim loaded=%d device_allocs=%lld runtime_pairs=%ld\n", allocs >= 0,
+           allocs < 0 ? 0 : allocs, runtime_pairs);
     return 0;
 }

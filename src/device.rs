@@ -60,6 +60,14 @@ pub trait Device: Send + Sync {
     /// `(free, total)` bytes as the driver reports them.
     fn mem_get_info(&self, dev: i32) -> DevResult<(u64, u64)>;
 
+    /// Run `f`, whose calls of this device's methods for `dev` may share one driver scope
+    /// (the context made current and capture mode relaxed once, not per call). For a run of
+    /// small calls such as a stream-ordering barrier.
+    fn batched(&self, dev: i32, f: &mut dyn FnMut()) {
+        let _ = dev;
+        f()
+    }
+
     /// Allocate an ordinary segment (`cuMemAlloc`).
     fn malloc(&self, dev: i32, size: u64) -> DevResult<DevPtr>;
     /// Free an ordinary segment (`cuMemFree`; synchronizes the device, like the real one).

@@ -30,13 +30,26 @@ fn auto_with_a_stream_reuses_a_freed_block_at_once_behind_a_barrier_without_cpu_
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
     assert_eq!(pending_blocks(&a), 1, "the free itself waits");
-    assert_eq!(dev.counters().event_calls(), 0, "a free makes no driver call");
+    assert_eq!(
+        dev.counters().event_calls(),
+        0,
+        "a free makes no driver call"
+    );
     let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     assert_eq!(q, p, "reused although the GPU has not caught up");
     let c = dev.counters();
-    assert_eq!(c.record_event, 2, "one on the stream, one on the legacy stream");
-    assert_eq!(c.stream_wait_event, 2, "legacy waits for the stream, then back");
-    assert_eq!(c.event_query + c.event_sync + c.sync_device + c.sync_stream, 0);
+    assert_eq!(
+        c.record_event, 2,
+        "one on the stream, one on the legacy stream"
+    );
+    assert_eq!(
+        c.stream_wait_event, 2,
+        "legacy waits for the stream, then back"
+    );
+    assert_eq!(
+        c.event_query + c.event_sync + c.sync_device + c.sync_stream,
+        0
+    );
     assert_eq!(c.malloc, 1);
     assert_eq!(a.barriers(0), (1, 4));
 }
@@ -68,11 +81,15 @@ fn one_barrier_serves_every_block_freed_before_it() {
     let (dev, a) = setup("free_sync:barrier", 4 * GIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
-    let ps: Vec<u64> = (0..8).map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap()).collect();
+    let ps: Vec<u64> = (0..8)
+        .map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap())
+        .collect();
     for p in &ps {
         a.free(*p, 0, 0).unwrap();
     }
-    let again: Vec<u64> = (0..8).map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap()).collect();
+    let again: Vec<u64> = (0..8)
+        .map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap())
+        .collect();
     let mut x = ps.clone();
     let mut y = again.clone();
     x.sort_unstable();
@@ -91,7 +108,9 @@ fn a_gpu_lagging_forever_never_grows_the_cache_over_fifty_steps() {
     a.stream_created(0, 0x77, true);
     a.stream_created(0, 0x78, true);
     for _ in 0..50 {
-        let ps: Vec<u64> = (0..8).map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap()).collect();
+        let ps: Vec<u64> = (0..8)
+            .map(|_| a.malloc(0, 16 * MIB, 0, 0).unwrap())
+            .collect();
         for p in ps {
             a.free(p, 0, 0).unwrap();
         }
@@ -124,7 +143,11 @@ fn a_stream_created_after_a_barrier_waits_for_it() {
     let (dev, a) = setup("", GIB);
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
-    assert_eq!(dev.counters().stream_wait_event, 0, "no barrier yet: nothing to wait for");
+    assert_eq!(
+        dev.counters().stream_wait_event,
+        0,
+        "no barrier yet: nothing to wait for"
+    );
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
     a.malloc(0, 12 * MIB, 0, 0).unwrap();

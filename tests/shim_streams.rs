@@ -83,7 +83,10 @@ fn a_late_write_never_reaches_the_next_owner_in_any_protecting_mode_or_kind_of_s
             for extra in ["", ",expandable_segments:True"] {
                 let conf = format!("free_sync:{mode}{extra}");
                 let (_, intact) = matrix(&conf, args);
-                assert!(intact, "{conf} {args:?}: the late write corrupted the new owner");
+                assert!(
+                    intact,
+                    "{conf} {args:?}: the late write corrupted the new owner"
+                );
             }
         }
     }
@@ -94,7 +97,10 @@ fn barriers_hand_the_freed_block_out_again_at_once_with_every_kind_of_stream() {
     for args in KINDS {
         for conf in ["", "free_sync:barrier", "expandable_segments:True"] {
             let (same, intact) = matrix(conf, args);
-            assert!(same && intact, "{conf:?} {args:?}: same={same} intact={intact}");
+            assert!(
+                same && intact,
+                "{conf:?} {args:?}: same={same} intact={intact}"
+            );
         }
     }
 }
@@ -120,7 +126,9 @@ fn lagging_gpu(conf: &str, run: u32) -> (i64, i64, u64) {
     );
     let kv = common::kv(&out);
     let r = common::read_report(&report);
-    let device_peak = r["devices"][0]["peak_bytes_in_use"].as_u64().unwrap_or(u64::MAX);
+    let device_peak = r["devices"][0]["peak_bytes_in_use"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
     (
         common::num(&kv, "peak_allocated"),
         common::num(&kv, "peak_reserved"),
@@ -140,7 +148,10 @@ fn a_lagging_gpu_never_makes_the_cache_reserve_more_than_its_peak_allocation() {
             reserved as f64 <= 1.05 * allocated as f64,
             "run {run}: reserved {reserved} for a peak allocation of {allocated}"
         );
-        assert!(device as f64 <= 1.05 * allocated as f64, "run {run}: device peak {device}");
+        assert!(
+            device as f64 <= 1.05 * allocated as f64,
+            "run {run}: device peak {device}"
+        );
         seen.push((reserved, device));
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");

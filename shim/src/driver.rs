@@ -32,14 +32,24 @@ fn check(r: cu::CUresult) -> DevResult<()> {
     }
 }
 
-/// Restores the thread's capture mode and context when dropped.
+thread_local! {
+    /// The device whose scope this thread is inside (`Device::batched`), or -1.
+    static BATCHED: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// Restores the thread's capture mode and context when dropped (nothing for a call made
+/// inside a batched scope, whose outer scope restores them).
 struct CallScope {
     mode: cu::CUstreamCaptureMode,
     pushed: bool,
+    active: bool,
 }
 
 impl Drop for CallScope {
     fn drop(&mut self) {
+        if !self.active {
+            return;
+        }
         // SAFETY: plain driver calls with valid out-pointers; restoring what `enter` changed.
         unsafe {
             let mut mode = self.mode;
@@ -87,6 +97,13 @@ impl CudaDevice {
 
     /// Make `dev`'s primary context current and capture mode relaxed until the scope drops.
     fn enter(&self, dev: i32) -> DevResult<CallScope> {
+        if BATCHED.with(|b| b.get()) == dev {
+            return Ok(CallScope {
+                mode: cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                pushed: false,
+                active: false,
+            });
+        }
         let want = self.primary_ctx(dev)?;
         let mut cur: cu::CUcontext = ptr::null_mut();
         // SAFETY: valid out-pointers; the pushed context is a retained primary context.
@@ -98,7 +115,11 @@ impl CudaDevice {
             }
             let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
             let _ = cu::cuThreadExchangeStreamCaptureMode(&mut mode);
-            Ok(CallScope { mode, pushed })
+            Ok(CallScope {
+                mode,
+                pushed,
+                active: true,
+            })
         }
     }
 
@@ -115,6 +136,28 @@ impl CudaDevice {
 impl Device for CudaDevice {
     fn device_count(&self) -> usize {
         self.count
+    }
+
+    fn batched(&self, dev: i32, f: &mut dyn FnMut()) {
+        let outer = BATCHED.with(|b| b.get());
+        if outer == dev {
+            return f();
+        }
+        /// Puts the outer batched device back, also if `f` unwinds.
+        struct Restore(i32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                BATCHED.with(|b| b.set(self.0));
+            }
+        }
+        // Without a scope each call enters its own; that is only slower. Dropped after
+        // `_restore` (reverse order of declaration).
+        let scope = self.enter(dev);
+        let _restore = Restore(outer);
+        if scope.is_ok() {
+            BATCHED.with(|b| b.set(dev));
+        }
+        f();
     }
 
     fn mem_get_info(&self, dev: i32) -> DevResult<(u64, u64)> {

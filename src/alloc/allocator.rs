@@ -242,9 +242,7 @@ impl CachingAllocator {
         self.streams_seen.store(true, Ordering::Relaxed);
         if non_blocking {
             if let Some(st) = self.state(dev) {
-                st.lock()
-                    .pending
-                    .stream_created(&*self.device, dev, stream);
+                st.lock().pending.stream_created(&*self.device, dev, stream);
             }
         }
     }

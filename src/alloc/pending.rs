@@ -158,27 +158,19 @@ impl Pending {
     /// synchronize the device and release them into `out` (`device`). Does nothing while a
     /// live stream is capturing. A failing event call falls back to synchronizing.
     pub fn cover(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
-        if self.unbatched.is_empty() || self.any_capturing(device, dev) {
+        if self.unbatched.is_empty() {
+            return;
+        }
+        if self.barriers() {
+            self.cover_by_barrier(device, dev, out);
+            return;
+        }
+        if self.any_capturing(device, dev) {
             return;
         }
         let blocks = std::mem::replace(&mut self.unbatched, self.spare.pop().unwrap_or_default());
         if self.mode == FreeSync::Device {
             if device.synchronize_device(dev).is_ok() {
-                self.recycle(blocks, out);
-            } else {
-                self.unbatched = blocks;
-            }
-            return;
-        }
-        if self.barriers() {
-            // The tracked non-blocking streams, then the ones frees named; the barrier
-            // skips the default streams the legacy record covers.
-            self.streams.extend_from_slice(&self.extra);
-            let r = self.barrier.issue(device, dev, &self.streams);
-            let tracked = self.streams.len() - self.extra.len();
-            self.streams.truncate(tracked);
-            self.extra.clear();
-            if r.is_ok() || device.synchronize_device(dev).is_ok() {
                 self.recycle(blocks, out);
             } else {
                 self.unbatched = blocks;
@@ -215,6 +207,36 @@ impl Pending {
             return;
         }
         self.batches.push_back(Batch { events, blocks });
+    }
+
+    /// [`Self::cover`] under barriers: unless a live stream captures, issue one barrier (the
+    /// capture checks and the barrier in one driver scope) and release every unbatched block.
+    fn cover_by_barrier(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+        // The tracked non-blocking streams, then the ones frees named; the barrier skips the
+        // default streams the legacy record covers.
+        let tracked = self.streams.len();
+        self.streams.extend_from_slice(&self.extra);
+        let mut r = Err(crate::device::DeviceError::Capturing);
+        let mut capturing = false;
+        device.batched(dev, &mut || {
+            capturing = std::iter::once(LEGACY_STREAM)
+                .chain(self.streams.iter().copied())
+                .any(|s| device.stream_is_capturing(dev, s));
+            if !capturing {
+                r = self.barrier.issue(device, dev, &self.streams);
+            }
+        });
+        self.streams.truncate(tracked);
+        if capturing {
+            return;
+        }
+        self.extra.clear();
+        let blocks = std::mem::replace(&mut self.unbatched, self.spare.pop().unwrap_or_default());
+        if r.is_ok() || device.synchronize_device(dev).is_ok() {
+            self.recycle(blocks, out);
+        } else {
+            self.unbatched = blocks;
+        }
     }
 
     /// Wait for everything: cover the unbatched blocks, then synchronize every batch's
