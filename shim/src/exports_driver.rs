@@ -11,7 +11,9 @@
 //! allocates. Result codes are the driver's: NULL out-pointer or size 0 is
 //! `CUDA_ERROR_INVALID_VALUE` (1), exhaustion `CUDA_ERROR_OUT_OF_MEMORY` (2), an invalid
 //! free of a cached pointer 1 (logged once per call site); a NULL or foreign pointer goes to
-//! the real free function. In the `_ptsz` variants stream 0 means the per-thread stream.
+//! the real free function; a stream-ordered free on a destroyed stream 400. Under capture,
+//! as the runtime exports (`exports_runtime.rs`, `capture.rs`). In the `_ptsz` variants
+//! stream 0 means the per-thread stream.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,13 +22,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use cudarc::driver::sys as cu;
 use engine::alloc::{AllocError, FreeError};
 
-use crate::call_driver;
+use crate::exports_capture as cap;
 use crate::ffi::{ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS};
 use crate::intercept::{driver_state, Inside};
 use crate::observe::{forget_host_then, forget_then};
 use crate::observe_driver as observing;
 use crate::real_driver::RealFn;
 use crate::state::Shim;
+use crate::{call_driver, capture};
 
 /// `CUdeviceptr`.
 pub type DevPtr = u64;
@@ -35,6 +38,8 @@ pub type CuStream = *mut c_void;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const ERR_OUT_OF_MEMORY: c_int = 2;
+/// `CUDA_ERROR_INVALID_HANDLE`.
+const ERR_INVALID_HANDLE: c_int = 400;
 /// `CU_STREAM_NON_BLOCKING`.
 const NON_BLOCKING: c_uint = 1;
 /// `CU_STREAM_PER_THREAD`: what stream 0 means in a `_ptsz` entry point.
@@ -155,12 +160,38 @@ fn refused_free(what: &str, ptr: u64, e: FreeError) -> Option<c_int> {
             ));
             Some(ERR_INVALID_VALUE)
         }
+        FreeError::InvalidHandle => Some(ERR_INVALID_HANDLE),
+    }
+}
+
+/// A free of a cached block while a capture forbids it: a real allocation, refused by the
+/// driver with the error the free must return (and invalidating the captures the free
+/// would), or `None` if the driver allows it after all (the probe is given back).
+#[cold]
+fn forbidden_free() -> Option<c_int> {
+    let mut tmp: DevPtr = 0;
+    let out: *mut DevPtr = &mut tmp;
+    let rc = call_driver!(REAL_MEM_ALLOC, AllocFn, (out, 512usize));
+    if rc == SUCCESS {
+        let _ = call_driver!(REAL_MEM_FREE, FreeFn, (tmp));
+        None
+    } else {
+        Some(rc)
     }
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
     if out.is_null() || size == 0 {
         return Some(ERR_INVALID_VALUE);
+    }
+    if capture::any()
+        && match stream {
+            None => capture::forbidden(),
+            Some(st) => capture::stream_capturing(st),
+        }
+    {
+        // The driver decides (refusing, or a graph allocation).
+        return None;
     }
     let dev = engine_device()?;
     let stack = s.history.alloc_stack();
@@ -188,6 +219,19 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     } else {
         ctx_device().unwrap_or(0)
     };
+    if capture::any() {
+        let ours = s.alloc.owner(ptr).is_some();
+        match stream {
+            None if ours && capture::forbidden() => {
+                if let Some(rc) = forbidden_free() {
+                    return Some(rc);
+                }
+            }
+            // The graph may use the block whenever it is launched: it stays allocated.
+            Some(st) if ours && capture::stream_capturing(st) => return Some(SUCCESS),
+            _ => {}
+        }
+    }
     let stack = s.history.free_stack();
     let r = match stream {
         None => s.alloc.free(ptr, dev, stack),
@@ -438,7 +482,13 @@ pub extern "C" fn cuStreamDestroy_v2(h: CuStream) -> c_int {
             }
             None
         },
-        || call_driver!(REAL_STREAM_DESTROY, StreamDestroyFn, (h)),
+        || {
+            let rc = call_driver!(REAL_STREAM_DESTROY, StreamDestroyFn, (h));
+            if rc == SUCCESS {
+                capture::ended(h as u64, SUCCESS);
+            }
+            rc
+        },
     )
 }
 
@@ -478,6 +528,22 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
         b"cuStreamDestroy_v2" => (
             cuStreamDestroy_v2 as *const () as usize,
             &REAL_STREAM_DESTROY,
+        ),
+        b"cuStreamBeginCapture_v2" => (
+            cap::cuStreamBeginCapture_v2 as *const () as usize,
+            &cap::REAL_BEGIN_CAPTURE,
+        ),
+        b"cuStreamBeginCapture_v2_ptsz" => (
+            cap::cuStreamBeginCapture_v2_ptsz as *const () as usize,
+            &cap::REAL_BEGIN_CAPTURE_PTSZ,
+        ),
+        b"cuStreamEndCapture" => (
+            cap::cuStreamEndCapture as *const () as usize,
+            &cap::REAL_END_CAPTURE,
+        ),
+        b"cuStreamEndCapture_ptsz" => (
+            cap::cuStreamEndCapture_ptsz as *const () as usize,
+            &cap::REAL_END_CAPTURE_PTSZ,
         ),
         _ => return None,
     };

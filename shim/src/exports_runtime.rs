@@ -3,7 +3,13 @@
 //!
 //! Invariants: a NULL out-pointer is `cudaErrorInvalidValue` (1); `cudaMalloc(&p, 0)`
 //! succeeds with `p = NULL`; `cudaFree(NULL)` and pointers the cache does not own go to the
-//! real function; an invalid free of a cached pointer is 1, logged once per call site.
+//! real function; an invalid free of a cached pointer is 1, logged once per call site; a
+//! stream-ordered free on a destroyed stream is 400. While a capture forbids allocation
+//! (`capture.rs`) `cudaMalloc` goes to the real function and a free of a cached block
+//! returns what a real allocation returns then (900, invalidating the capture); a
+//! `cudaMallocAsync` on a capturing stream goes to the real function (a graph allocation),
+//! and a `cudaFreeAsync` of a cached block on a capturing stream keeps the block allocated
+//! (the graph may use it whenever it is launched).
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -14,7 +20,10 @@ use crate::ffi::{
 };
 use crate::observe_runtime as observing;
 use crate::real::Stream;
-use crate::{call_real, lasterror, observe, state};
+use crate::{call_real, capture, lasterror, observe, state};
+
+/// `cudaErrorInvalidResourceHandle`.
+const ERR_INVALID_HANDLE: c_int = 400;
 
 fn alloc_code(e: AllocError) -> c_int {
     match e {
@@ -41,6 +50,24 @@ fn refused_free(what: &str, ptr: *mut c_void, e: FreeError, real: impl FnOnce() 
             ));
             lasterror::set(ERR_INVALID_VALUE)
         }
+        FreeError::InvalidHandle => lasterror::set(ERR_INVALID_HANDLE),
+    }
+}
+
+/// A free of a cached block while a capture forbids it: a real allocation, refused by the
+/// driver with the error the free must return (and invalidating the captures the free
+/// would), or `None` if the driver allows it after all (the probe is given back).
+#[cold]
+fn forbidden_free() -> Option<c_int> {
+    let mut tmp: *mut c_void = std::ptr::null_mut();
+    let out: *mut *mut c_void = &mut tmp;
+    let size: usize = 512;
+    let rc = call_real!(cudaMalloc(out, size));
+    if rc == SUCCESS {
+        let _ = call_real!(cudaFree(tmp));
+        None
+    } else {
+        Some(rc)
     }
 }
 
@@ -48,6 +75,15 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
     let s = crate::intercept::runtime_state()?;
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
+    }
+    if capture::any()
+        && (if async_ {
+            capture::stream_capturing(stream)
+        } else {
+            capture::forbidden()
+        })
+    {
+        return None;
     }
     let dev = state::alloc_device(s);
     let stack = s.history.alloc_stack();
@@ -100,6 +136,14 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
         if ptr.is_null() {
             return real();
         }
+        if capture::forbidden() {
+            if s.alloc.owner(ptr as u64).is_none() {
+                return real();
+            }
+            if let Some(rc) = forbidden_free() {
+                return rc;
+            }
+        }
         let stack = s.history.free_stack();
         let dev = state::alloc_device(s);
         match s.alloc.free(ptr as u64, dev, stack) {
@@ -123,6 +167,9 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
         };
         if ptr.is_null() {
             return real();
+        }
+        if capture::stream_capturing(stream as u64) && s.alloc.owner(ptr as u64).is_some() {
+            return SUCCESS;
         }
         let stack = s.history.free_stack();
         let dev = state::alloc_device(s);

@@ -67,7 +67,11 @@ pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
             s.alloc
                 .stream_destroyed(state::current_device(), stream as u64);
         }
-        call_real!(cudaStreamDestroy(stream))
+        let rc = call_real!(cudaStreamDestroy(stream));
+        if rc == SUCCESS {
+            crate::capture::ended(stream as u64, SUCCESS);
+        }
+        rc
     })
 }
 

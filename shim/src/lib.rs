@@ -12,11 +12,13 @@
 
 pub mod callsite;
 pub mod capi;
+pub mod capture;
 pub mod dlclose;
 pub mod dlsym;
 pub mod driver;
 pub mod dump;
 pub mod exports_address;
+pub mod exports_capture;
 pub mod exports_driver;
 pub mod exports_families;
 pub mod exports_ipc;

@@ -69,6 +69,12 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuIpcOpenMemHandle" if version >= 11000 => b"cuIpcOpenMemHandle_v2",
         b"cuIpcOpenMemHandle" if version >= 4010 => b"cuIpcOpenMemHandle",
         b"cuIpcCloseMemHandle" if version >= 4010 => b"cuIpcCloseMemHandle",
+        b"cuStreamBeginCapture" if version >= 10010 => {
+            ptds(b"cuStreamBeginCapture_v2", b"cuStreamBeginCapture_v2_ptsz")
+        }
+        b"cuStreamEndCapture" if version >= 10000 => {
+            ptds(b"cuStreamEndCapture", b"cuStreamEndCapture_ptsz")
+        }
         b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
         other => {

@@ -66,6 +66,10 @@ real_runtime! {
     cudaStreamCreateWithFlags: fn(*mut Stream, c_uint) -> c_int;
     cudaStreamCreateWithPriority: fn(*mut Stream, c_uint, c_int) -> c_int;
     cudaStreamDestroy: fn(Stream) -> c_int;
+    cudaStreamBeginCapture: fn(Stream, c_uint) -> c_int;
+    cudaStreamBeginCapture_ptsz: fn(Stream, c_uint) -> c_int;
+    cudaStreamEndCapture: fn(Stream, *mut *mut c_void) -> c_int;
+    cudaStreamEndCapture_ptsz: fn(Stream, *mut *mut c_void) -> c_int;
     cudaDeviceReset: fn() -> c_int;
     cudaGetLastError: fn() -> c_int;
     cudaPeekAtLastError: fn() -> c_int;

@@ -548,6 +548,11 @@ impl DeviceState {
         if state != State::Allocated {
             return Err(FreeError::InvalidValue);
         }
+        if let Some(s) = async_stream {
+            if self.pending.is_dead(s) {
+                return Err(FreeError::InvalidHandle);
+            }
+        }
         let wait = match async_stream {
             Some(s) if s == stream => false,
             Some(_) => ctx.conf.free_sync != FreeSync::None,

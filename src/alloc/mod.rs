@@ -59,6 +59,9 @@ pub enum FreeError {
     NotOurs,
     /// Ours but not a live block start (double free, interior pointer).
     InvalidValue,
+    /// A stream-ordered free named a stream the program destroyed
+    /// (`cudaErrorInvalidResourceHandle`, 400); the block stays allocated.
+    InvalidHandle,
 }
 
 impl std::fmt::Display for FreeError {
@@ -68,6 +71,7 @@ impl std::fmt::Display for FreeError {
             FreeError::InvalidValue => {
                 f.write_str("invalid pointer (double free or not a block start)")
             }
+            FreeError::InvalidHandle => f.write_str("the stream was destroyed"),
         }
     }
 }

@@ -21,6 +21,9 @@ use super::block::BlockId;
 use crate::config::alloc::FreeSync;
 use crate::device::{Device, Event, Stream, LEGACY_STREAM};
 
+/// How many destroyed stream handles are remembered (to refuse a `cudaFreeAsync` on one).
+const DEAD_STREAMS: usize = 1024;
+
 struct Batch {
     events: Vec<(Stream, Event)>,
     blocks: Vec<BlockId>,
@@ -37,6 +40,9 @@ pub struct Pending {
     spare: Vec<Vec<BlockId>>,
     /// Tracked live non-blocking streams of this device.
     streams: Vec<Stream>,
+    /// Streams the program destroyed, newest last, at most [`DEAD_STREAMS`] (a handle the
+    /// driver hands out again is removed when it is created).
+    dead: VecDeque<Stream>,
     /// Events recorded so far by `event` batches (for tests and stats).
     pub events_recorded: u64,
     /// The GPU-side barriers (`auto`, `barrier`).
@@ -53,6 +59,7 @@ impl Pending {
             event_pool: Vec::new(),
             spare: Vec::new(),
             streams: Vec::new(),
+            dead: VecDeque::new(),
             events_recorded: 0,
             barrier: Barrier::default(),
         }
@@ -65,6 +72,18 @@ impl Pending {
 
     pub fn mode(&self) -> FreeSync {
         self.mode
+    }
+
+    /// Any stream was created: its handle is live again.
+    pub fn stream_born(&mut self, s: Stream) {
+        if !self.dead.is_empty() {
+            self.dead.retain(|&x| x != s);
+        }
+    }
+
+    /// Whether `s` is a stream the program destroyed (and no stream since took its handle).
+    pub fn is_dead(&self, s: Stream) -> bool {
+        !self.dead.is_empty() && self.dead.contains(&s)
     }
 
     /// A non-blocking stream was created. Under barriers it is made to wait for the last
@@ -94,6 +113,12 @@ impl Pending {
         }
         self.streams.retain(|&x| x != s);
         self.extra.retain(|&x| x != s);
+        if !super::barrier::covered_by_legacy(s) {
+            if self.dead.len() >= DEAD_STREAMS {
+                self.dead.pop_front();
+            }
+            self.dead.push_back(s);
+        }
     }
 
     /// A freed block whose reuse must wait; `stream` is the stream of the free, if it is one

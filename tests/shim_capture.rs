@@ -1,0 +1,80 @@
+//! Allocation under stream capture, with and without the shim: the same program expects
+//! CUDA's documented codes (900 and an invalidated capture for cudaMalloc/cudaFree where the
+//! capture mode forbids them, success in relaxed mode and from other threads of a
+//! thread-local capture), graph allocations never aliasing ordinary ones, and 400 for a
+//! stream-ordered free on a destroyed stream.
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+fn exe() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| common::compile("shim_capture", &[]))
+}
+
+/// Run `name` on simcuda alone and under the shim (default configuration, then with
+/// expandable segments).
+fn case(name: &str) {
+    let plain = common::run_ok(common::sim_cmd(exe()).arg(name));
+    assert!(
+        plain.contains(&format!("PASS {name}")),
+        "without the shim: {plain}"
+    );
+    for conf in ["", "expandable_segments:True"] {
+        let out = common::run_ok(
+            common::shim_cmd(exe())
+                .arg(name)
+                .env("CUSHIM_ALLOC_CONF", conf),
+        );
+        assert!(
+            out.contains(&format!("PASS {name}")),
+            "shim {conf:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn cuda_malloc_in_global_capture_returns_900_and_invalidates_it() {
+    case("malloc_in_global_capture");
+}
+
+#[test]
+fn cuda_malloc_in_thread_local_capture_returns_900_and_invalidates_it() {
+    case("malloc_in_thread_local_capture");
+}
+
+#[test]
+fn cuda_free_of_a_cached_block_in_global_capture_returns_900_and_keeps_it() {
+    case("free_in_global_capture");
+}
+
+#[test]
+fn cuda_free_of_a_cached_block_in_thread_local_capture_returns_900_and_keeps_it() {
+    case("free_in_thread_local_capture");
+}
+
+#[test]
+fn relaxed_thread_mode_allows_malloc_and_free_during_capture() {
+    case("relaxed_thread_mode_allows_malloc_and_free");
+}
+
+#[test]
+fn a_global_capture_forbids_allocation_on_other_threads() {
+    case("global_capture_forbids_other_threads");
+}
+
+#[test]
+fn a_thread_local_capture_allows_allocation_on_other_threads() {
+    case("thread_local_capture_allows_other_threads");
+}
+
+#[test]
+fn an_address_allocated_by_a_capture_is_never_handed_to_an_ordinary_allocation() {
+    case("capture_allocation_is_never_handed_out_again");
+}
+
+#[test]
+fn cuda_free_async_on_a_destroyed_stream_returns_400() {
+    case("free_async_on_a_destroyed_stream_fails");
+}
