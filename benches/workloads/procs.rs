@@ -164,6 +164,35 @@ pub fn shim_allocs(out: &str) -> Option<i64> {
     field(l, "device_allocs")?.parse().ok()
 }
 
+/// The number of runtime pairs the whole bench_alloc run made (its `shim` line).
+pub fn runtime_pairs(out: &str) -> Option<u64> {
+    let l = out.lines().find(|l| l.starts_with("shim "))?;
+    field(l, "runtime_pairs")?.parse().ok()
+}
+
+/// Driver calls simcuda counted in a `SIMCUDA_REPORT` file: (all calls, calls that order
+/// streams: event record/query/synchronize, stream waits, capture-status queries).
+pub fn report_calls(path: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let calls = v.get("calls")?.as_object()?;
+    let mut all = 0;
+    let mut ordering = 0;
+    for (name, n) in calls {
+        let n = n.as_u64().unwrap_or(0);
+        all += n;
+        if name.starts_with("cuEventRecord")
+            || name.starts_with("cuEventQuery")
+            || name.starts_with("cuEventSynchronize")
+            || name.starts_with("cuStreamWaitEvent")
+            || name.starts_with("cuStreamIsCapturing")
+        {
+            ordering += n;
+        }
+    }
+    Some((all, ordering))
+}
+
 /// bench_frag's result: (peak allocated, peak reserved) bytes.
 pub fn frag(out: &str) -> Option<(u64, u64)> {
     let l = out.lines().find(|l| l.starts_with("frag "))?;

@@ -364,26 +364,11 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
             );
         }
     }
-    // The same pair once the program has created a stream: under free_sync:auto each free
-    // then waits for the streams (an event batch), so this is not the cached fast path.
-    let streamed = run_with(true, &["-m", "runtime", "-S", "1"]);
-    let with_stream = streamed.as_deref().map(procs::pairs).unwrap_or_default();
-    for s in SIZES {
-        let name = format!(
-            "cudaMalloc+cudaFree {} via shim, one stream created (free_sync:auto)",
-            size_name(s)
-        );
-        match (&streamed, procs::find(&with_stream, "runtime", s)) {
-            (Ok(_), Some(p)) => {
-                let mut row = Row::new(G, name, p.ns_per_pair, "ns");
-                if let Some(no_stream) = procs::find(&ours, "runtime", s) {
-                    row = row.baseline("no stream", no_stream.ns_per_pair);
-                }
-                rows.push(row);
-            }
-            (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
-            (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
-        }
+    // The same pair once the program has created streams (idle ones): under free_sync:auto
+    // a free then waits for the streams, and the next malloc that needs the block issues a
+    // GPU-side barrier (`alloc/barrier.rs`), so this is not the cached fast path.
+    for n in [1u32, 8] {
+        rows.extend(stream_pair_rows(procs, e, n, &ours));
     }
     // Observing mode (no history): each call goes to simcuda and is recorded, one lock and
     // one address-map operation per call; baseline the same pair without the shim.
@@ -411,6 +396,95 @@ fn pair_rows(procs: &Result<ProcEnv, String>, e: &Effort) -> Vec<Row> {
             (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
             (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
         }
+    }
+    rows
+}
+
+/// The cached pair with `n` idle non-blocking streams created, next to the pair without
+/// streams (`ours`, measured in this run), and the 64 MiB loop's device allocations and
+/// driver calls per pair (counted by simcuda's report).
+fn stream_pair_rows(
+    procs: &Result<ProcEnv, String>,
+    e: &Effort,
+    n: u32,
+    ours: &[procs::Pair],
+) -> Vec<Row> {
+    const G: &str = "1 pair";
+    let streams = n.to_string();
+    let label = if n == 1 {
+        "1 idle stream".to_string()
+    } else {
+        format!("{n} idle streams")
+    };
+    let run = |extra: &[&str], env: &[(&str, &str)]| -> Result<String, String> {
+        let p = procs.as_ref().map_err(Clone::clone)?;
+        let exe = p.compile("bench_alloc")?;
+        let mut args = vec!["-m", "runtime", "-S", streams.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&e.alloc_args);
+        p.run(&exe, &args, true, env, Duration::from_secs(60))
+    };
+    let mut rows = Vec::new();
+    let timed = run(&[], &[]);
+    let with_streams = timed.as_deref().map(procs::pairs).unwrap_or_default();
+    for s in SIZES {
+        let name = format!(
+            "cudaMalloc+cudaFree {} via shim, {label} (free_sync:auto)",
+            size_name(s)
+        );
+        match (&timed, procs::find(&with_streams, "runtime", s)) {
+            (Ok(_), Some(p)) => {
+                let mut row = Row::new(G, name, p.ns_per_pair, "ns");
+                if let Some(no_stream) = procs::find(ours, "runtime", s) {
+                    row = row.baseline("no stream", no_stream.ns_per_pair);
+                }
+                rows.push(row);
+            }
+            (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
+            (Ok(_), None) => rows.push(Row::skipped(G, name, "bench_alloc printed no figure")),
+        }
+    }
+    // The 64 MiB loop alone, with simcuda counting every driver call.
+    let report = match procs {
+        Ok(p) => p
+            .bins
+            .join(format!("report-streams-{n}-{}.json", std::process::id())),
+        Err(e) => {
+            return [
+                rows,
+                vec![Row::skipped(G, "64 MiB loop driver calls", e.clone())],
+            ]
+            .concat()
+        }
+    };
+    let report_s = report.display().to_string();
+    let counted = run(
+        &["-s", "67108864"],
+        &[("SIMCUDA_REPORT", report_s.as_str())],
+    );
+    let calls = procs::report_calls(&report);
+    let _ = std::fs::remove_file(&report);
+    let name = format!("64 MiB cudaMalloc+cudaFree loop, {label}: driver calls per pair");
+    match (&counted, calls) {
+        (Ok(out), Some((all, ordering))) => {
+            let pairs = procs::runtime_pairs(out).unwrap_or(0).max(1) as f64;
+            rows.push(
+                Row::new(G, name, all as f64 / pairs, "calls")
+                    .baseline("of which stream ordering", ordering as f64 / pairs),
+            );
+            let allocs = procs::shim_allocs(out).unwrap_or(-1);
+            rows.push(
+                Row::new(
+                    G,
+                    format!("64 MiB cudaMalloc+cudaFree loop, {label}: device allocations"),
+                    allocs as f64,
+                    "allocs",
+                )
+                .target("<= 2", (0..=2).contains(&allocs)),
+            );
+        }
+        (Err(e), _) => rows.push(Row::skipped(G, name, e.clone())),
+        (Ok(_), None) => rows.push(Row::skipped(G, name, "simcuda wrote no report")),
     }
     rows
 }
