@@ -106,6 +106,9 @@ pub trait Device: Send + Sync {
     fn destroy_event(&self, dev: i32, event: Event);
     /// Whether `stream` is capturing a graph (events must not be recorded or queried then).
     fn stream_is_capturing(&self, dev: i32, stream: Stream) -> bool;
+    /// Whether all work queued on `stream` so far has completed (`cuStreamQuery`; never
+    /// asked of a capturing stream). Never waits.
+    fn stream_idle(&self, dev: i32, stream: Stream) -> DevResult<bool>;
     /// Wait for all work queued on `stream`.
     fn synchronize_stream(&self, dev: i32, stream: Stream) -> DevResult<()>;
     /// Wait for all work on the device.

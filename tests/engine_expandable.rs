@@ -293,7 +293,9 @@ fn pending_frees_keep_their_pages_mapped() {
 
 #[test]
 fn pages_of_a_destroyed_stream_are_still_donated_after_a_device_sync() {
-    let (dev, a) = setup("expandable_segments:True", 8 * GIB);
+    // 30 MiB device: the second 20 MiB cannot be created, so the destroyed stream's page
+    // moves (its stream cannot be synchronized any more: the device is).
+    let (dev, a) = setup("expandable_segments:True", 30 * MIB);
     a.stream_created(0, 0x77, true);
     let p = a.malloc_async(0, 20 * MIB, 0x77, 0).unwrap();
     a.free_async(p, 0x77, 0, 0).unwrap();
@@ -306,5 +308,86 @@ fn pages_of_a_destroyed_stream_are_still_donated_after_a_device_sync() {
         "the page moved to stream 0's reservation"
     );
     assert!(dev.counters().sync_device >= 1);
+    check(&a, &dev);
+}
+
+/// A published driver-API client's pattern (cudarc: 520 allocations of 4 B to 12 MiB on its
+/// default stream and a second stream, in turn), on a device with room to spare. Returns
+/// the number of growths (mallocs that mapped pages).
+fn two_streams_in_turn(a: &CachingAllocator, dev: &FakeDevice) -> u64 {
+    let mut growths = 0;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    for i in 0..520u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let size = 4 + seed % (12 * MIB);
+        let stream = if (i / 8) % 2 == 0 { 0 } else { 0x77 };
+        let maps = dev.counters().map;
+        let p = if stream == 0 {
+            a.malloc(0, size, 0, 0).unwrap()
+        } else {
+            a.malloc_async(0, size, stream, 0).unwrap()
+        };
+        growths += u64::from(dev.counters().map > maps);
+        live.push((p, stream));
+        if live.len() > 12 {
+            let (q, s) = live.remove((seed % 12) as usize);
+            if s == 0 {
+                a.free(q, 0, 0).unwrap();
+            } else {
+                a.free_async(q, s, 0, 0).unwrap();
+            }
+        }
+    }
+    growths
+}
+
+#[test]
+fn two_streams_in_turn_keep_their_pages_and_never_synchronize_without_memory_pressure() {
+    // Idle streams: a growth may take its own stream's free pages (no wait), never another
+    // stream's.
+    let (dev, a) = setup("expandable_segments:True", 16 * GIB);
+    a.stream_created(0, 0x77, true);
+    let growths = two_streams_in_turn(&a, &dev);
+    let c = dev.counters();
+    check(&a, &dev);
+    assert_eq!(c.sync_stream + c.sync_device, 0, "{c:?}");
+    assert!(
+        c.map <= c.create_physical + growths,
+        "{growths} growths: {c:?}"
+    );
+    // Busy streams (a GPU behind the CPU): nothing moves at all.
+    let (dev, a) = setup("expandable_segments:True", 16 * GIB);
+    dev.set_auto_complete(false);
+    a.stream_created(0, 0x77, true);
+    two_streams_in_turn(&a, &dev);
+    let c = dev.counters();
+    check(&a, &dev);
+    assert_eq!(c.sync_stream + c.sync_device + c.event_sync, 0, "{c:?}");
+    assert_eq!((c.map, c.unmap), (c.create_physical, 0), "{c:?}");
+}
+
+#[test]
+fn under_memory_pressure_pages_move_between_streams_instead_of_failing() {
+    // Stream 0x77 frees 60 MiB; stream 0 then needs 60 MiB on a device with 100 MiB.
+    let (dev, a) = setup("expandable_segments:True", 100 * MIB);
+    a.stream_created(0, 0x77, true);
+    let p = a.malloc_async(0, 60 * MIB, 0x77, 0).unwrap();
+    a.free_async(p, 0x77, 0, 0).unwrap();
+    let before = dev.counters();
+    let q = a.malloc(0, 60 * MIB, 0, 0).unwrap();
+    let c = dev.counters();
+    assert!(q != 0);
+    assert!(
+        c.unmap > before.unmap,
+        "pages were taken from stream 0x77's reservation"
+    );
+    assert!(
+        c.sync_stream > before.sync_stream,
+        "after synchronizing that stream"
+    );
+    assert_eq!(dev.used(0), 60 * MIB);
     check(&a, &dev);
 }

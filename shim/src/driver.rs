@@ -339,6 +339,16 @@ impl Device for CudaDevice {
             || st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
     }
 
+    fn stream_idle(&self, dev: i32, stream: Stream) -> DevResult<bool> {
+        let _s = self.enter(dev)?;
+        // SAFETY: a live program stream (or 0), not capturing (checked by the caller).
+        match unsafe { cu::cuStreamQuery(stream as cu::CUstream) } {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check(other).map(|_| false),
+        }
+    }
+
     fn synchronize_stream(&self, dev: i32, stream: Stream) -> DevResult<()> {
         let _s = self.enter(dev)?;
         // SAFETY: a live program stream (or 0).

@@ -43,6 +43,7 @@ pub struct Counters {
     pub event_query: u64,
     pub event_sync: u64,
     pub stream_wait_event: u64,
+    pub stream_query: u64,
     pub destroy_event: u64,
     pub sync_stream: u64,
     pub sync_device: u64,
@@ -513,6 +514,16 @@ impl Device for FakeDevice {
 
     fn stream_is_capturing(&self, _dev: i32, stream: Stream) -> bool {
         self.inner.lock().capturing.contains(&stream)
+    }
+
+    fn stream_idle(&self, _dev: i32, stream: Stream) -> DevResult<bool> {
+        let mut g = self.inner.lock();
+        g.counters.stream_query += 1;
+        if g.capturing.contains(&stream) {
+            return Err(DeviceError::Capturing);
+        }
+        // A stream is idle exactly when the events recorded on it complete at once.
+        Ok(g.auto_complete)
     }
 
     fn synchronize_stream(&self, _dev: i32, _stream: Stream) -> DevResult<()> {
