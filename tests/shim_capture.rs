@@ -78,3 +78,8 @@ fn an_address_allocated_by_a_capture_is_never_handed_to_an_ordinary_allocation()
 fn cuda_free_async_on_a_destroyed_stream_returns_400() {
     case("free_async_on_a_destroyed_stream_fails");
 }
+
+#[test]
+fn cu_mem_alloc_and_cu_mem_free_in_global_capture_return_900_and_invalidate_it() {
+    case("driver_alloc_and_free_in_global_capture");
+}

@@ -89,6 +89,18 @@ int main(int argc, char **argv) {
         EXPECT(cudaSuccess, cudaStreamEndCapture(s, &g));
         REQUIRE(g != NULL);
     }
+    CASE("driver_alloc_and_free_in_global_capture") {
+        CUdeviceptr d = 0, e = 0;
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&e, 1 * MiB));
+        EXPECT(CUDA_SUCCESS, cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&d, 1 * MiB));
+        CUgraph cg;
+        EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture((CUstream)s, &cg));
+        EXPECT(CUDA_SUCCESS, cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        EXPECT(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemFree(e));
+        EXPECT(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture((CUstream)s, &cg));
+        EXPECT(CUDA_SUCCESS, cuMemFree(e));
+    }
     CASE("capture_allocation_is_never_handed_out_again") {
         /* An allocation made by a capture belongs to the graph: no ordinary allocation may
          * receive its address while the graph exists (here: for the whole program). */
