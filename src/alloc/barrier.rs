@@ -78,10 +78,12 @@ impl Barrier {
     /// Issue one barrier over the legacy stream and `streams` (the non-blocking ones; those
     /// the legacy record covers are skipped). The caller checked that none captures.
     pub fn issue(&mut self, device: &dyn Device, dev: i32, streams: &[Stream]) -> DevResult<()> {
-        let mut n = 0;
-        for &s in streams.iter().filter(|&&s| !covered_by_legacy(s)) {
+        for (n, &s) in streams
+            .iter()
+            .filter(|&&s| !covered_by_legacy(s))
+            .enumerate()
+        {
             let e = self.event(device, dev, n)?;
-            n += 1;
             self.calls += 2;
             device.record_event(dev, e, s)?;
             device.stream_wait_event(dev, LEGACY_STREAM, e)?;
