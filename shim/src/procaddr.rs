@@ -238,7 +238,8 @@ mod tests {
     }
 
     #[test]
-    fn of_everything_nvidias_static_runtime_asks_for_only_the_allocation_entry_points_are_hooked() {
+    fn of_everything_nvidias_static_runtime_asks_for_only_allocation_stream_and_capture_entry_points_are_hooked(
+    ) {
         for version in ["12.9", "13.2", "13.5"] {
             hooked_in_list(version);
         }
@@ -293,9 +294,13 @@ mod tests {
             "cuMemHostUnregister 4000 0 cuMemHostUnregister",
             "cuPointerGetAttribute 4000 0 cuPointerGetAttribute",
             "cuPointerGetAttributes 7000 0 cuPointerGetAttributes",
+            "cuStreamBeginCapture 10010 0 cuStreamBeginCapture_v2",
+            "cuStreamBeginCapture 10010 2 cuStreamBeginCapture_v2_ptsz",
             "cuStreamCreate 2000 0 cuStreamCreate",
             "cuStreamCreateWithPriority 5050 0 cuStreamCreateWithPriority",
             "cuStreamDestroy 4000 0 cuStreamDestroy_v2",
+            "cuStreamEndCapture 10000 0 cuStreamEndCapture",
+            "cuStreamEndCapture 10000 2 cuStreamEndCapture_ptsz",
         ];
         assert_eq!(hooked, expect, "{version}");
     }
