@@ -7,12 +7,18 @@
 mod engine_support;
 use engine_support::setup;
 
-use cushim::alloc::fake_device::Op;
+use cushim::alloc::fake_device::{FakeDevice, Op};
 use cushim::alloc::info::BlockState;
 use cushim::alloc::CachingAllocator;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
+
+/// Ordering calls made so far: (event records, stream waits).
+fn ordering_calls(dev: &FakeDevice) -> (u64, u64) {
+    let c = dev.counters();
+    (c.record_event, c.stream_wait_event)
+}
 
 fn pending_blocks(a: &CachingAllocator) -> usize {
     a.segments(0)
@@ -28,30 +34,27 @@ fn auto_with_a_stream_reuses_a_freed_block_at_once_behind_a_barrier_without_cpu_
     dev.set_auto_complete(false);
     a.stream_created(0, 0x77, true);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    let base = dev.counters();
     a.free(p, 0, 0).unwrap();
     assert_eq!(pending_blocks(&a), 1, "the free itself waits");
-    assert_eq!(
-        dev.counters().event_calls(),
-        0,
-        "a free makes no driver call"
-    );
+    assert_eq!(dev.counters(), base, "a free makes no driver call");
     let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     assert_eq!(q, p, "reused although the GPU has not caught up");
     let c = dev.counters();
     assert_eq!(
-        c.record_event, 2,
-        "one on the stream, one on the legacy stream"
-    );
-    assert_eq!(
-        c.stream_wait_event, 2,
-        "legacy waits for the stream, then back"
+        (
+            c.record_event - base.record_event,
+            c.stream_wait_event - base.stream_wait_event
+        ),
+        (2, 2),
+        "records on the stream and the legacy stream, waits in both directions"
     );
     assert_eq!(
         c.event_query + c.event_sync + c.sync_device + c.sync_stream,
         0
     );
     assert_eq!(c.malloc, 1);
-    assert_eq!(a.barriers(0), (1, 4));
+    assert_eq!(a.barriers(0).0, 1);
 }
 
 #[test]
@@ -63,6 +66,8 @@ fn a_barrier_costs_three_calls_per_non_blocking_stream_plus_one() {
         for i in 0..n {
             a.stream_created(0, 0x1000 + i, true);
         }
+        let (issued0, calls0) = a.barriers(0);
+        let (r0, w0) = ordering_calls(&dev);
         for _ in 0..10 {
             let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
             a.free(p, 0, 0).unwrap();
@@ -70,8 +75,16 @@ fn a_barrier_costs_three_calls_per_non_blocking_stream_plus_one() {
         let c = dev.counters();
         assert_eq!(c.malloc, 1, "{n} streams");
         // The first pair finds nothing pending; each of the 9 others issues one barrier.
-        assert_eq!(a.barriers(0), (9, 9 * (3 * n + 1)), "{n} streams");
-        assert_eq!(c.record_event + c.stream_wait_event, 9 * (3 * n + 1));
+        let (issued, calls) = a.barriers(0);
+        assert_eq!(
+            (issued - issued0, calls - calls0),
+            (9, 9 * (3 * n + 1)),
+            "{n} streams"
+        );
+        assert_eq!(
+            c.record_event + c.stream_wait_event - r0 - w0,
+            9 * (3 * n + 1)
+        );
         assert_eq!(c.event_query + c.event_sync + c.sync_device, 0);
     }
 }
@@ -129,37 +142,42 @@ fn no_barrier_while_a_stream_captures_and_the_block_keeps_waiting() {
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
     dev.set_capturing(0x77, true);
+    let before = ordering_calls(&dev);
     let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     assert_ne!(q, p);
-    let c = dev.counters();
-    assert_eq!(c.record_event + c.stream_wait_event, 0);
+    assert_eq!(ordering_calls(&dev), before, "nothing recorded or waited");
     assert_eq!(pending_blocks(&a), 1);
     dev.set_capturing(0x77, false);
     assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
 }
 
 #[test]
-fn a_stream_created_after_a_barrier_waits_for_it() {
+fn a_stream_created_later_waits_for_everything_queued_before_it() {
+    // A block freed before any stream existed was reused at once; a non-blocking stream
+    // created afterwards has no implicit ordering with its old work, so it waits for a
+    // fresh legacy-stream record when it appears.
     let (dev, a) = setup("", GIB);
     dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    assert_eq!(
-        dev.counters().stream_wait_event,
-        0,
-        "no barrier yet: nothing to wait for"
-    );
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
-    a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    let before = dev.counters().stream_wait_event;
+    assert_eq!(
+        a.malloc(0, 12 * MIB, 0, 0).unwrap(),
+        p,
+        "no stream: at once"
+    );
+    assert_eq!(ordering_calls(&dev), (0, 0));
     a.stream_created(0, 0x78, true);
-    assert_eq!(dev.counters().stream_wait_event, before + 1);
+    // The first stream: one barrier over what was freed so far (a legacy record), then the
+    // new stream waits for a legacy record.
+    assert_eq!(ordering_calls(&dev), (2, 1));
     a.stream_created(0, 0x79, false);
     assert_eq!(
-        dev.counters().stream_wait_event,
-        before + 1,
+        ordering_calls(&dev),
+        (2, 1),
         "a blocking stream follows the legacy stream by itself"
     );
+    a.stream_created(0, 0x7a, true);
+    assert_eq!(ordering_calls(&dev), (3, 2));
 }
 
 #[test]
@@ -169,14 +187,13 @@ fn a_stream_destroyed_while_blocks_wait_is_tied_into_the_legacy_stream_first() {
     a.stream_created(0, 0x77, true);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
+    let (r, w) = ordering_calls(&dev);
     a.stream_destroyed(0, 0x77);
-    let c = dev.counters();
-    assert_eq!((c.record_event, c.stream_wait_event), (1, 1));
+    assert_eq!(ordering_calls(&dev), (r + 1, w + 1));
     assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
-    let c = dev.counters();
     assert_eq!(
-        (c.record_event, c.stream_wait_event),
-        (2, 1),
+        ordering_calls(&dev),
+        (r + 2, w + 1),
         "the barrier no longer names the destroyed stream"
     );
 }
@@ -190,8 +207,13 @@ fn a_free_on_another_stream_is_covered_by_the_next_barrier() {
     // 0x99 is not tracked (made before the shim saw it): the barrier names it once.
     a.free_async(p, 0x99, 0, 0).unwrap();
     assert_eq!(pending_blocks(&a), 1);
+    let (issued, calls) = a.barriers(0);
     assert_eq!(a.malloc_async(0, 12 * MIB, 0x77, 0).unwrap(), p);
-    assert_eq!(a.barriers(0), (1, 7));
+    assert_eq!(
+        a.barriers(0),
+        (issued + 1, calls + 7),
+        "two streams: 3 x 2 + 1"
+    );
 }
 
 #[test]
@@ -213,6 +235,7 @@ fn auto_counts_a_second_allocating_thread_as_a_stream() {
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
     assert_eq!(pending_blocks(&a), 0, "one thread, no stream: immediate");
+    assert_eq!(ordering_calls(&dev), (0, 0));
     std::thread::scope(|s| {
         s.spawn(|| {
             let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -224,11 +247,15 @@ fn auto_counts_a_second_allocating_thread_as_a_stream() {
         1,
         "the other thread may have used its per-thread default stream"
     );
-    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
-    let c = dev.counters();
     assert_eq!(
-        (c.record_event, c.stream_wait_event),
+        ordering_calls(&dev),
         (1, 0),
-        "blocking default streams only: one legacy record"
+        "the second thread ordered what the first had freed: one legacy record"
+    );
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
+    assert_eq!(
+        ordering_calls(&dev),
+        (2, 0),
+        "blocking default streams only: one legacy record per barrier"
     );
 }

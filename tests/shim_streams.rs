@@ -68,12 +68,13 @@ fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     )
 }
 
-const KINDS: [&[&str]; 5] = [
+const KINDS: [&[&str]; 6] = [
     &["nonblocking", "1"],
     &["nonblocking", "4"],
     &["nonblocking", "16"],
     &["blocking"],
     &["perthread"],
+    &["newstream"],
 ];
 
 #[test]

@@ -8,11 +8,11 @@
 //! method that settles), so it never sees a deferred merge (`deferred.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::caching::{Ctx, DeviceState};
-use super::devlock::{DevLock, DevLockGuard};
+use super::devlock::{thread_token, DevLock, DevLockGuard};
 use super::host::HostCache;
 use super::info::SegmentInfo;
 use super::{AllocError, FreeError};
@@ -39,21 +39,15 @@ pub struct CachingAllocator {
     conf: AllocConf,
     states: Vec<DevLock<DeviceState>>,
     host: DevLock<HostCache>,
-    streams_seen: AtomicBool,
-    /// The first thread that allocated or freed (its [`thread_token`]), while
-    /// `streams_seen` is false under `free_sync:auto`.
-    first_thread: AtomicUsize,
+    /// Under `free_sync:auto`: 0 before the first allocation or free, then the token
+    /// (`devlock::thread_token`) of the only thread that allocated or freed so far, or
+    /// [`SHARED`] once a stream was created or a second thread came (for ever). [`SHARED`]
+    /// from the start under every other mode.
+    solo: AtomicUsize,
 }
 
-thread_local! {
-    static TOKEN: u8 = const { 0 };
-}
-
-/// A number unique to the calling thread while it lives (the address of a thread-local).
-#[inline(always)]
-fn thread_token() -> usize {
-    TOKEN.with(|t| t as *const u8 as usize)
-}
+/// [`CachingAllocator::solo`]: streams (or a second thread) seen.
+const SHARED: usize = usize::MAX;
 
 const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
 
@@ -73,6 +67,7 @@ impl CachingAllocator {
         conf: AllocConf,
         make_sink: &dyn Fn(i32) -> Box<dyn EventSink>,
     ) -> Self {
+        let conf_auto = conf.free_sync == FreeSync::Auto;
         let n = device.device_count().max(1);
         let states = (0..n as i32)
             .map(|d| DevLock::new(DeviceState::new(d, &conf, make_sink(d))))
@@ -82,35 +77,54 @@ impl CachingAllocator {
             host: DevLock::new(HostCache::new(make_sink(-1))),
             conf,
             states,
-            streams_seen: AtomicBool::new(false),
-            first_thread: AtomicUsize::new(0),
+            solo: AtomicUsize::new(if conf_auto { 0 } else { SHARED }),
         }
     }
 
-    /// Under `free_sync:auto`, before any stream is seen: a second thread that allocates or
-    /// frees counts as a stream (it may queue its work on its own per-thread default
-    /// stream, which nothing orders with the first thread's).
+    /// The context of one call, noting the calling thread under `free_sync:auto`: a second
+    /// thread that allocates or frees counts as a stream (it may queue its work on its own
+    /// per-thread default stream, which nothing orders with the first thread's).
     #[inline(always)]
-    fn note_thread(&self) {
-        if self.conf.free_sync == FreeSync::Auto && !self.streams_seen.load(Ordering::Relaxed) {
-            let me = thread_token();
-            let first = self.first_thread.load(Ordering::Relaxed);
-            if first != me {
-                self.note_other_thread(first, me);
-            }
+    fn ctx_noting_thread(&self) -> Ctx<'_> {
+        let solo = self.solo.load(Ordering::Relaxed);
+        let streams_seen = solo == SHARED || (solo != thread_token() && self.other_thread(solo));
+        Ctx {
+            device: &*self.device,
+            conf: &self.conf,
+            streams_seen,
         }
     }
 
+    /// A thread that is not the only one so far: the first one becomes the only one; a
+    /// second one makes every later free wait, and what earlier frees released is ordered
+    /// on the GPU now ([`Self::order_all`]). Returns whether streams count as seen.
     #[cold]
     #[inline(never)]
-    fn note_other_thread(&self, first: usize, me: usize) {
-        if first != 0
-            || self
-                .first_thread
-                .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
+    fn other_thread(&self, solo: usize) -> bool {
+        if solo == 0
+            && self
+                .solo
+                .compare_exchange(0, thread_token(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
         {
-            self.streams_seen.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.streams_appeared();
+        true
+    }
+
+    /// Streams (or a second thread) appeared: from now on frees wait; blocks freed until
+    /// now were reused at once, so every later piece of work is ordered after everything
+    /// queued so far, on every device (once).
+    fn streams_appeared(&self) {
+        if self.solo.swap(SHARED, Ordering::Relaxed) != SHARED {
+            for (d, st) in self.states.iter().enumerate() {
+                let mut g = st.lock();
+                // A device that never allocated has nothing to order.
+                if g.stats.num_device_alloc > 0 {
+                    g.pending.order_all(&*self.device, d as i32);
+                }
+            }
         }
     }
 
@@ -127,7 +141,7 @@ impl CachingAllocator {
         Ctx {
             device: &*self.device,
             conf: &self.conf,
-            streams_seen: self.streams_seen.load(Ordering::Relaxed),
+            streams_seen: self.solo.load(Ordering::Relaxed) == SHARED,
         }
     }
 
@@ -149,8 +163,7 @@ impl CachingAllocator {
             return Ok(0);
         }
         let st = self.state(dev).ok_or(AllocError::Device(INVALID_DEVICE))?;
-        self.note_thread();
-        let ctx = self.ctx();
+        let ctx = self.ctx_noting_thread();
         let mut g = st.lock();
         let r = g.malloc(&ctx, size, stream, stack);
         if ctx.conf.cache_capped() {
@@ -179,8 +192,7 @@ impl CachingAllocator {
         hint_dev: i32,
         stack: StackId,
     ) -> Result<(), FreeError> {
-        self.note_thread();
-        let ctx = self.ctx();
+        let ctx = self.ctx_noting_thread();
         if let Some(st) = self.state(hint_dev) {
             match st.lock().free(&ctx, ptr, stream, stack) {
                 Err(FreeError::NotOurs) => {}
@@ -239,10 +251,12 @@ impl CachingAllocator {
 
     /// The program created `stream` on device `dev` (after the real creation succeeded).
     pub fn stream_created(&self, dev: i32, stream: Stream, non_blocking: bool) {
-        self.streams_seen.store(true, Ordering::Relaxed);
-        if non_blocking {
-            if let Some(st) = self.state(dev) {
-                st.lock().pending.stream_created(&*self.device, dev, stream);
+        self.streams_appeared();
+        if let Some(st) = self.state(dev) {
+            let mut g = st.lock();
+            g.pending.stream_born(stream);
+            if non_blocking {
+                g.pending.stream_created(&*self.device, dev, stream);
             }
         }
     }

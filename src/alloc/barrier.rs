@@ -28,10 +28,15 @@
 //! Skipping idle streams (`cuStreamQuery` first) was measured and dropped: in a loop of
 //! cudaMalloc/cudaFree pairs a stream is never idle at the next barrier, because the last
 //! barrier's own wait is still queued on it (64 MiB pairs, 1 idle stream: every one of
-//! 27,771 queries said busy), so the query only added a call. Events are reused at once (a wait is fixed when it is issued) and `e_L` is
-//! kept: a non-blocking stream created later waits for the last `e_L` when it appears (it
-//! has no implicit ordering with anything), and a stream about to be destroyed while freed
-//! blocks wait is tied into the legacy stream first (its queued work still runs).
+//! 27,771 queries said busy), so the query only added a call.
+//!
+//! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
+//! created later has no implicit ordering with anything, so when it appears it waits for a
+//! fresh record on the legacy stream (which follows every earlier barrier and all blocking
+//! work). A stream about to be destroyed while freed blocks wait is tied into the legacy
+//! stream first (its queued work still runs). When `auto` first sees a stream or a second
+//! thread, blocks were reused at once until then: one barrier with nothing to release
+//! orders everything queued so far.
 //!
 //! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): measured
 //! on simcuda, the CPU-waited batches made a 64 MiB cudaMalloc/cudaFree loop with one idle
@@ -106,16 +111,25 @@ impl Barrier {
         Ok(())
     }
 
-    /// A non-blocking stream appeared: its work must follow everything the last barrier
-    /// ordered (blocks that barrier released may be used on it).
+    /// A non-blocking stream appeared: its work must follow everything queued so far
+    /// (blocks released until now, by a barrier or by a free made before any stream
+    /// existed, may be used on it). One record on the legacy stream, which follows every
+    /// earlier barrier and every blocking stream, and the new stream waits for it.
     pub fn tie_new_stream(&mut self, device: &dyn Device, dev: i32, s: Stream) -> DevResult<()> {
-        match self.legacy {
-            Some(el) if !covered_by_legacy(s) => {
-                self.calls += 1;
-                device.stream_wait_event(dev, s, el)
-            }
-            _ => Ok(()),
+        if covered_by_legacy(s) {
+            return Ok(());
         }
+        let el = match self.legacy {
+            Some(e) => e,
+            None => {
+                let e = device.create_event(dev)?;
+                self.legacy = Some(e);
+                e
+            }
+        };
+        self.calls += 2;
+        device.record_event(dev, el, LEGACY_STREAM)?;
+        device.stream_wait_event(dev, s, el)
     }
 
     /// A stream is about to be destroyed while freed blocks wait: the legacy stream (and so

@@ -710,5 +710,12 @@ impl<T: fmt::Debug> fmt::Debug for DevLockGuard<'_, T> {
 
 mod sys;
 
+/// A number unique to the calling thread while it lives (the thread pointer on x86-64),
+/// cheap enough for a hot path.
+#[inline(always)]
+pub(crate) fn thread_token() -> usize {
+    sys::thread_token()
+}
+
 #[cfg(test)]
 mod tests;

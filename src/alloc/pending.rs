@@ -86,16 +86,46 @@ impl Pending {
         !self.dead.is_empty() && self.dead.contains(&s)
     }
 
-    /// A non-blocking stream was created. Under barriers it is made to wait for the last
-    /// barrier (blocks that barrier released may be used on it at once); if that fails, the
-    /// device is synchronized instead.
+    /// A non-blocking stream was created. Under barriers it is made to wait for everything
+    /// queued so far (blocks released until now may be used on it at once); if that fails,
+    /// the device is synchronized instead.
     pub fn stream_created(&mut self, device: &dyn Device, dev: i32, s: Stream) {
         if !self.streams.contains(&s) {
             self.streams.push(s);
         }
-        if self.barriers() && self.barrier.tie_new_stream(device, dev, s).is_err() {
-            let _ = device.synchronize_device(dev);
+        if self.barriers() {
+            let barrier = &mut self.barrier;
+            let mut r = Ok(());
+            device.batched(dev, &mut || {
+                r = if device.stream_is_capturing(dev, LEGACY_STREAM) {
+                    Err(crate::device::DeviceError::Capturing)
+                } else {
+                    barrier.tie_new_stream(device, dev, s)
+                };
+            });
+            if r.is_err() {
+                let _ = device.synchronize_device(dev);
+            }
         }
+    }
+
+    /// Streams or a second thread appeared under `auto`: blocks freed until now were
+    /// reused at once, so every later piece of work is ordered after everything queued so
+    /// far (a barrier with no block to release; nothing while a stream captures).
+    pub fn order_all(&mut self, device: &dyn Device, dev: i32) {
+        if !self.barriers() {
+            return;
+        }
+        let streams = &self.streams;
+        let barrier = &mut self.barrier;
+        device.batched(dev, &mut || {
+            let capturing = std::iter::once(LEGACY_STREAM)
+                .chain(streams.iter().copied())
+                .any(|s| device.stream_is_capturing(dev, s));
+            if !capturing && barrier.issue(device, dev, streams).is_err() {
+                let _ = device.synchronize_device(dev);
+            }
+        });
     }
 
     /// A stream is about to be destroyed. Under barriers, while freed blocks wait, the

@@ -2,6 +2,9 @@
  *   nonblocking N  N non-blocking streams; the late write is queued on the last one, the
  *                  block's next owner writes on the first (on the legacy stream if N = 1)
  *   blocking       two blocking streams: late write on one, next owner on the other
+ *   newstream      the late write is queued on the legacy stream while no stream exists
+ *                  (the free reuses at once); the next owner writes on a non-blocking
+ *                  stream created after the reuse
  *   perthread      no stream created: a second thread allocates p and queues the late
  *                  write on its per-thread default stream; the main thread frees p and the
  *                  next owner writes on the main thread's per-thread default stream
@@ -77,6 +80,8 @@ int main(int argc, char **argv) {
         owner = streams[1];
     } else if (!strcmp(kind, "perthread")) {
         writer = owner = cudaStreamPerThread;
+    } else if (!strcmp(kind, "newstream")) {
+        writer = 0; /* the owner's stream is created after the reuse, below */
     } else {
         fprintf(stderr, "unknown kind %s\n", kind);
         return 2;
@@ -95,6 +100,11 @@ int main(int argc, char **argv) {
     }
     CHECK(cudaFree(p));
     CHECK(cudaMalloc(&q, size));
+    if (!strcmp(kind, "newstream")) {
+        CHECK(cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking));
+        nstreams = 1;
+        owner = streams[0];
+    }
     CHECK(cudaMemsetAsync(q, 0x55, size, owner));
     for (int i = 0; i < 200 && cudaStreamQuery(owner) == cudaErrorNotReady; i++)
         usleep(1000);
