@@ -87,30 +87,27 @@ impl CachingAllocator {
     #[inline(always)]
     fn ctx_noting_thread(&self) -> Ctx<'_> {
         let solo = self.solo.load(Ordering::Relaxed);
-        let streams_seen = solo == SHARED || (solo != thread_token() && self.other_thread(solo));
-        Ctx {
-            device: &*self.device,
-            conf: &self.conf,
-            streams_seen,
+        if solo != SHARED && solo != thread_token() {
+            self.other_thread(solo);
         }
+        self.ctx()
     }
 
     /// A thread that is not the only one so far: the first one becomes the only one; a
     /// second one makes every later free wait, and what earlier frees released is ordered
-    /// on the GPU now ([`Self::order_all`]). Returns whether streams count as seen.
+    /// on the GPU now ([`Self::streams_appeared`]).
     #[cold]
     #[inline(never)]
-    fn other_thread(&self, solo: usize) -> bool {
+    fn other_thread(&self, solo: usize) {
         if solo == 0
             && self
                 .solo
                 .compare_exchange(0, thread_token(), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            return false;
+            return;
         }
         self.streams_appeared();
-        true
     }
 
     /// Streams (or a second thread) appeared: from now on frees wait; blocks freed until
@@ -141,7 +138,7 @@ impl CachingAllocator {
         Ctx {
             device: &*self.device,
             conf: &self.conf,
-            streams_seen: self.solo.load(Ordering::Relaxed) == SHARED,
+            solo: &self.solo,
         }
     }
 

@@ -91,9 +91,20 @@ const FRESH_BATCH_SPINS: u32 = 16;
 pub(crate) struct Ctx<'a> {
     pub device: &'a dyn Device,
     pub conf: &'a AllocConf,
-    /// Whether the program ever created a stream, or a second thread allocated or freed
-    /// (`free_sync:auto`: each thread may work on its own per-thread default stream).
-    pub streams_seen: bool,
+    /// `CachingAllocator::solo`: whether the program ever created a stream, or a second
+    /// thread allocated or freed (`free_sync:auto`: each thread may work on its own
+    /// per-thread default stream). Read under the device lock ([`Ctx::streams_seen`]).
+    pub solo: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl Ctx<'_> {
+    /// Whether streams (or a second thread) were seen. Read under the device's lock: the
+    /// allocator marks them before it takes each device's lock to order what earlier frees
+    /// released, so a free either sees the mark or is ordered by that barrier.
+    #[inline(always)]
+    pub fn streams_seen(&self) -> bool {
+        self.solo.load(std::sync::atomic::Ordering::Relaxed) == usize::MAX
+    }
 }
 
 /// An ordinary (`cuMemAlloc`) segment.
@@ -558,7 +569,7 @@ impl DeviceState {
             Some(_) => ctx.conf.free_sync != FreeSync::None,
             None => match ctx.conf.free_sync {
                 FreeSync::None => false,
-                FreeSync::Auto => ctx.streams_seen,
+                FreeSync::Auto => ctx.streams_seen(),
                 FreeSync::Barrier | FreeSync::Event | FreeSync::Device => true,
             },
         };
