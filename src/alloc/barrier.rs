@@ -33,10 +33,10 @@
 //! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
 //! created later has no implicit ordering with anything, so when it appears it waits for a
 //! fresh record on the legacy stream (which follows every earlier barrier and all blocking
-//! work). A stream about to be destroyed while freed blocks wait is tied into the legacy
-//! stream first (its queued work still runs). When `auto` first sees a stream or a second
-//! thread, blocks were reused at once until then: one barrier with nothing to release
-//! orders everything queued so far.
+//! work). A stream about to be destroyed is tied into the legacy stream first (its queued
+//! work still runs, and its handle, with the blocks of its pool, may come back). When
+//! `auto` first sees a stream or a second thread, blocks were reused at once until then:
+//! one barrier with nothing to release orders everything queued so far.
 //!
 //! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): measured
 //! on simcuda, the CPU-waited batches made a 64 MiB cudaMalloc/cudaFree loop with one idle
@@ -132,8 +132,8 @@ impl Barrier {
         device.stream_wait_event(dev, s, el)
     }
 
-    /// A stream is about to be destroyed while freed blocks wait: the legacy stream (and so
-    /// the next barrier) waits for its queued work.
+    /// A stream is about to be destroyed: the legacy stream (and so every later barrier and
+    /// new-stream tie) waits for its queued work.
     pub fn tie_dying_stream(&mut self, device: &dyn Device, dev: i32, s: Stream) -> DevResult<()> {
         if covered_by_legacy(s) {
             return Ok(());

@@ -128,14 +128,15 @@ impl Pending {
         });
     }
 
-    /// A stream is about to be destroyed. Under barriers, while freed blocks wait, the
-    /// legacy stream is first made to wait for its queued work (the next barrier no longer
-    /// names it); if that fails, the stream is synchronized.
+    /// A stream is about to be destroyed. Under barriers the legacy stream is first made to
+    /// wait for its queued work: blocks freed while it ran may still wait (the next barrier
+    /// no longer names it), and blocks of its own pool may go to a stream that gets its
+    /// handle later (which is tied to the legacy stream when it appears). If that fails,
+    /// the stream is synchronized.
     pub fn stream_destroyed(&mut self, device: &dyn Device, dev: i32, s: Stream) {
         let tracked = self.streams.contains(&s) || self.extra.contains(&s);
         if tracked
             && self.barriers()
-            && self.has_unbatched()
             && !device.stream_is_capturing(dev, s)
             && self.barrier.tie_dying_stream(device, dev, s).is_err()
         {
