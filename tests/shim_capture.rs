@@ -75,7 +75,7 @@ fn an_address_allocated_by_a_capture_is_never_handed_to_an_ordinary_allocation()
 }
 
 #[test]
-fn cuda_free_async_on_a_destroyed_stream_returns_400() {
+fn cuda_free_async_and_malloc_async_on_a_destroyed_stream_return_400() {
     case("free_async_on_a_destroyed_stream_fails");
 }
 

@@ -53,6 +53,7 @@ fn alloc_code(e: AllocError) -> c_int {
     match e {
         AllocError::OutOfMemory | AllocError::Device(_) => ERR_OUT_OF_MEMORY,
         AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
+        AllocError::InvalidHandle => ERR_INVALID_HANDLE,
     }
 }
 

@@ -29,6 +29,7 @@ fn alloc_code(e: AllocError) -> c_int {
     match e {
         AllocError::OutOfMemory => ERR_MEMORY_ALLOCATION,
         AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
+        AllocError::InvalidHandle => ERR_INVALID_HANDLE,
         AllocError::Device(_) => ERR_MEMORY_ALLOCATION,
     }
 }

@@ -273,6 +273,10 @@ impl DeviceState {
         if size == 0 {
             return Ok(0);
         }
+        // A user stream (not 0, 1 or 2) may have been destroyed.
+        if stream > 2 && self.pending.is_dead(stream) {
+            return Err(AllocError::InvalidHandle);
+        }
         let rounded = round_size(size, ctx.conf);
         let large = !is_small(rounded);
         if self.deferred.is_some() && !self.pending.any() {

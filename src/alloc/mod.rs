@@ -36,6 +36,9 @@ pub enum AllocError {
     OutOfMemory,
     /// Not allowed while the stream is capturing (`cudaErrorStreamCaptureUnsupported`).
     Capturing,
+    /// A stream-ordered allocation named a stream the program destroyed
+    /// (`cudaErrorInvalidResourceHandle`, 400).
+    InvalidHandle,
     /// Any other device failure.
     Device(DeviceError),
 }
@@ -45,6 +48,7 @@ impl std::fmt::Display for AllocError {
         match self {
             AllocError::OutOfMemory => f.write_str("out of memory"),
             AllocError::Capturing => f.write_str("allocation not permitted while capturing"),
+            AllocError::InvalidHandle => f.write_str("the stream was destroyed"),
             AllocError::Device(e) => write!(f, "device error: {e}"),
         }
     }

@@ -139,6 +139,8 @@ int main(int argc, char **argv) {
         EXPECT(cudaSuccess, cudaStreamSynchronize(s2));
         EXPECT(cudaSuccess, cudaStreamDestroy(s2));
         EXPECT(cudaErrorInvalidResourceHandle, cudaFreeAsync(p, s2));
+        void *r = NULL;
+        EXPECT(cudaErrorInvalidResourceHandle, cudaMallocAsync(&r, 1 * MiB, s2));
         EXPECT(cudaSuccess, cudaFreeAsync(p, s)); /* still allocated: free it properly */
         EXPECT(cudaSuccess, cudaStreamSynchronize(s));
     }
