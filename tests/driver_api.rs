@@ -220,8 +220,11 @@ fn driver_api_live_snapshots_under_signals_parse_and_results_stay_correct() {
 }
 
 fn stream_safety(free_sync: &str) -> String {
+    // Unprotected, the program forces the late write after the new owner's (see the C file).
+    let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
     common::run_ok(
         common::shim_cmd(&prog("driver_stream_safety"))
+            .args(args)
             .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
     )
 }

@@ -272,8 +272,12 @@ fn nvidias_static_runtime_gets_hooks_for_exactly_the_allocation_entry_points() {
 
 fn static_stream_safety(free_sync: &str) -> String {
     let exe = common::compile_static("shim_stream_safety", &[]);
+    // Unprotected, the program forces the late write after the new owner's (see the C file).
+    let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
     common::run_ok(
-        common::shim_cmd(&exe).env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
+        common::shim_cmd(&exe)
+            .args(args)
+            .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
     )
 }
 

@@ -233,8 +233,10 @@ fn a_batch_that_stays_busy_makes_the_miss_grow_after_a_bounded_poll() {
         "the cache grew instead of waiting"
     );
     assert_eq!(dev.counters().sync_device, 0);
+    // A hang detector, not a speed bound: the batch never completes, so an unbounded poll
+    // would never return (the grace is 100 us; a loaded machine only stretches it).
     assert!(
-        t.elapsed() < std::time::Duration::from_secs(5),
+        t.elapsed() < std::time::Duration::from_secs(120),
         "the poll is bounded"
     );
     assert_eq!(pending_blocks(&a), 1);

@@ -4,8 +4,12 @@ mod common;
 
 fn stream_safety(free_sync: &str) -> String {
     let exe = common::compile("shim_stream_safety", &[]);
+    // Unprotected, the program forces the late write after the new owner's (see the C file).
+    let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
     common::run_ok(
-        common::shim_cmd(&exe).env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
+        common::shim_cmd(&exe)
+            .args(args)
+            .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
     )
 }
 
@@ -56,11 +60,13 @@ fn single_stream_program_makes_no_event_calls_in_auto_mode() {
 /// Run `shim_stream_matrix` with `args` under `conf`; returns (same_address, intact).
 fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     let exe = common::compile("shim_stream_matrix", &["-lpthread"]);
-    let out = common::run_ok(
-        common::shim_cmd(&exe)
-            .args(args)
-            .env("CUSHIM_ALLOC_CONF", conf),
-    );
+    let mut cmd = common::shim_cmd(&exe);
+    cmd.args(args).env("CUSHIM_ALLOC_CONF", conf);
+    if conf.contains("free_sync:none") {
+        // Unprotected: force the late write after the owner's (see the C file).
+        cmd.env("MATRIX_RACE", "1");
+    }
+    let out = common::run_ok(&mut cmd);
     let kv = common::kv(&out);
     (
         common::num(&kv, "same_address") == 1,

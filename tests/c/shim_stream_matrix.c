@@ -10,10 +10,11 @@
  *                  next owner writes on the main thread's per-thread default stream
  * The late write is a host function that first waits (at most 300 ms) for the main thread's
  * go, then fills p with 0xAA. The main thread gives the go once the next owner's write of
- * 0x55 has completed (or 200 ms passed): without protection the owner's write completes at
- * once and the late write lands after it and corrupts it, whatever the timing; with
- * protection the owner's write is ordered after the late write (or the owner got other
- * memory). 12 MiB: a segment of exactly the block, so a reused block has the same address.
+ * 0x55 has completed (or 200 ms passed); with protection the owner's write is ordered after
+ * the late write (or the owner got other memory), whatever the timing. With MATRIX_RACE set
+ * (the test sets it for free_sync:none, to see the race happen) the main thread synchronizes
+ * the owner's stream before the go and the late write waits for the go (60 s at most, a
+ * hang detector): the late write lands after the owner's, however slowly threads run. 12 MiB: a segment of exactly the block, so a reused block has the same address.
  * Prints "same_address=0|1" and "intact=0|1". */
 #include <pthread.h>
 #include <time.h>
@@ -30,7 +31,8 @@ static void CUDART_CB late_write(void *arg) {
     struct fill *f = arg;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 300 * 1000 * 1000;
+    if (getenv("MATRIX_RACE")) until.tv_sec += 60;
+    else until.tv_nsec += 300 * 1000 * 1000;
     if (until.tv_nsec >= 1000000000) { until.tv_sec += 1; until.tv_nsec -= 1000000000; }
     pthread_mutex_lock(&mu);
     while (!owner_queued)
@@ -106,6 +108,8 @@ int main(int argc, char **argv) {
         owner = streams[0];
     }
     CHECK(cudaMemsetAsync(q, 0x55, size, owner));
+    if (getenv("MATRIX_RACE"))
+        CHECK(cudaStreamSynchronize(owner));
     for (int i = 0; i < 200 && cudaStreamQuery(owner) == cudaErrorNotReady; i++)
         usleep(1000);
     release_late_write();
