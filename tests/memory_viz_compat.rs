@@ -348,3 +348,57 @@ fn pinned_only_run_reads_in_pytorchs_memory_viz() {
         "pinned events"
     );
 }
+
+/// An out-of-memory dump (`CUSHIM_DUMP_ON_OOM`) holds an `oom` event, which `trace` prints
+/// with the requested size and the driver's free memory (`device_free`).
+#[test]
+fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
+    let Some(script) = memory_viz() else { return };
+    let exe = common::compile("shim_oom", &[]);
+    let dir = common::scratch("memviz-oom");
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .env("SIMCUDA_MEM_MB", "1024")
+            .env("CUSHIM_SNAPSHOT", dir.join("oom-%n.pickle"))
+            .env("CUSHIM_DUMP_ON_OOM", "1")
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let snap = dir.join("oom-0.pickle");
+    let v = check_all_views(script, &dir, &snap);
+    let oom = v["device_traces"][0]
+        .as_array()
+        .and_then(|t| t.iter().find(|e| e["action"] == "oom"))
+        .cloned()
+        .expect("an oom event");
+    let trace = viz(script, &dir, &["trace", snap.to_str().expect("utf-8 path")]);
+    let want = format!(
+        "raise OutOfMemoryError # 2.0GiB requested, {} free in CUDA",
+        fmt_size(u(&oom["device_free"]))
+    );
+    assert!(trace.contains(&want), "trace lacks {want:?}:\n{trace}");
+}
+
+/// A snapshot converted to JSON and back to a pickle by `cushim convert` (what users do
+/// to edit or filter one) still opens, with the same figures.
+#[test]
+fn snapshot_converted_through_json_reads_in_pytorchs_memory_viz() {
+    let Some(script) = memory_viz() else { return };
+    let exe = common::compile("shim_trace", &[]);
+    let (dir, snap) = snapshot_of("memviz-convert", common::shim_cmd(&exe).arg("sites"));
+    let (json, back) = (dir.join("snap.json"), dir.join("back.pickle"));
+    for (from, to) in [(&snap, &json), (&json, &back)] {
+        common::run_ok(
+            Command::new(common::cushim_bin())
+                .arg("convert")
+                .arg(from)
+                .arg(to),
+        );
+    }
+    let name = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    assert_eq!(
+        viz(script, &dir, &["stats", &name(&snap)]),
+        viz(script, &dir, &["stats", &name(&back)])
+    );
+    check_all_views(script, &dir, &back);
+}
