@@ -7,7 +7,8 @@
 //!
 //! The script is PyTorch's, never ours: it comes from the `torch` wheel (pinned below; the
 //! script imports only the standard library), downloaded once with `pip download --no-deps`
-//! into `target/`, from which only `torch/cuda/_memory_viz.py` is extracted and kept. Where no
+//! into `target/` (the CPython 3.11 x86-64 Linux wheel, 539 MB, on any machine), from which
+//! only `torch/cuda/_memory_viz.py` is extracted and kept. Where no
 //! registry answers, the tests print one `SKIPPED:` line and pass.
 mod common;
 
@@ -36,7 +37,10 @@ fn memory_viz() -> Option<&'static Path> {
             std::fs::create_dir_all(&wheels).ok()?;
             let got = Command::new("python3")
                 .args(["-m", "pip", "download", "--no-deps", "-q"])
-                .args(["--only-binary=:all:", "-d"])
+                // One fixed wheel whatever this machine's python and architecture: the
+                // script is the same file in every platform's wheel of a release.
+                .args(["--only-binary=:all:", "--platform", "manylinux_2_28_x86_64"])
+                .args(["--python-version", "3.11", "-d"])
                 .arg(&wheels)
                 .arg(format!("torch=={TORCH_VERSION}"))
                 .status();
