@@ -3,6 +3,12 @@
 //! reads only atomics (never a lock a running stream worker could hold) and happens once.
 //! Per device it shows the primary context's reference count and whether the runtime started
 //! (retained it), so a test can tell who created a context.
+//!
+//! Work still queued at exit (a stream-ordered free, a copy) runs on the stream workers while
+//! `exit` runs, so a ledger read at once would depend on how far they got. The report first
+//! lets them finish, watching only each device's atomic count of queued items, for at most
+//! [`SETTLE`] (a stream held forever by a host function must not hang the exit), and says
+//! how many items were still queued when it was written.
 
 use crate::api::{count_of, NAMES};
 use crate::state::{state_if_created, Ledger};
@@ -18,10 +24,37 @@ extern "C" fn at_exit() {
     let Ok(path) = std::env::var("SIMCUDA_REPORT") else {
         return;
     };
-    let text = render().to_string();
+    let left = settle();
+    let mut report = render();
+    report["pending_items_at_exit"] = json!(left);
+    let text = report.to_string();
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("simcuda: writing report {path}: {e}");
     }
+}
+
+/// How long the report waits at exit for queued stream work to finish.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Wait (polling atomics only) until no device has queued work, or [`SETTLE`] passed; the
+/// number of items still queued.
+fn settle() -> u64 {
+    let Some(st) = state_if_created() else {
+        return 0;
+    };
+    let queued = || -> u64 {
+        st.devices
+            .iter()
+            .map(|d| d.pending.load(Ordering::Acquire))
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + SETTLE;
+    let mut left = queued();
+    while left > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        left = queued();
+    }
+    left
 }
 
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
