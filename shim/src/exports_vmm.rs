@@ -52,6 +52,15 @@ type PoolFn = unsafe extern "C" fn(*mut DevPtr, usize, *mut c_void, CuStream) ->
 type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int;
 type UnregisterFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
+/// The driver's result `rc`, unchanged, after `note` has recorded the call's effect when it
+/// succeeded (a failed call changed nothing, so nothing is recorded).
+fn noted(rc: c_int, note: impl FnOnce()) -> Option<c_int> {
+    if rc == crate::ffi::SUCCESS {
+        note();
+    }
+    Some(rc)
+}
+
 fn record(kind: Kind, device: i32, size: u64, flags: u64, stream: u64) -> Call {
     Call {
         kind,
@@ -69,14 +78,14 @@ pub extern "C" fn cuMemCreate(h: *mut u64, size: usize, prop: *const c_void, fla
         "cuMemCreate",
         |s| {
             let stack = s.history.alloc_stack();
-            let rc = real();
-            if rc == crate::ffi::SUCCESS && !prop.is_null() {
-                // SAFETY: the real call accepted `prop` as a CUmemAllocationProp.
-                let dev = unsafe { (*(prop as *const PropHead)).location_id };
-                s.observed
-                    .create(dev, read_out(h), size as u64, flags, stack);
-            }
-            Some(rc)
+            noted(real(), || {
+                if !prop.is_null() {
+                    // SAFETY: the real call accepted `prop` as a CUmemAllocationProp.
+                    let dev = unsafe { (*(prop as *const PropHead)).location_id };
+                    s.observed
+                        .create(dev, read_out(h), size as u64, flags, stack);
+                }
+            })
         },
         real,
     )
@@ -87,13 +96,7 @@ pub extern "C" fn cuMemRelease(h: u64) -> c_int {
     let real = || call_driver!(REAL_MEM_RELEASE, ReleaseFn, (h));
     hook(
         "cuMemRelease",
-        |s| {
-            let rc = real();
-            if rc == crate::ffi::SUCCESS {
-                s.observed.release(h);
-            }
-            Some(rc)
-        },
+        |s| noted(real(), || s.observed.release(h)),
         real,
     )
 }
@@ -105,11 +108,7 @@ pub extern "C" fn cuMemMap(ptr: DevPtr, size: usize, offset: usize, h: u64, flag
         "cuMemMap",
         |s| {
             let stack = s.history.alloc_stack();
-            let rc = real();
-            if rc == crate::ffi::SUCCESS {
-                s.observed.map(ptr, size as u64, h, stack);
-            }
-            Some(rc)
+            noted(real(), || s.observed.map(ptr, size as u64, h, stack))
         },
         real,
     )
@@ -121,11 +120,9 @@ pub extern "C" fn cuMemUnmap(ptr: DevPtr, size: usize) -> c_int {
     hook(
         "cuMemUnmap",
         |s| {
-            let rc = real();
-            if rc == crate::ffi::SUCCESS {
-                s.observed.unmap(ptr, size as u64, s.history.free_stack());
-            }
-            Some(rc)
+            noted(real(), || {
+                s.observed.unmap(ptr, size as u64, s.history.free_stack())
+            })
         },
         real,
     )
@@ -150,12 +147,10 @@ pub extern "C" fn cuMemAddressReserve(
         "cuMemAddressReserve",
         |s| {
             let stack = s.history.alloc_stack();
-            let rc = real();
-            if rc == crate::ffi::SUCCESS {
+            noted(real(), || {
                 s.observed
-                    .reserve(driver_device(s), read_out(out), size as u64, stack);
-            }
-            Some(rc)
+                    .reserve(driver_device(s), read_out(out), size as u64, stack)
+            })
         },
         real,
     )
@@ -166,13 +161,7 @@ pub extern "C" fn cuMemAddressFree(ptr: DevPtr, size: usize) -> c_int {
     let real = || call_driver!(REAL_ADDRESS_FREE, RangeFn, (ptr, size));
     hook(
         "cuMemAddressFree",
-        |s| {
-            let rc = real();
-            if rc == crate::ffi::SUCCESS {
-                s.observed.address_free(ptr);
-            }
-            Some(rc)
-        },
+        |s| noted(real(), || s.observed.address_free(ptr)),
         real,
     )
 }
@@ -215,8 +204,10 @@ pub extern "C" fn cuMemAllocPitch_v2(
         "cuMemAllocPitch_v2",
         |s| {
             let stack = s.history.alloc_stack();
-            let rc = real();
-            if rc == crate::ffi::SUCCESS && !pitch.is_null() {
+            noted(real(), || {
+                if pitch.is_null() {
+                    return;
+                }
                 // SAFETY: non-null, written by the real call on success.
                 let pt = unsafe { *pitch } as u64;
                 let r = engine::alloc::observed::Record {
@@ -230,8 +221,7 @@ pub extern "C" fn cuMemAllocPitch_v2(
                 if a != 0 {
                     s.observed.alloc(driver_device(s), a, r);
                 }
-            }
-            Some(rc)
+            })
         },
         real,
     )
