@@ -282,14 +282,15 @@ pub static REAL_STREAM_CREATE: RealFn = RealFn::new(c"cuStreamCreate");
 pub static REAL_STREAM_CREATE_PRIO: RealFn = RealFn::new(c"cuStreamCreateWithPriority");
 pub static REAL_STREAM_DESTROY: RealFn = RealFn::new(c"cuStreamDestroy_v2");
 
-type AllocFn = unsafe extern "C" fn(*mut DevPtr, usize) -> c_int;
-type FreeFn = unsafe extern "C" fn(DevPtr) -> c_int;
-type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type HostAllocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-type FreeHostFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-type AllocAsyncFn = unsafe extern "C" fn(*mut DevPtr, usize, CuStream) -> c_int;
-type FreeAsyncFn = unsafe extern "C" fn(DevPtr, CuStream) -> c_int;
-type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+// The real functions' signatures (shared with `observe_driver`, which calls them too).
+pub(crate) type AllocFn = unsafe extern "C" fn(*mut DevPtr, usize) -> c_int;
+pub(crate) type FreeFn = unsafe extern "C" fn(DevPtr) -> c_int;
+pub(crate) type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+pub(crate) type HostAllocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+pub(crate) type FreeHostFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(crate) type AllocAsyncFn = unsafe extern "C" fn(*mut DevPtr, usize, CuStream) -> c_int;
+pub(crate) type FreeAsyncFn = unsafe extern "C" fn(DevPtr, CuStream) -> c_int;
+pub(crate) type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type StreamCreateFn = unsafe extern "C" fn(*mut CuStream, c_uint) -> c_int;
 type StreamCreatePrioFn = unsafe extern "C" fn(*mut CuStream, c_uint, c_int) -> c_int;
 type StreamDestroyFn = unsafe extern "C" fn(CuStream) -> c_int;

@@ -14,15 +14,6 @@ use crate::exports_driver::*;
 use crate::observe::{self, observing, read_out, read_ptr, Call};
 use crate::state::Shim;
 
-type AllocFn = unsafe extern "C" fn(*mut DevPtr, usize) -> c_int;
-type FreeFn = unsafe extern "C" fn(DevPtr) -> c_int;
-type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type HostAllocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-type FreeHostFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-type AllocAsyncFn = unsafe extern "C" fn(*mut DevPtr, usize, CuStream) -> c_int;
-type FreeAsyncFn = unsafe extern "C" fn(DevPtr, CuStream) -> c_int;
-type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
-
 /// The device a driver-layer record belongs to: the current context's.
 pub fn driver_device(s: &Shim) -> i32 {
     if s.alloc.device_count() == 1 {
