@@ -5,11 +5,9 @@
 //! these tests unless a test says so: reuse must not depend on the GPU having caught up.
 
 mod engine_support;
-use engine_support::setup;
+use engine_support::{freed_behind_a_stream, pending_blocks, setup};
 
 use cushim::alloc::fake_device::{FakeDevice, Op};
-use cushim::alloc::info::BlockState;
-use cushim::alloc::CachingAllocator;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -18,14 +16,6 @@ const GIB: u64 = 1 << 30;
 fn ordering_calls(dev: &FakeDevice) -> (u64, u64) {
     let c = dev.counters();
     (c.record_event, c.stream_wait_event)
-}
-
-fn pending_blocks(a: &CachingAllocator) -> usize {
-    a.segments(0)
-        .iter()
-        .flat_map(|s| s.blocks.iter())
-        .filter(|b| b.state == BlockState::ActivePendingFree)
-        .count()
 }
 
 #[test]
@@ -136,11 +126,7 @@ fn a_gpu_lagging_forever_never_grows_the_cache_over_fifty_steps() {
 
 #[test]
 fn no_barrier_while_a_stream_captures_and_the_block_keeps_waiting() {
-    let (dev, a) = setup("", GIB);
-    dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    a.free(p, 0, 0).unwrap();
+    let (dev, a, p) = freed_behind_a_stream("");
     dev.set_capturing(0x77, true);
     let before = ordering_calls(&dev);
     let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
@@ -182,11 +168,7 @@ fn a_stream_created_later_waits_for_everything_queued_before_it() {
 
 #[test]
 fn a_stream_destroyed_while_blocks_wait_is_tied_into_the_legacy_stream_first() {
-    let (dev, a) = setup("", GIB);
-    dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    a.free(p, 0, 0).unwrap();
+    let (dev, a, p) = freed_behind_a_stream("");
     let (r, w) = ordering_calls(&dev);
     a.stream_destroyed(0, 0x77);
     assert_eq!(ordering_calls(&dev), (r + 1, w + 1));
@@ -218,11 +200,7 @@ fn a_free_on_another_stream_is_covered_by_the_next_barrier() {
 
 #[test]
 fn a_failing_barrier_falls_back_to_synchronizing_the_device() {
-    let (dev, a) = setup("", GIB);
-    dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    a.free(p, 0, 0).unwrap();
+    let (dev, a, p) = freed_behind_a_stream("");
     dev.fail_nth(Op::WaitEvent, 1);
     assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
     assert_eq!(dev.counters().sync_device, 1);

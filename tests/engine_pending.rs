@@ -3,21 +3,10 @@
 //! synchronization, capture, stream-ordered frees.
 
 mod engine_support;
-use engine_support::setup;
-
-use cushim::alloc::info::BlockState;
-use cushim::alloc::CachingAllocator;
+use engine_support::{freed_behind_a_stream, pending_blocks, setup};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-
-fn pending_blocks(a: &CachingAllocator) -> usize {
-    a.segments(0)
-        .iter()
-        .flat_map(|s| s.blocks.iter())
-        .filter(|b| b.state == BlockState::ActivePendingFree)
-        .count()
-}
 
 #[test]
 fn auto_without_streams_reuses_at_once_with_no_event_calls() {
@@ -33,11 +22,7 @@ fn auto_without_streams_reuses_at_once_with_no_event_calls() {
 
 #[test]
 fn event_mode_keeps_freed_blocks_pending_until_the_batch_completes() {
-    let (dev, a) = setup("free_sync:event", GIB);
-    dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    a.free(p, 0, 0).unwrap();
+    let (dev, a, p) = freed_behind_a_stream("free_sync:event");
     assert_eq!(pending_blocks(&a), 1);
     assert_eq!(
         dev.counters().event_calls(),
@@ -189,11 +174,7 @@ fn stream_ordered_free_is_reusable_at_once_on_its_own_stream_only() {
 
 #[test]
 fn empty_cache_waits_for_pending_frees_and_releases_everything() {
-    let (dev, a) = setup("free_sync:event", GIB);
-    dev.set_auto_complete(false);
-    a.stream_created(0, 0x77, true);
-    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
-    a.free(p, 0, 0).unwrap();
+    let (dev, a, _) = freed_behind_a_stream("free_sync:event");
     a.empty_cache();
     assert_eq!(dev.used(0), 0);
     assert_eq!(a.stats(0)["active_bytes.all.current"], 0);
