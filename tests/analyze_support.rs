@@ -10,29 +10,17 @@ use cushim::config::history::HistoryConf;
 use cushim::snapshot::build::build;
 use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::snapshot::{encode, Format};
-use cushim::trace::event::{EventSink, NullSink, TraceEvent};
+use cushim::trace::event::NullSink;
 use cushim::trace::intern::StackTable;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+// The engine tests' event sink (one vector of every event, shared by clones).
+#[path = "engine_support/mod.rs"]
+mod engine_support;
+use engine_support::VecSink;
+
 pub const MIB: u64 = 1 << 20;
-
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<TraceEvent>>>);
-
-impl EventSink for VecSink {
-    fn enabled(&self) -> bool {
-        true
-    }
-    fn record(&mut self, ev: TraceEvent) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(ev);
-        }
-    }
-    fn events(&self) -> Vec<TraceEvent> {
-        self.0.lock().map(|v| v.clone()).unwrap_or_default()
-    }
-}
 
 /// Run `steps` on the engine under `conf` with every event recorded, and return the
 /// snapshot (segments, trace, settings) in `format`.
