@@ -3,40 +3,25 @@
 //! the device) and simcuda's report, never from the shim's own statistics alone.
 mod common;
 
-use std::collections::HashMap;
-
 const MIB: u64 = 1 << 20;
-
-fn frag(mode: &str, conf: &str) -> (HashMap<String, String>, serde_json::Value) {
-    let exe = common::compile("shim_frag", &[]);
-    let dir = common::scratch(&format!("frag-{mode}-{}", conf.len()));
-    let report = dir.join("report.json");
-    let out = common::run_ok(
-        common::shim_cmd(&exe)
-            .arg(mode)
-            .env("CUSHIM_ALLOC_CONF", conf)
-            .env("SIMCUDA_REPORT", &report),
-    );
-    (common::kv(&out), common::read_report(&report))
-}
 
 #[test]
 fn seed_fragmentation_forward_order_reserves_256_mib() {
-    let (m, report) = frag("forward", "");
+    let (m, report) = common::shim_frag("frag", "forward", "");
     assert_eq!(common::num(&m, "used_after") as u64, 256 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 256 * MIB);
 }
 
 #[test]
 fn seed_fragmentation_reverse_order_reserves_128_mib() {
-    let (m, report) = frag("reverse", "");
+    let (m, report) = common::shim_frag("frag", "reverse", "");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
 }
 
 #[test]
 fn freed_blocks_are_reused_without_device_allocations() {
-    let (m, report) = frag("reuse", "");
+    let (m, report) = common::shim_frag("frag", "reuse", "");
     assert_eq!(
         report["calls"]["cuMemAlloc_v2"], 8,
         "8 x 16 MiB cost 8 device allocations, the 9th none"

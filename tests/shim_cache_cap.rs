@@ -5,36 +5,23 @@ mod common;
 
 const MIB: u64 = 1 << 20;
 
-fn frag(mode: &str, conf: &str) -> (std::collections::HashMap<String, String>, serde_json::Value) {
-    let exe = common::compile("shim_frag", &[]);
-    let dir = common::scratch(&format!("cap-frag-{mode}-{}", conf.len()));
-    let report = dir.join("report.json");
-    let out = common::run_ok(
-        common::shim_cmd(&exe)
-            .arg(mode)
-            .env("CUSHIM_ALLOC_CONF", conf)
-            .env("SIMCUDA_REPORT", &report),
-    );
-    (common::kv(&out), common::read_report(&report))
-}
-
 #[test]
 fn seed_forward_order_with_a_64_mib_cap_reserves_192_mib() {
     // 8 x 16 MiB freed: the cap keeps the 4 freed last; the 4 x 32 MiB need new segments.
-    let (m, report) = frag("forward", "max_cached_mb:64");
+    let (m, report) = common::shim_frag("cap-frag", "forward", "max_cached_mb:64");
     assert_eq!(common::num(&m, "used_after") as u64, 192 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 192 * MIB);
 }
 
 #[test]
 fn seed_reverse_order_with_a_64_mib_cap_still_reserves_128_mib() {
-    let (m, _) = frag("reverse", "max_cached_mb:64");
+    let (m, _) = common::shim_frag("cap-frag", "reverse", "max_cached_mb:64");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
 }
 
 #[test]
 fn seed_forward_order_with_a_zero_cap_reserves_only_what_is_live() {
-    let (m, report) = frag("forward", "max_cached_mb:0");
+    let (m, report) = common::shim_frag("cap-frag", "forward", "max_cached_mb:0");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
 }

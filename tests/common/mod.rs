@@ -270,6 +270,25 @@ pub fn num(m: &std::collections::HashMap<String, String>, k: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{k}: {e}"))
 }
 
+/// Run `tests/c/shim_frag.c` in `mode` under the shim with `CUSHIM_ALLOC_CONF=conf`, in a
+/// scratch directory named after `tag`: its [`kv`] output and simcuda's report.
+pub fn shim_frag(
+    tag: &str,
+    mode: &str,
+    conf: &str,
+) -> (std::collections::HashMap<String, String>, serde_json::Value) {
+    let exe = compile("shim_frag", &[]);
+    let dir = scratch(&format!("{tag}-{mode}-{}", conf.len()));
+    let report = dir.join("report.json");
+    let out = run_ok(
+        shim_cmd(&exe)
+            .arg(mode)
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("SIMCUDA_REPORT", &report),
+    );
+    (kv(&out), read_report(&report))
+}
+
 /// The line of the first line containing `call` after the definition of `fn_name` in
 /// `tests/c/<c_file>` (where a test expects the frame of that call).
 pub fn call_line(c_file: &str, fn_name: &str, call: &str) -> u64 {
