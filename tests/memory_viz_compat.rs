@@ -358,15 +358,8 @@ fn pinned_only_run_reads_in_pytorchs_memory_viz() {
 #[test]
 fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
     let Some(script) = memory_viz() else { return };
-    let exe = common::compile("shim_oom", &[]);
     let dir = common::scratch("memviz-oom");
-    let out = common::run(
-        common::shim_cmd(&exe)
-            .env("SIMCUDA_MEM_MB", "1024")
-            .env("CUSHIM_SNAPSHOT", dir.join("oom-%n.pickle"))
-            .env("CUSHIM_DUMP_ON_OOM", "1")
-            .env("CUSHIM_HISTORY", HISTORY),
-    );
+    let out = common::run_oom_dump(&dir, HISTORY);
     assert!(out.status.success(), "{out:?}");
     let snap = dir.join("oom-0.pickle");
     let v = check_all_views(script, &dir, &snap);

@@ -133,14 +133,7 @@ fn the_summary_command_reads_a_shim_snapshot() {
 #[test]
 fn an_out_of_memory_with_dump_on_oom_writes_a_snapshot_holding_the_oom_event() {
     let dir = common::scratch("snap-oom");
-    let exe = common::compile("shim_oom", &[]);
-    let out = common::run(
-        common::shim_cmd(&exe)
-            .env("SIMCUDA_MEM_MB", "1024")
-            .env("CUSHIM_SNAPSHOT", dir.join("oom-%n.pickle"))
-            .env("CUSHIM_DUMP_ON_OOM", "1")
-            .env("CUSHIM_HISTORY", HISTORY),
-    );
+    let out = common::run_oom_dump(&dir, HISTORY);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("out of memory; snapshot written"));
     let v = common::load_snapshot(&dir.join("oom-0.pickle"));

@@ -289,6 +289,18 @@ pub fn shim_frag(
     (kv(&out), read_report(&report))
 }
 
+/// Run `tests/c/shim_oom.c` under the shim on a 1 GiB simcuda device with
+/// `CUSHIM_DUMP_ON_OOM` and history `history`: the out-of-memory snapshot is written to
+/// `dir/oom-0.pickle`. The caller checks the exit status.
+pub fn run_oom_dump(dir: &Path, history: &str) -> Output {
+    let exe = compile("shim_oom", &[]);
+    run(shim_cmd(&exe)
+        .env("SIMCUDA_MEM_MB", "1024")
+        .env("CUSHIM_SNAPSHOT", dir.join("oom-%n.pickle"))
+        .env("CUSHIM_DUMP_ON_OOM", "1")
+        .env("CUSHIM_HISTORY", history))
+}
+
 /// The line of the first line containing `call` after the definition of `fn_name` in
 /// `tests/c/<c_file>` (where a test expects the frame of that call).
 pub fn call_line(c_file: &str, fn_name: &str, call: &str) -> u64 {
