@@ -52,6 +52,20 @@ static inline long long shim_stat(const char *key) {
     return p ? atoll(p + strlen(pat)) : -1;
 }
 
+/* The stream-safety verdict: reads the `size` bytes at `q` back and prints whether `q` is the
+ * freed block `p` handed out again (same_address) and whether every byte still holds 0x55,
+ * the value the program last wrote there (intact=0: a late write from the freed block's
+ * pending work landed in the new owner's memory). */
+static inline void print_reuse_verdict(const void *p, const void *q, size_t size) {
+    unsigned char *h = malloc(size);
+    CHECK(cudaMemcpy(h, q, size, cudaMemcpyDeviceToHost));
+    int intact = 1;
+    for (size_t i = 0; i < size; i++)
+        if (h[i] != 0x55) { intact = 0; break; }
+    printf("same_address=%d\nintact=%d\n", p == q, intact);
+    free(h);
+}
+
 static inline int shim_call(const char *name) {
     int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, name);
     return fn ? fn() : -1;
