@@ -9,17 +9,9 @@
 #include <stdatomic.h>
 #include <unistd.h>
 #include "sim_check.h"
+#include "sim_ctx.h"
 
 #define MiB (1024u * 1024u)
-
-static void init_ctx(void) {
-    CUdevice d;
-    CUcontext c;
-    EXPECT(CUDA_SUCCESS, cuInit(0));
-    EXPECT(CUDA_SUCCESS, cuDeviceGet(&d, 0));
-    EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&c, d));
-    EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c));
-}
 
 static atomic_int released;
 

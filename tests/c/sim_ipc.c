@@ -12,18 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "sim_check.h"
+#include "sim_ctx.h"
 
 extern char **environ;
 #define MiB (1024u * 1024u)
-
-static void init_ctx(void) {
-    CUdevice d;
-    CUcontext c;
-    EXPECT(CUDA_SUCCESS, cuInit(0));
-    EXPECT(CUDA_SUCCESS, cuDeviceGet(&d, 0));
-    EXPECT(CUDA_SUCCESS, cuDevicePrimaryCtxRetain(&c, d));
-    EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c));
-}
 
 static void to_hex(const CUipcMemHandle *h, char *out) {
     for (int i = 0; i < CU_IPC_HANDLE_SIZE; i++)
