@@ -133,7 +133,6 @@ fn rmm_csv(bytes: &[u8]) -> R<Snapshot> {
             addr,
             size,
             stream,
-            time_us: None,
             stack: 0,
         });
     }
@@ -170,7 +169,6 @@ fn plain_log(bytes: &[u8]) -> R<Snapshot> {
             addr,
             size: size as u64,
             stream: 0,
-            time_us: None,
             stack: 0,
         };
         timed.push((t0, 1, n, ev(Action::Alloc)));

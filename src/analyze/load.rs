@@ -284,9 +284,9 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
     let Some(action) = name.and_then(Action::from_name) else {
         return Ok(None);
     };
-    let time_us = match e.get("time_us") {
-        None | Some(Value::None) => None,
-        Some(Value::Int(t)) => Some(*t),
+    // Checked though not kept (see `Event`): a wrong type here is a broken file.
+    match e.get("time_us") {
+        None | Some(Value::None) | Some(Value::Int(_)) => {}
         Some(v) => {
             return Err(format!(
                 "{}.time_us: expected an integer, found {}",
@@ -294,13 +294,12 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
                 kind(v)
             ))
         }
-    };
+    }
     Ok(Some(Event {
         action,
         addr: uint(e, "addr", at)?.unwrap_or(0),
         size: uint(e, "size", at)?.unwrap_or(0),
         stream: uint(e, "stream", at)?.unwrap_or(0),
-        time_us,
         stack: i.stack(e, at)?,
     }))
 }

@@ -8,11 +8,13 @@
 //! Hostile input (snapshots are files people send each other): every length is checked
 //! against the bytes left before anything is allocated; nesting deeper than [`MAX_DEPTH`]
 //! is refused (so no later recursive walk or drop can overflow the stack); a memo lookup
-//! is O(1) whatever the stack holds; and copying a shared container to mutate it (which no
+//! does not depend on what the stack holds, and the memo of a streamed trace is a few runs
+//! ([`crate::snapshot::memo`]); and copying a shared container to mutate it (which no
 //! real pickle does) is budgeted by the input's length, so the tree held in memory is at
 //! most a constant factor of the file. [`expanded_nodes`] tells how large a tree becomes
 //! with shared nodes written out (the check before writing JSON or msgpack).
 
+use crate::snapshot::memo::{Memo, Slot};
 use crate::snapshot::value::Value;
 use crate::snapshot::Format;
 use std::collections::HashMap;
@@ -132,46 +134,6 @@ struct Item {
     depth: u32,
 }
 
-/// The memo: slots are dense in practice (MEMOIZE takes the next one; old picklers PUT
-/// `len(memo)`), so a vector holds them; a slot far beyond the others (crafted) goes to a
-/// map, so no slot number makes the vector grow by more than a few entries per opcode.
-#[derive(Default)]
-struct Memo {
-    dense: Vec<Option<Slot>>,
-    sparse: HashMap<u32, Slot>,
-}
-
-/// What a memo slot names: a finished object (with its nesting depth), or a container
-/// still open on the stack (its index there), so a lookup is O(1) either way.
-#[derive(Clone)]
-enum Slot {
-    Done(Value, u32),
-    Open(usize),
-}
-
-/// The largest gap a PUT may leave in the dense memo.
-const MEMO_GAP: usize = 4;
-
-impl Memo {
-    fn insert(&mut self, slot: u32, e: Slot) {
-        let i = slot as usize;
-        if i < self.dense.len() {
-            self.dense[i] = Some(e);
-        } else if i <= self.dense.len() + MEMO_GAP {
-            self.dense.resize_with(i, || None);
-            self.dense.push(Some(e));
-        } else {
-            self.sparse.insert(slot, e);
-        }
-    }
-    fn get(&self, slot: u32) -> Option<&Slot> {
-        self.dense
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .or_else(|| self.sparse.get(&slot))
-    }
-}
-
 /// Called with every completed dict as it leaves the stack; returns what takes its place
 /// (everywhere: in its container and in the memo).
 pub type DictHook<'h> = &'h mut dyn FnMut(Value) -> Value;
@@ -277,7 +239,12 @@ impl Reader<'_, '_> {
         Ok(self.pop_item()?.0)
     }
     fn pop_item(&mut self) -> Result<(Value, u32), String> {
-        let mut it = self.stack.pop().ok_or("pickle stack underflow")?;
+        let it = self.stack.pop().ok_or("pickle stack underflow")?;
+        Ok(self.finish(it))
+    }
+    /// An object leaving the stack: the hook sees it (a dict) and the memo slots naming it
+    /// get what takes its place.
+    fn finish(&mut self, mut it: Item) -> (Value, u32) {
         if let (Some(hook), Value::Dict(_)) = (self.hook.as_mut(), &it.v) {
             it.v = hook(std::mem::replace(&mut it.v, Value::None));
             if !matches!(it.v, Value::Dict(_)) {
@@ -287,7 +254,7 @@ impl Reader<'_, '_> {
         for slot in it.memo {
             self.memo.insert(slot, Slot::Done(it.v.clone(), it.depth));
         }
-        Ok((it.v, it.depth))
+        (it.v, it.depth)
     }
     /// Pop everything above the last MARK, with the deepest nesting among them.
     fn pop_mark_depth(&mut self) -> Result<(Vec<Value>, u32), String> {
@@ -295,15 +262,16 @@ impl Reader<'_, '_> {
         if m > self.stack.len() {
             return Err("pickle: MARK above stack".into());
         }
-        let n = self.stack.len() - m;
-        let mut out = Vec::with_capacity(n);
+        // Finished in stream order (first pushed, first seen by the hook), so a hook that
+        // numbers what it sees numbers a batch of trace entries in their order.
+        let items: Vec<Item> = self.stack.drain(m..).collect();
+        let mut out = Vec::with_capacity(items.len());
         let mut depth = 0;
-        for _ in 0..n {
-            let (v, d) = self.pop_item()?;
+        for it in items {
+            let (v, d) = self.finish(it);
             depth = depth.max(d);
             out.push(v);
         }
-        out.reverse();
         Ok((out, depth))
     }
     /// A container holding children `child_depth` deep, refused past [`MAX_DEPTH`].
@@ -332,13 +300,8 @@ impl Reader<'_, '_> {
         if m > self.stack.len() {
             return Err("pickle: MARK above stack".into());
         }
-        let n = self.stack.len() - m;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(self.pop()?);
-        }
-        out.reverse();
-        Ok(out)
+        let items: Vec<Item> = self.stack.drain(m..).collect();
+        Ok(items.into_iter().map(|it| self.finish(it).0).collect())
     }
     fn put(&mut self, slot: u32) -> Result<(), String> {
         self.memo_count = self.memo_count.max(slot.saturating_add(1));
@@ -359,9 +322,9 @@ impl Reader<'_, '_> {
     fn get(&mut self, slot: u32) -> Result<(), String> {
         let unset = || format!("pickle: memo slot {slot} unset");
         let (v, depth) = match self.memo.get(slot) {
-            Some(Slot::Done(v, d)) => (v.clone(), *d),
+            Some(Slot::Done(v, d)) => (v, d),
             Some(Slot::Open(i)) => {
-                let it = self.stack.get(*i).ok_or_else(unset)?;
+                let it = self.stack.get(i).ok_or_else(unset)?;
                 (it.v.clone(), it.depth)
             }
             None => return Err(unset()),
