@@ -312,3 +312,36 @@ fn every_command_refuses_hostile_files_with_one_line_naming_the_file() {
         }
     }
 }
+
+#[test]
+fn replay_counts_a_block_pending_a_free_as_no_longer_allocated() {
+    // A (8 MiB) is freed by the program, then B (8 MiB) is allocated before A's free
+    // completes: allocated peaks at 8 MiB (PyTorch's allocated_bytes), not 16.
+    let dir = common::scratch("analyze-replay-pending");
+    let (s, m) = (1u64 << 40, 1u64 << 20);
+    let ev = |a: &str, addr: u64, size: u64| {
+        format!(r#"{{"action": "{a}", "addr": {addr}, "size": {size}, "stream": 0, "frames": []}}"#)
+    };
+    let trace = [
+        ev("segment_alloc", s, 32 * m),
+        ev("alloc", s, 8 * m),
+        ev("free_requested", s, 8 * m),
+        ev("alloc", s + 8 * m, 8 * m),
+        ev("free_completed", s, 8 * m),
+        ev("free_requested", s + 8 * m, 8 * m),
+        ev("free_completed", s + 8 * m, 8 * m),
+    ]
+    .join(", ");
+    let json = format!(
+        r#"{{"segments": [{{"device": 0, "address": {s}, "total_size": {t}, "stream": 0,
+            "blocks": [{{"address": {s}, "size": {t}, "state": "inactive"}}]}}],
+            "device_traces": [[{trace}]]}}"#,
+        t = 32 * m
+    );
+    let f = write(&dir, "pending.json", json.as_bytes());
+    let out = ok(&["replay", "--conf", ""], &[&f]);
+    assert_eq!(last_cols(&row(&out, "recorded"), 5)[1], "8.0", "{out}");
+    for label in ["replay: recorded", "replay: "] {
+        assert_eq!(last_cols(&row(&out, label), 5)[1], "8.0", "{label}\n{out}");
+    }
+}

@@ -143,3 +143,56 @@ fn msgpack_with_bytes_after_its_value_is_refused_not_read_as_a_number() {
     let err = read_bytes(&tail).expect_err("trailing byte accepted");
     assert!(err.contains("1 bytes after the first value"), "{err}");
 }
+
+/// Takes every dict with key `a` (numbering them), and names a list of taken entries by
+/// its run.
+struct Taker(i64);
+
+impl cushim::snapshot::reader::Hook for Taker {
+    fn dict(&mut self, v: Value) -> Value {
+        if v.get("a").is_none() {
+            return v;
+        }
+        self.0 += 1;
+        Value::Int(self.0 - 1)
+    }
+    fn taken_list(&mut self, first: i64, n: u64) -> Value {
+        Value::str(&format!("run {first}+{n}"))
+    }
+}
+
+#[test]
+fn a_list_of_taken_entries_is_kept_as_one_run_and_anything_else_as_what_it_holds() {
+    let entry = |p: &mut Vec<u8>| p.extend_from_slice(b"}\x94\x8c\x01aK\x00s");
+    let mut p = b"\x80\x04}\x94".to_vec();
+    // x: two batches of taken entries (one run across APPENDS); y: x again via the memo.
+    p.extend_from_slice(b"\x8c\x01x]q\x01(");
+    (0..3).for_each(|_| entry(&mut p));
+    p.extend_from_slice(b"e(");
+    (0..2).for_each(|_| entry(&mut p));
+    p.extend_from_slice(b"es\x8c\x01yh\x01s");
+    // z: taken entries mixed with a plain integer: written out as integers.
+    p.extend_from_slice(b"\x8c\x01z](");
+    entry(&mut p);
+    p.extend_from_slice(b"K\x09");
+    entry(&mut p);
+    p.extend_from_slice(b"es");
+    // w: a run whose open list is fetched from the memo (appended to itself).
+    p.extend_from_slice(b"\x8c\x01w]q\xc8(");
+    entry(&mut p);
+    p.extend_from_slice(b"eh\xc8as.");
+    let v = cushim::snapshot::reader::read_pickle_with(&p, &mut Taker(0)).expect("reads");
+    assert_eq!(v.get("x").and_then(Value::as_str), Some("run 0+5"));
+    assert_eq!(v.get("y").and_then(Value::as_str), Some("run 0+5"));
+    let z: Vec<i64> = v
+        .get("z")
+        .and_then(Value::as_seq)
+        .expect("z")
+        .iter()
+        .filter_map(Value::as_i64)
+        .collect();
+    assert_eq!(z, [5, 9, 6]);
+    let w = v.get("w").and_then(Value::as_seq).expect("w");
+    assert_eq!(w.len(), 2);
+    assert_eq!(w[0].as_i64(), Some(7));
+}

@@ -24,7 +24,7 @@ pub fn read(path: &Path) -> R<Snapshot> {
         .map_err(|e| at(e.to_string()))?;
     if n == 1 && first[0] == 0x80 {
         let mut loader = Loader::new();
-        let (v, len) = read_pickle_file_with(path, &mut |d| loader.extract(d)).map_err(at)?;
+        let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
         return loader.model(&v, len).map_err(at);
     }
     let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
@@ -49,7 +49,7 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
     if detect(bytes) == Format::Pickle {
         // Stream: trace entries become compact events as they are read.
         let mut loader = Loader::new();
-        let v = read_pickle_with(bytes, &mut |d| loader.extract(d))?;
+        let v = read_pickle_with(bytes, &mut loader)?;
         return loader.model(&v, bytes.len());
     }
     let v = read_bytes(bytes)?;
@@ -133,7 +133,6 @@ fn rmm_csv(bytes: &[u8]) -> R<Snapshot> {
             addr,
             size,
             stream,
-            time_us: None,
             stack: 0,
         });
     }
@@ -170,7 +169,6 @@ fn plain_log(bytes: &[u8]) -> R<Snapshot> {
             addr,
             size: size as u64,
             stream: 0,
-            time_us: None,
             stack: 0,
         };
         timed.push((t0, 1, n, ev(Action::Alloc)));

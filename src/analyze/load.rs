@@ -284,9 +284,9 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
     let Some(action) = name.and_then(Action::from_name) else {
         return Ok(None);
     };
-    let time_us = match e.get("time_us") {
-        None | Some(Value::None) => None,
-        Some(Value::Int(t)) => Some(*t),
+    // Checked though not kept (see `Event`): a wrong type here is a broken file.
+    match e.get("time_us") {
+        None | Some(Value::None) | Some(Value::Int(_)) => {}
         Some(v) => {
             return Err(format!(
                 "{}.time_us: expected an integer, found {}",
@@ -294,13 +294,12 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
                 kind(v)
             ))
         }
-    };
+    }
     Ok(Some(Event {
         action,
         addr: uint(e, "addr", at)?.unwrap_or(0),
         size: uint(e, "size", at)?.unwrap_or(0),
         stream: uint(e, "stream", at)?.unwrap_or(0),
-        time_us,
         stack: i.stack(e, at)?,
     }))
 }
@@ -397,7 +396,22 @@ pub fn from_value_sized(v: &Value, input_len: usize) -> R<Snapshot> {
 pub struct Loader {
     i: Interner,
     extracted: Vec<Event>,
+    /// Lists the reader kept as a run of taken entries: the placeholder list it put in the
+    /// tree (known by identity, kept alive here so no other list can take its address),
+    /// the first entry's index and the count.
+    runs: Vec<(Arc<Vec<Value>>, i64, u64)>,
     error: Option<String>,
+}
+
+impl crate::snapshot::reader::Hook for Loader {
+    fn dict(&mut self, v: Value) -> Value {
+        self.extract(v)
+    }
+    fn taken_list(&mut self, first: i64, n: u64) -> Value {
+        let l = Arc::new(Vec::new());
+        self.runs.push((l.clone(), first, n));
+        Value::List(l)
+    }
 }
 
 impl Default for Loader {
@@ -411,6 +425,7 @@ impl Loader {
         Loader {
             i: Interner::new(),
             extracted: Vec::new(),
+            runs: Vec::new(),
             error: None,
         }
     }
@@ -469,6 +484,29 @@ impl Loader {
         Ok(events)
     }
 
+    /// The events of `trace` when it is a list the reader kept as a run of taken entries:
+    /// moved out whole when it is all of them and referenced once, else copied.
+    fn run_events(&mut self, trace: &Value) -> Option<(u64, R<Vec<Event>>)> {
+        let Value::List(l) = trace else { return None };
+        let &(ref held, first, n) = self.runs.iter().find(|r| Arc::ptr_eq(&r.0, l))?;
+        let once = Arc::strong_count(held) == 2;
+        let all = first == 0 && n == self.extracted.len() as u64;
+        if once && all {
+            return Some((n, Ok(std::mem::take(&mut self.extracted))));
+        }
+        let range = usize::try_from(first)
+            .ok()
+            .zip(usize::try_from(n).ok())
+            .and_then(|(f, n)| self.extracted.get(f..f.checked_add(n)?));
+        Some((
+            n,
+            range.map(<[Event]>::to_vec).ok_or_else(|| {
+                "a trace's entries were read twice (a list shared through the pickle memo?)"
+                    .to_string()
+            }),
+        ))
+    }
+
     /// The model of `v` (read from `input_len` bytes).
     pub fn model(mut self, v: &Value, input_len: usize) -> R<Snapshot> {
         if let Some(e) = self.error.take() {
@@ -511,6 +549,12 @@ impl Loader {
             .enumerate()
         {
             let at = || format!("device_traces[{d}]");
+            if let Some((n, events)) = self.run_events(trace) {
+                budget.take(n as usize, &at)?;
+                let p = dev_at(&mut devices, d as i64);
+                devices[p].events = events.map_err(|e| format!("{}: {e}", at()))?;
+                continue;
+            }
             let built;
             let trace = match trace {
                 Value::Events(e) => {
@@ -541,8 +585,13 @@ impl Loader {
                 budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
                 h.segments.push(segment(seg, &at, &mut self.i)?.1);
             }
+            if let Some((n, events)) = v.get("host_traces").and_then(|t| self.run_events(t)) {
+                budget.take(n as usize, &|| "host_traces".into())?;
+                h.events = events.map_err(|e| format!("host_traces: {e}"))?;
+            }
             let built;
             let traces = match v.get("host_traces") {
+                _ if !h.events.is_empty() => &[][..],
                 Some(Value::Events(e)) => {
                     built = e.to_list();
                     built.as_seq().unwrap_or(&[])

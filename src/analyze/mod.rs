@@ -16,5 +16,6 @@ pub mod load;
 pub mod model;
 pub mod replay;
 pub mod report;
+pub mod segments_at;
 pub mod sites;
 pub mod timeline;

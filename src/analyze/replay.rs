@@ -7,13 +7,17 @@
 //! `garbage_collection_threshold`, a fraction of the device, never triggers). Blocks live
 //! before the trace began (see `timeline`) are allocated first, in address order. An
 //! `alloc` is a `malloc` on its recorded stream; a block goes back to the cache when its
-//! free completed (`free_completed`: when the recorded allocator could reuse it), so the
-//! replay's peak allocated counts blocks pending a free. Recorded segment events are not
+//! free completed (`free_completed`: when the recorded allocator could reuse it). Peak
+//! allocated is counted as the recorded row counts it, and as PyTorch's `allocated_bytes`
+//! does: a block stops being allocated when the program frees it (`free_requested`), though
+//! the cache cannot reuse it before the free completes; each block counts the size the
+//! engine rounds its request to (under the replayed settings). Recorded segment events are not
 //! replayed: the engine makes its own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]): which blocks existed before the trace, when pending frees would
 //! have completed under other settings, and memory the program reserved outside the cache.
 
 use crate::alloc::fake_device::FakeDevice;
+use crate::alloc::rounding::round_size;
 use crate::alloc::CachingAllocator;
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::timeline::{peaks, start_of};
@@ -112,16 +116,27 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
     }
     let capacity = snap.device_total.map_or(UNLIMITED, |t| t.min(UNLIMITED));
     let fake = Arc::new(FakeDevice::new(1, capacity));
+    let rounded = {
+        let c = c.clone();
+        move |size: u64| round_size(size, &c)
+    };
     let a = CachingAllocator::new(fake.clone(), c, &|_| Box::new(NullSink));
     let st = start_of(snap, dev);
-    let mut ptrs: HashMap<u64, u64> = HashMap::new();
+    // Recorded address -> the engine's pointer, the bytes it counts, whether pending.
+    let mut ptrs: HashMap<u64, (u64, u64, bool)> = HashMap::new();
+    let mut allocated = 0u64;
     let mut ooms = 0u64;
-    let mut before: Vec<(u64, u64)> = st
+    let mut before: Vec<(u64, u64, bool)> = st
         .state
         .allocated
         .iter()
-        .chain(st.state.pending.iter())
-        .map(|(&addr, l)| (addr, l.size))
+        .map(|(&addr, l)| (addr, l.size, false))
+        .chain(
+            st.state
+                .pending
+                .iter()
+                .map(|(&addr, l)| (addr, l.size, true)),
+        )
         .collect();
     before.sort_unstable();
     // A request beyond the whole device cannot succeed on it; such sizes (from a corrupt
@@ -133,28 +148,50 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
             a.malloc(0, size, stream, 0)
         }
     };
-    for (addr, size) in before {
+    for (addr, size, pending) in before {
         match malloc(size, 0) {
             Ok(p) => {
-                ptrs.insert(addr, p);
+                let n = rounded(size);
+                if !pending {
+                    allocated += n;
+                }
+                ptrs.insert(addr, (p, n, pending));
             }
             Err(_) => ooms += 1,
         }
     }
+    let mut peak_allocated = allocated;
     for ev in &dev.events {
         match ev.action {
             Action::Alloc => match malloc(ev.size, ev.stream) {
                 Ok(p) => {
-                    if let Some(old) = ptrs.insert(ev.addr, p) {
+                    let n = rounded(ev.size);
+                    allocated += n;
+                    if let Some((old, m, pending)) = ptrs.insert(ev.addr, (p, n, false)) {
                         // The recording reused an address we still hold: a free was lost.
                         let _ = a.free(old, 0, 0);
+                        if !pending {
+                            allocated = allocated.saturating_sub(m);
+                        }
                     }
+                    peak_allocated = peak_allocated.max(allocated);
                 }
                 Err(_) => ooms += 1,
             },
-            Action::FreeCompleted => {
-                if let Some(p) = ptrs.remove(&ev.addr) {
-                    let _ = a.free(p, 0, 0);
+            // Without requests in the trace (older PyTorch, logs) the completed free is
+            // the program's free too.
+            Action::FreeRequested | Action::FreeCompleted => {
+                let done = ev.action == Action::FreeCompleted;
+                let Some(e) = ptrs.get_mut(&ev.addr) else {
+                    continue;
+                };
+                if !e.2 {
+                    allocated = allocated.saturating_sub(e.1);
+                    e.2 = true;
+                }
+                if done {
+                    let _ = a.free(e.0, 0, 0);
+                    ptrs.remove(&ev.addr);
                 }
             }
             _ => {}
@@ -166,7 +203,7 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
     Ok(Row {
         label,
         peak_reserved: Some(stat("reserved_bytes.all.peak")),
-        peak_allocated: stat("allocated_bytes.all.peak"),
+        peak_allocated,
         device_allocs: Some(counters.malloc + counters.create_physical),
         ooms,
     })

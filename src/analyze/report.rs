@@ -1,7 +1,7 @@
 //! `cushim report FILE -o report.html`: one self-contained HTML page (every style inline,
 //! no script, no network) with, per device, the timeline of allocated and reserved memory,
-//! the top sites at the peak, a flame graph of live bytes at the peak, the segments' fill,
-//! and the replay table.
+//! the top sites at the peak, a flame graph of live bytes at the peak, the segments' fill at
+//! the peak (`segments_at`), and the replay table.
 //!
 //! Policy: the page stays small whatever the input: the timeline is aggregated into at most
 //! [`BUCKETS`] columns (each the maximum of its events), the flame graph drops frames under
@@ -9,8 +9,9 @@
 //! per event. Drawing is SVG, so the page needs no script to render. Text from the input
 //! (frame names, file names) is escaped.
 
-use crate::analyze::model::{BlockState, Device, Snapshot};
+use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
+use crate::analyze::segments_at::{segments_at, SegFill};
 use crate::analyze::sites::{by_site, tree, Node};
 use crate::analyze::timeline::{apply, peaks, start_of, state_after};
 use std::fmt::Write;
@@ -142,25 +143,15 @@ fn flame(out: &mut String, root: &Node) {
     );
 }
 
-fn segments(out: &mut String, dev: &Device) {
-    let mut segs: Vec<_> = dev.segments.iter().collect();
-    segs.sort_by(|a, b| {
-        b.total_size
-            .cmp(&a.total_size)
-            .then(a.address.cmp(&b.address))
-    });
+fn segments(out: &mut String, segs: &[SegFill]) {
+    let mut segs: Vec<_> = segs.iter().collect();
+    segs.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
     out.push_str("<table><tr><th>segment</th><th>size</th><th>fill</th><th></th></tr>\n");
     for s in segs.iter().take(64) {
-        let used: u64 = s
-            .blocks
-            .iter()
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| b.size)
-            .sum();
-        let pct = if s.total_size == 0 {
+        let pct = if s.size == 0 {
             0.0
         } else {
-            used as f64 * 100.0 / s.total_size as f64
+            (s.used as f64 * 100.0 / s.size as f64).min(100.0)
         };
         let _ = writeln!(
             out,
@@ -168,7 +159,7 @@ fn segments(out: &mut String, dev: &Device) {
              <div style=\"width:{pct:.1}%\"></div></div></td></tr>",
             s.address,
             if s.expandable { " (expandable)" } else { "" },
-            mib(s.total_size)
+            mib(s.size)
         );
     }
     if segs.len() > 64 {
@@ -264,9 +255,11 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
             &mut out,
             &tree(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
         );
-        if !dev.segments.is_empty() {
-            out.push_str("<h3>segments at the end of the trace (fill = active blocks)</h3>\n");
-            segments(&mut out, dev);
+        if snap.has_state {
+            out.push_str(
+                "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
+            );
+            segments(&mut out, &segments_at(dev, &at_peak, p.allocated_at));
         }
         out.push_str("<h3>replay under other settings</h3>\n");
         replay_table(&mut out, &r, dev.ordinal);

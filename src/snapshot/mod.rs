@@ -15,6 +15,7 @@ pub mod convert;
 pub mod events;
 pub mod json;
 pub mod kinds;
+mod memo;
 pub mod model;
 pub mod msgpack;
 pub mod output;

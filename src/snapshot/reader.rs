@@ -8,11 +8,13 @@
 //! Hostile input (snapshots are files people send each other): every length is checked
 //! against the bytes left before anything is allocated; nesting deeper than [`MAX_DEPTH`]
 //! is refused (so no later recursive walk or drop can overflow the stack); a memo lookup
-//! is O(1) whatever the stack holds; and copying a shared container to mutate it (which no
+//! does not depend on what the stack holds, and the memo of a streamed trace is a few runs
+//! ([`crate::snapshot::memo`]); and copying a shared container to mutate it (which no
 //! real pickle does) is budgeted by the input's length, so the tree held in memory is at
 //! most a constant factor of the file. [`expanded_nodes`] tells how large a tree becomes
 //! with shared nodes written out (the check before writing JSON or msgpack).
 
+use crate::snapshot::memo::{Memo, Slot};
 use crate::snapshot::value::Value;
 use crate::snapshot::Format;
 use std::collections::HashMap;
@@ -130,51 +132,26 @@ struct Item {
     memo: Vec<u32>,
     /// Levels of nesting in `v` (0 for a scalar).
     depth: u32,
+    /// For a list that so far holds only entries the hook took (`v` is empty): the first
+    /// one's integer and how many follow it consecutively (see [`Hook`]).
+    taken: Option<(i64, u64)>,
 }
 
-/// The memo: slots are dense in practice (MEMOIZE takes the next one; old picklers PUT
-/// `len(memo)`), so a vector holds them; a slot far beyond the others (crafted) goes to a
-/// map, so no slot number makes the vector grow by more than a few entries per opcode.
-#[derive(Default)]
-struct Memo {
-    dense: Vec<Option<Slot>>,
-    sparse: HashMap<u32, Slot>,
+/// A consumer that takes entries out of the tree as the stream is read (so millions of
+/// small dicts never exist at once).
+pub trait Hook {
+    /// Called with every completed dict as it leaves the stack; returns what takes its
+    /// place (everywhere: in its container and in the memo). An integer returned means the
+    /// consumer took the dict: a list that holds only such integers, consecutive, keeps
+    /// just the first and the count (16 bytes, not 24 per entry).
+    fn dict(&mut self, v: Value) -> Value;
+    /// A list holding only the taken entries `first..first + n`, leaving the stack: what
+    /// takes its place.
+    fn taken_list(&mut self, first: i64, n: u64) -> Value;
 }
 
-/// What a memo slot names: a finished object (with its nesting depth), or a container
-/// still open on the stack (its index there), so a lookup is O(1) either way.
-#[derive(Clone)]
-enum Slot {
-    Done(Value, u32),
-    Open(usize),
-}
-
-/// The largest gap a PUT may leave in the dense memo.
-const MEMO_GAP: usize = 4;
-
-impl Memo {
-    fn insert(&mut self, slot: u32, e: Slot) {
-        let i = slot as usize;
-        if i < self.dense.len() {
-            self.dense[i] = Some(e);
-        } else if i <= self.dense.len() + MEMO_GAP {
-            self.dense.resize_with(i, || None);
-            self.dense.push(Some(e));
-        } else {
-            self.sparse.insert(slot, e);
-        }
-    }
-    fn get(&self, slot: u32) -> Option<&Slot> {
-        self.dense
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .or_else(|| self.sparse.get(&slot))
-    }
-}
-
-/// Called with every completed dict as it leaves the stack; returns what takes its place
-/// (everywhere: in its container and in the memo).
-pub type DictHook<'h> = &'h mut dyn FnMut(Value) -> Value;
+/// The hook as the reader holds it.
+pub type DictHook<'h> = &'h mut dyn Hook;
 
 /// Where pickle bytes come from: memory, or a file streamed through a buffer (so a 1 GB
 /// file is never in memory whole). `len` is known up front either way, and every length
@@ -199,6 +176,8 @@ struct Reader<'a, 'h> {
     memo_count: u32,
     /// Elements that copying shared containers may still cost (see the module comment).
     copy_budget: usize,
+    /// Whether the last object(s) finished were all entries the hook took.
+    last_taken: bool,
 }
 
 impl Reader<'_, '_> {
@@ -270,6 +249,7 @@ impl Reader<'_, '_> {
             v,
             memo: Vec::new(),
             depth,
+            taken: None,
         });
     }
     /// Pop the top object; it is complete now, so the memo slots naming it get it.
@@ -277,17 +257,26 @@ impl Reader<'_, '_> {
         Ok(self.pop_item()?.0)
     }
     fn pop_item(&mut self) -> Result<(Value, u32), String> {
-        let mut it = self.stack.pop().ok_or("pickle stack underflow")?;
+        let it = self.stack.pop().ok_or("pickle stack underflow")?;
+        Ok(self.finish(it))
+    }
+    /// An object leaving the stack: the hook sees it (a dict) and the memo slots naming it
+    /// get what takes its place.
+    fn finish(&mut self, mut it: Item) -> (Value, u32) {
+        self.last_taken = false;
         if let (Some(hook), Value::Dict(_)) = (self.hook.as_mut(), &it.v) {
-            it.v = hook(std::mem::replace(&mut it.v, Value::None));
+            it.v = hook.dict(std::mem::replace(&mut it.v, Value::None));
             if !matches!(it.v, Value::Dict(_)) {
                 it.depth = 0;
             }
+            self.last_taken = matches!(it.v, Value::Int(_));
+        } else if let (Some(hook), Some((first, n))) = (self.hook.as_mut(), it.taken) {
+            it.v = hook.taken_list(first, n);
         }
         for slot in it.memo {
             self.memo.insert(slot, Slot::Done(it.v.clone(), it.depth));
         }
-        Ok((it.v, it.depth))
+        (it.v, it.depth)
     }
     /// Pop everything above the last MARK, with the deepest nesting among them.
     fn pop_mark_depth(&mut self) -> Result<(Vec<Value>, u32), String> {
@@ -295,15 +284,19 @@ impl Reader<'_, '_> {
         if m > self.stack.len() {
             return Err("pickle: MARK above stack".into());
         }
-        let n = self.stack.len() - m;
-        let mut out = Vec::with_capacity(n);
+        // Finished in stream order (first pushed, first seen by the hook), so a hook that
+        // numbers what it sees numbers a batch of trace entries in their order.
+        let items: Vec<Item> = self.stack.drain(m..).collect();
+        let mut out = Vec::with_capacity(items.len());
         let mut depth = 0;
-        for _ in 0..n {
-            let (v, d) = self.pop_item()?;
+        let mut all_taken = true;
+        for it in items {
+            let (v, d) = self.finish(it);
+            all_taken &= self.last_taken;
             depth = depth.max(d);
             out.push(v);
         }
-        out.reverse();
+        self.last_taken = all_taken;
         Ok((out, depth))
     }
     /// A container holding children `child_depth` deep, refused past [`MAX_DEPTH`].
@@ -332,13 +325,8 @@ impl Reader<'_, '_> {
         if m > self.stack.len() {
             return Err("pickle: MARK above stack".into());
         }
-        let n = self.stack.len() - m;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(self.pop()?);
-        }
-        out.reverse();
-        Ok(out)
+        let items: Vec<Item> = self.stack.drain(m..).collect();
+        Ok(items.into_iter().map(|it| self.finish(it).0).collect())
     }
     fn put(&mut self, slot: u32) -> Result<(), String> {
         self.memo_count = self.memo_count.max(slot.saturating_add(1));
@@ -359,9 +347,10 @@ impl Reader<'_, '_> {
     fn get(&mut self, slot: u32) -> Result<(), String> {
         let unset = || format!("pickle: memo slot {slot} unset");
         let (v, depth) = match self.memo.get(slot) {
-            Some(Slot::Done(v, d)) => (v.clone(), *d),
+            Some(Slot::Done(v, d)) => (v, d),
             Some(Slot::Open(i)) => {
-                let it = self.stack.get(*i).ok_or_else(unset)?;
+                self.materialize(i);
+                let it = self.stack.get(i).ok_or_else(unset)?;
                 (it.v.clone(), it.depth)
             }
             None => return Err(unset()),
@@ -387,9 +376,64 @@ impl Reader<'_, '_> {
         top.depth = top.depth.max(depth);
         Ok(&mut top.v)
     }
-    fn extend_list(&mut self, items: Vec<Value>, child_depth: u32) -> Result<(), String> {
-        match self.top_for_insert(child_depth, 0)? {
-            Value::List(l) => {
+    /// Write out the taken entries of the list at stack index `i` as the integers they
+    /// are (before anything else sees or joins its contents).
+    fn materialize(&mut self, i: usize) {
+        let Some(it) = self.stack.get_mut(i) else {
+            return;
+        };
+        if let (Some((first, n)), Value::List(l)) = (it.taken.take(), &mut it.v) {
+            let l = Arc::make_mut(l);
+            let mut all = Vec::with_capacity(l.len().saturating_add(n as usize));
+            all.extend((0..n).map(|j| Value::Int(first.saturating_add(j as i64))));
+            all.append(l);
+            *l = all;
+        }
+    }
+    /// `taken`: every item is an entry the hook took (an integer).
+    fn extend_list(
+        &mut self,
+        items: Vec<Value>,
+        child_depth: u32,
+        taken: bool,
+    ) -> Result<(), String> {
+        let top = self.stack.len().wrapping_sub(1);
+        self.top_for_insert(child_depth, 0)?;
+        let Some(it) = self.stack.get_mut(top) else {
+            return Err("pickle: empty stack".into());
+        };
+        let Value::List(l) = &mut it.v else {
+            return Err("pickle: APPEND(S) onto a non-list".into());
+        };
+        // A run of taken entries continues while the list holds nothing else.
+        let consecutive = |from: i64| {
+            items
+                .iter()
+                .enumerate()
+                .all(|(j, v)| matches!(v, Value::Int(k) if Some(*k) == from.checked_add(j as i64)))
+        };
+        if taken && l.is_empty() && Arc::strong_count(l) == 1 && !items.is_empty() {
+            match it.taken {
+                None => {
+                    if let Some(Value::Int(first)) = items.first() {
+                        if consecutive(*first) {
+                            it.taken = Some((*first, items.len() as u64));
+                            return Ok(());
+                        }
+                    }
+                }
+                Some((first, n)) => {
+                    let next = first.saturating_add(n as i64);
+                    if consecutive(next) {
+                        it.taken = Some((first, n + items.len() as u64));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.materialize(top);
+        match self.stack.get_mut(top).map(|it| &mut it.v) {
+            Some(Value::List(l)) => {
                 Arc::make_mut(l).extend(items);
                 Ok(())
             }
@@ -563,11 +607,13 @@ impl Reader<'_, '_> {
                 }
                 b'a' => {
                     let (v, d) = self.pop_item()?;
-                    self.extend_list(vec![v], d)?
+                    let taken = self.last_taken;
+                    self.extend_list(vec![v], d, taken)?
                 }
                 b'e' => {
                     let (items, d) = self.pop_mark_depth()?;
-                    self.extend_list(items, d)?
+                    let taken = self.last_taken;
+                    self.extend_list(items, d, taken)?
                 }
                 b's' => {
                     let (v, vd) = self.pop_item()?;
@@ -613,6 +659,7 @@ impl Reader<'_, '_> {
                     self.pop_mark()?;
                 }
                 b'2' => {
+                    self.materialize(self.stack.len().wrapping_sub(1));
                     let top = self.stack.last().ok_or("pickle: DUP on empty stack")?;
                     let (v, d) = (top.v.clone(), top.depth);
                     self.push_at(v, d)
@@ -696,6 +743,7 @@ fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value,
         memo: Memo::default(),
         memo_count: 0,
         copy_budget: len / 4 + 4096,
+        last_taken: false,
     };
     r.run()
 }
