@@ -23,77 +23,79 @@ pub fn driver_device(s: &Shim) -> i32 {
     }
 }
 
+#[inline(always)]
 pub fn alloc(
     s: &Shim,
     out: *mut DevPtr,
     size: usize,
     stream: Option<(CuStream, bool)>,
 ) -> Option<c_int> {
-    if !observing() {
-        return None;
-    }
-    let call = Call {
-        kind: if stream.is_some() {
-            Kind::MallocAsync
-        } else {
-            Kind::Malloc
-        },
-        device: driver_device(s),
-        size: size as u64,
-        flags: 0,
-        stream: stream.map_or(0, |(h, _)| h as u64),
-    };
-    let real = || match stream {
-        None => call_driver!(REAL_MEM_ALLOC, AllocFn, (out, size)),
-        Some((h, false)) => call_driver!(REAL_MEM_ALLOC_ASYNC, AllocAsyncFn, (out, size, h)),
-        Some((h, true)) => call_driver!(REAL_MEM_ALLOC_ASYNC_PTSZ, AllocAsyncFn, (out, size, h)),
-    };
-    Some(observe::alloc(s, call, real, || read_out(out)))
+    observe::with(s, |s| {
+        let call = Call {
+            kind: if stream.is_some() {
+                Kind::MallocAsync
+            } else {
+                Kind::Malloc
+            },
+            device: driver_device(s),
+            size: size as u64,
+            flags: 0,
+            stream: stream.map_or(0, |(h, _)| h as u64),
+        };
+        let real = || match stream {
+            None => call_driver!(REAL_MEM_ALLOC, AllocFn, (out, size)),
+            Some((h, false)) => call_driver!(REAL_MEM_ALLOC_ASYNC, AllocAsyncFn, (out, size, h)),
+            Some((h, true)) => {
+                call_driver!(REAL_MEM_ALLOC_ASYNC_PTSZ, AllocAsyncFn, (out, size, h))
+            }
+        };
+        observe::alloc(s, call, real, || read_out(out))
+    })
 }
 
+#[inline(always)]
 pub fn free(s: &Shim, ptr: DevPtr, stream: Option<(CuStream, bool)>) -> Option<c_int> {
-    if !observing() {
-        return None;
-    }
-    let real = || match stream {
-        None => call_driver!(REAL_MEM_FREE, FreeFn, (ptr)),
-        Some((h, false)) => call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (ptr, h)),
-        Some((h, true)) => call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (ptr, h)),
-    };
-    Some(observe::free(s, ptr, driver_device(s), real))
+    observe::with(s, |s| {
+        let real = || match stream {
+            None => call_driver!(REAL_MEM_FREE, FreeFn, (ptr)),
+            Some((h, false)) => call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (ptr, h)),
+            Some((h, true)) => call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (ptr, h)),
+        };
+        observe::free(s, ptr, driver_device(s), real)
+    })
 }
 
 /// Pinned memory: `flags` is `None` for `cuMemAllocHost_v2`.
+#[inline(always)]
 pub fn host_alloc(
     s: &Shim,
     pp: *mut *mut c_void,
     size: usize,
     flags: Option<c_uint>,
 ) -> Option<c_int> {
-    if !observing() {
-        return None;
-    }
-    let call = Call {
-        kind: Kind::Pinned,
-        device: -1,
-        size: size as u64,
-        flags: u64::from(flags.unwrap_or(0)),
-        stream: 0,
-    };
-    let real = || match flags {
-        None => call_driver!(REAL_MEM_ALLOC_HOST, HostAllocFn, (pp, size)),
-        Some(f) => call_driver!(REAL_MEM_HOST_ALLOC, HostAllocFlagsFn, (pp, size, f)),
-    };
-    Some(observe::alloc(s, call, real, || read_ptr(pp)))
+    observe::with(s, |s| {
+        let call = Call {
+            kind: Kind::Pinned,
+            device: -1,
+            size: size as u64,
+            flags: u64::from(flags.unwrap_or(0)),
+            stream: 0,
+        };
+        let real = || match flags {
+            None => call_driver!(REAL_MEM_ALLOC_HOST, HostAllocFn, (pp, size)),
+            Some(f) => call_driver!(REAL_MEM_HOST_ALLOC, HostAllocFlagsFn, (pp, size, f)),
+        };
+        observe::alloc(s, call, real, || read_ptr(pp))
+    })
 }
 
+#[inline(always)]
 pub fn free_host(s: &Shim, p: *mut c_void) -> Option<c_int> {
-    if !observing() {
-        return None;
-    }
-    Some(observe::host_free(s, p as u64, || {
-        call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
-    }))
+    observe::with(s, |s| {
+        observe::host_free(s, p as u64, || {
+            call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
+        })
+    })
 }
 
 pub fn mem_get_info(free: *mut usize, total: *mut usize) -> Option<c_int> {

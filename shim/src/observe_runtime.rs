@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use engine::alloc::observed::Kind;
 
 use crate::call_real;
-use crate::observe::{self, read_ptr, runtime_observer, Call};
+use crate::observe::{self, read_ptr, runtime_call, Call};
 use crate::real::Stream;
 use crate::state;
 
@@ -24,72 +24,73 @@ fn device_call(kind: Kind, device: i32, size: usize, flags: u64, stream: u64) ->
     }
 }
 
+#[inline(always)]
 pub fn malloc(p: *mut *mut c_void, size: usize) -> Option<c_int> {
-    let s = runtime_observer()?;
-    let call = device_call(Kind::Malloc, state::alloc_device(s), size, 0, 0);
-    Some(observe::alloc(
-        s,
-        call,
-        || call_real!(cudaMalloc(p, size)),
-        || read_ptr(p),
-    ))
+    runtime_call(|s| {
+        let call = device_call(Kind::Malloc, state::alloc_device(s), size, 0, 0);
+        observe::alloc(s, call, || call_real!(cudaMalloc(p, size)), || read_ptr(p))
+    })
 }
 
+#[inline(always)]
 pub fn malloc_async(p: *mut *mut c_void, size: usize, stream: Stream) -> Option<c_int> {
-    let s = runtime_observer()?;
-    let call = device_call(
-        Kind::MallocAsync,
-        state::alloc_device(s),
-        size,
-        0,
-        stream as u64,
-    );
-    Some(observe::alloc(
-        s,
-        call,
-        || call_real!(cudaMallocAsync(p, size, stream)),
-        || read_ptr(p),
-    ))
+    runtime_call(|s| {
+        let call = device_call(
+            Kind::MallocAsync,
+            state::alloc_device(s),
+            size,
+            0,
+            stream as u64,
+        );
+        observe::alloc(
+            s,
+            call,
+            || call_real!(cudaMallocAsync(p, size, stream)),
+            || read_ptr(p),
+        )
+    })
 }
 
+#[inline(always)]
 pub fn free(ptr: *mut c_void) -> Option<c_int> {
-    let s = runtime_observer()?;
-    let hint = state::alloc_device(s);
-    Some(observe::free(s, ptr as u64, hint, || {
-        call_real!(cudaFree(ptr))
-    }))
+    runtime_call(|s| {
+        let hint = state::alloc_device(s);
+        observe::free(s, ptr as u64, hint, || call_real!(cudaFree(ptr)))
+    })
 }
 
+#[inline(always)]
 pub fn free_async(ptr: *mut c_void, stream: Stream) -> Option<c_int> {
-    let s = runtime_observer()?;
-    let hint = state::alloc_device(s);
-    Some(observe::free(s, ptr as u64, hint, || {
-        call_real!(cudaFreeAsync(ptr, stream))
-    }))
+    runtime_call(|s| {
+        let hint = state::alloc_device(s);
+        observe::free(s, ptr as u64, hint, || {
+            call_real!(cudaFreeAsync(ptr, stream))
+        })
+    })
 }
 
+#[inline(always)]
 pub fn host_alloc(p: *mut *mut c_void, size: usize, flags: Option<c_uint>) -> Option<c_int> {
-    let s = runtime_observer()?;
-    let call = device_call(Kind::Pinned, -1, size, u64::from(flags.unwrap_or(0)), 0);
-    Some(observe::alloc(
-        s,
-        call,
-        || match flags {
-            None => call_real!(cudaMallocHost(p, size)),
-            Some(flags) => call_real!(cudaHostAlloc(p, size, flags)),
-        },
-        || read_ptr(p),
-    ))
+    runtime_call(|s| {
+        let call = device_call(Kind::Pinned, -1, size, u64::from(flags.unwrap_or(0)), 0);
+        observe::alloc(
+            s,
+            call,
+            || match flags {
+                None => call_real!(cudaMallocHost(p, size)),
+                Some(flags) => call_real!(cudaHostAlloc(p, size, flags)),
+            },
+            || read_ptr(p),
+        )
+    })
 }
 
+#[inline(always)]
 pub fn free_host(ptr: *mut c_void) -> Option<c_int> {
-    let s = runtime_observer()?;
-    Some(observe::host_free(s, ptr as u64, || {
-        call_real!(cudaFreeHost(ptr))
-    }))
+    runtime_call(|s| observe::host_free(s, ptr as u64, || call_real!(cudaFreeHost(ptr))))
 }
 
+#[inline(always)]
 pub fn mem_get_info(free: *mut usize, total: *mut usize) -> Option<c_int> {
-    runtime_observer()?;
-    Some(call_real!(cudaMemGetInfo(free, total)))
+    runtime_call(|_| call_real!(cudaMemGetInfo(free, total)))
 }
