@@ -9,6 +9,7 @@
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::{by_site, SiteRow};
 use crate::analyze::timeline::{peaks, start_of, state_after, Peaks};
+use crate::snapshot::summary::mib;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -119,10 +120,6 @@ pub fn diff(a: &Snapshot, b: &Snapshot, depth: usize) -> Vec<DeviceDiff> {
             }
         })
         .collect()
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
 fn signed_mib(d: i128) -> String {

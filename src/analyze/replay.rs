@@ -20,7 +20,7 @@ use crate::alloc::fake_device::FakeDevice;
 use crate::alloc::rounding::round_size;
 use crate::alloc::CachingAllocator;
 use crate::analyze::model::{Device, Snapshot};
-use crate::analyze::timeline::{peaks, start_of};
+use crate::analyze::timeline::{peaks, start_of, Start};
 use crate::config::alloc::parse;
 use crate::trace::event::{Action, NullSink};
 use std::collections::HashMap;
@@ -91,9 +91,8 @@ pub fn default_confs() -> Vec<String> {
 pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
     modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
 
-fn recorded_row(snap: &Snapshot, dev: &Device) -> Row {
-    let st = start_of(snap, dev);
-    let p = peaks(dev, &st);
+fn recorded_row(snap: &Snapshot, dev: &Device, st: &Start) -> Row {
+    let p = peaks(dev, st);
     let allocs = dev
         .events
         .iter()
@@ -108,24 +107,9 @@ fn recorded_row(snap: &Snapshot, dev: &Device) -> Row {
     }
 }
 
-/// Replay `dev` under `conf`.
-fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Result<Row, String> {
-    let (c, errs) = parse(conf);
-    if let Some(e) = errs.first() {
-        return Err(format!("--conf {conf:?}: {e}"));
-    }
-    let capacity = snap.device_total.map_or(UNLIMITED, |t| t.min(UNLIMITED));
-    let fake = Arc::new(FakeDevice::new(1, capacity));
-    let rounded = {
-        let c = c.clone();
-        move |size: u64| round_size(size, &c)
-    };
-    let a = CachingAllocator::new(fake.clone(), c, &|_| Box::new(NullSink));
-    let st = start_of(snap, dev);
-    // Recorded address -> the engine's pointer, the bytes it counts, whether pending.
-    let mut ptrs: HashMap<u64, (u64, u64, bool)> = HashMap::new();
-    let mut allocated = 0u64;
-    let mut ooms = 0u64;
+/// The blocks live before `dev`'s trace began, as (recorded address, size, pending), in
+/// address order: what each replay allocates first.
+fn live_before(st: &Start) -> Vec<(u64, u64, bool)> {
     let mut before: Vec<(u64, u64, bool)> = st
         .state
         .allocated
@@ -139,6 +123,32 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
         )
         .collect();
     before.sort_unstable();
+    before
+}
+
+/// Replay `dev` under `conf`, starting from the blocks live `before` its trace.
+fn replay_device(
+    snap: &Snapshot,
+    dev: &Device,
+    before: &[(u64, u64, bool)],
+    conf: &str,
+    label: String,
+) -> Result<Row, String> {
+    let (c, errs) = parse(conf);
+    if let Some(e) = errs.first() {
+        return Err(format!("--conf {conf:?}: {e}"));
+    }
+    let capacity = snap.device_total.map_or(UNLIMITED, |t| t.min(UNLIMITED));
+    let fake = Arc::new(FakeDevice::new(1, capacity));
+    let rounded = {
+        let c = c.clone();
+        move |size: u64| round_size(size, &c)
+    };
+    let a = CachingAllocator::new(fake.clone(), c, &|_| Box::new(NullSink));
+    // Recorded address -> the engine's pointer, the bytes it counts, whether pending.
+    let mut ptrs: HashMap<u64, (u64, u64, bool)> = HashMap::new();
+    let mut allocated = 0u64;
+    let mut ooms = 0u64;
     // A request beyond the whole device cannot succeed on it; such sizes (from a corrupt
     // or crafted input) never reach the engine.
     let malloc = |size: u64, stream: u64| {
@@ -148,7 +158,7 @@ fn replay_device(snap: &Snapshot, dev: &Device, conf: &str, label: String) -> Re
             a.malloc(0, size, stream, 0)
         }
     };
-    for (addr, size, pending) in before {
+    for &(addr, size, pending) in before {
         match malloc(size, 0) {
             Ok(p) => {
                 let n = rounded(size);
@@ -223,10 +233,7 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
         Some(t) => notes.push(format!(
             "replays run on a device of the recorded size, {t} bytes"
         )),
-        None => {}
-    }
-    if snap.device_total.is_none() {
-        notes.push("the device's size is not recorded: replays run on a 256 GiB device (no OOMs below that; garbage_collection_threshold never triggers)".into());
+        None => notes.push("the device's size is not recorded: replays run on a 256 GiB device (no OOMs below that; garbage_collection_threshold never triggers)".into()),
     }
     notes.push(NO_FIXED_PAGES.into());
     let mut devices = Vec::new();
@@ -249,11 +256,13 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
         if st.requests {
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
-        let mut rows = vec![recorded_row(snap, dev)];
+        let mut rows = vec![recorded_row(snap, dev, &st)];
+        let before = live_before(&st);
         let recorded_conf = snap.settings.clone().unwrap_or_default();
         rows.push(replay_device(
             snap,
             dev,
+            &before,
             &recorded_conf,
             format!("replay: recorded ({})", shown(&recorded_conf)),
         )?);
@@ -261,6 +270,7 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
             rows.push(replay_device(
                 snap,
                 dev,
+                &before,
                 c,
                 format!("replay: {}", shown(c)),
             )?);

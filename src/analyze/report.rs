@@ -13,7 +13,7 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
 use crate::analyze::sites::{by_site, tree, Node};
-use crate::analyze::timeline::{apply, peaks, start_of, state_after};
+use crate::analyze::timeline::{apply, peaks, start_of, state_after, Start};
 use std::fmt::Write;
 
 /// Columns of the timeline.
@@ -42,8 +42,7 @@ fn mib(b: u64) -> String {
 }
 
 /// Per bucket of events: (max allocated, max reserved).
-fn timeline(snap: &Snapshot, dev: &Device) -> Vec<(u64, u64)> {
-    let st = start_of(snap, dev);
+fn timeline(dev: &Device, st: &Start) -> Vec<(u64, u64)> {
     let mut s = st.state.clone();
     let n = dev.events.len().max(1);
     let per = n.div_ceil(BUCKETS).max(1);
@@ -236,7 +235,7 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
             if snap.has_state { mib(p.reserved) } else { "not recorded".into() }
         );
         out.push_str("<h3>timeline</h3>\n");
-        svg_timeline(&mut out, &timeline(snap, dev));
+        svg_timeline(&mut out, &timeline(dev, &st));
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
         for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
             .iter()

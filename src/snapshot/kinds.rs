@@ -6,15 +6,12 @@
 //! Invariant: only the snapshot is read; a snapshot without these keys (PyTorch's own, or
 //! an older cushim's) prints nothing here.
 
+use crate::snapshot::summary::mib;
 use crate::snapshot::value::Value;
 use std::fmt::Write;
 
 fn u(v: Option<&Value>) -> u64 {
     v.and_then(Value::as_i64).map_or(0, |i| i.max(0) as u64)
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
 /// `(kind, bytes, segments)` of `segments`, largest first; empty when no segment has a

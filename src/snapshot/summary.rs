@@ -113,7 +113,8 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
     }
 }
 
-fn mib(b: u64) -> String {
+/// Bytes as MiB with two decimals (the summary's, diff's and kinds' unit).
+pub(crate) fn mib(b: u64) -> String {
     format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
