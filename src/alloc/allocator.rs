@@ -47,7 +47,7 @@ pub struct CachingAllocator {
 }
 
 /// [`CachingAllocator::solo`]: streams (or a second thread) seen.
-const SHARED: usize = usize::MAX;
+pub(crate) const SHARED: usize = usize::MAX;
 
 const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
 

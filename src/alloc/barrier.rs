@@ -80,6 +80,18 @@ impl Barrier {
         Ok(self.spare[i])
     }
 
+    /// The event recorded on the legacy stream, made on first use.
+    fn legacy_event(&mut self, device: &dyn Device, dev: i32) -> DevResult<Event> {
+        match self.legacy {
+            Some(e) => Ok(e),
+            None => {
+                let e = device.create_event(dev)?;
+                self.legacy = Some(e);
+                Ok(e)
+            }
+        }
+    }
+
     /// Issue one barrier over the legacy stream and `streams` (the non-blocking ones; those
     /// the legacy record covers are skipped). The caller checked that none captures.
     pub fn issue(&mut self, device: &dyn Device, dev: i32, streams: &[Stream]) -> DevResult<()> {
@@ -93,14 +105,7 @@ impl Barrier {
             device.record_event(dev, e, s)?;
             device.stream_wait_event(dev, LEGACY_STREAM, e)?;
         }
-        let el = match self.legacy {
-            Some(e) => e,
-            None => {
-                let e = device.create_event(dev)?;
-                self.legacy = Some(e);
-                e
-            }
-        };
+        let el = self.legacy_event(device, dev)?;
         self.calls += 1;
         device.record_event(dev, el, LEGACY_STREAM)?;
         for &s in streams.iter().filter(|&&s| !covered_by_legacy(s)) {
@@ -119,14 +124,7 @@ impl Barrier {
         if covered_by_legacy(s) {
             return Ok(());
         }
-        let el = match self.legacy {
-            Some(e) => e,
-            None => {
-                let e = device.create_event(dev)?;
-                self.legacy = Some(e);
-                e
-            }
-        };
+        let el = self.legacy_event(device, dev)?;
         self.calls += 2;
         device.record_event(dev, el, LEGACY_STREAM)?;
         device.stream_wait_event(dev, s, el)

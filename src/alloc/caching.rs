@@ -103,7 +103,7 @@ impl Ctx<'_> {
     /// released, so a free either sees the mark or is ordered by that barrier.
     #[inline(always)]
     pub fn streams_seen(&self) -> bool {
-        self.solo.load(std::sync::atomic::Ordering::Relaxed) == usize::MAX
+        self.solo.load(std::sync::atomic::Ordering::Relaxed) == super::allocator::SHARED
     }
 }
 
@@ -722,9 +722,7 @@ impl DeviceState {
     pub(crate) fn mem_get_info(&self, ctx: &Ctx) -> DevResult<(u64, u64)> {
         let (free, total) = ctx.device.mem_get_info(self.dev)?;
         if ctx.conf.free_includes_cache {
-            let cached =
-                self.stats.reserved_bytes.all.current - self.stats.active_bytes.all.current;
-            Ok(((free + cached.max(0) as u64).min(total), total))
+            Ok(((free + self.cached_bytes()).min(total), total))
         } else {
             Ok((free, total))
         }

@@ -523,7 +523,7 @@ impl DeviceState {
         if failed {
             for p in plan.iter().take(mapped) {
                 // A handle still mapped cannot be released: retry a transient failure.
-                for _ in 0..3 {
+                for _ in 0..IMMEDIATE_TRIES {
                     if ctx.device.unmap(self.dev, p.addr, p.size).is_ok() {
                         break;
                     }

@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 
 use crate::config::history::HistoryConf;
 use crate::trace::event::{StackId, NO_STACK};
-use crate::trace::intern::StackTable;
+use crate::trace::stack::intern_tagged;
 use crate::trace::stack::{capture, SkipRange, CAPTURE_MAX};
 
 /// Marks a Python frame id (low 32 bits) in a stack: a non-canonical address, so never a
@@ -597,19 +597,6 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
         None if conf.native_frames => intern_tagged(&mut native, n),
         None => NO_STACK,
     }
-}
-
-/// Intern the first `n` words of `buf`, with the stack's epoch tag after them once any
-/// `dlclose` happened (as `stack::capture_id` does; `module_epochs`).
-fn intern_tagged(buf: &mut [u64], n: usize) -> StackId {
-    let mut n = n.min(buf.len());
-    if n > 0 {
-        if let Some(t) = crate::trace::module_epochs::tag() {
-            n = (n + 1).min(buf.len());
-            buf[n - 1] = t;
-        }
-    }
-    StackTable::global().intern(&buf[..n])
 }
 
 /// `(name, filename, line)` of a tagged Python frame id, for the symbolizer.

@@ -95,11 +95,18 @@ pub const CAPTURE_MAX: usize = crate::config::history::MAX_MAX_FRAMES;
 #[inline(never)]
 pub fn capture_id(max_frames: usize, unwinder: Unwinder, skip: &SkipRange) -> StackId {
     let mut buf = [0u64; CAPTURE_MAX];
-    let mut n = capture(&mut buf[..max_frames.clamp(1, CAPTURE_MAX)], unwinder, skip);
+    let n = capture(&mut buf[..max_frames.clamp(1, CAPTURE_MAX)], unwinder, skip);
+    intern_tagged(&mut buf, n)
+}
+
+/// Intern the first `n` words of `buf` in the global [`StackTable`]; once any `dlclose`
+/// happened, the stack's epoch tag goes after them (module_epochs.rs), in place of the last
+/// frame when `buf` is full.
+pub(crate) fn intern_tagged(buf: &mut [u64], n: usize) -> StackId {
+    let mut n = n.min(buf.len());
     if n > 0 {
         if let Some(t) = crate::trace::module_epochs::tag() {
-            // After a `dlclose`: the stack carries its epoch (module_epochs.rs).
-            n = (n + 1).min(CAPTURE_MAX);
+            n = (n + 1).min(buf.len());
             buf[n - 1] = t;
         }
     }
