@@ -2,8 +2,9 @@
 //!
 //! Policy: before `fork` the forking thread takes, in this fixed order, every lock the
 //! shim's state has: the allocator's (each device's in ordinal order, then the pinned
-//! host's), the interned-stack table's, the DWARF unwinder's module list, then the module
-//! epochs' registry (`trace/module_epochs.rs`). That is the
+//! host's), the interned-stack table's, the DWARF unwinder's module list, the module
+//! epochs' registry (`trace/module_epochs.rs`), then the observed-allocation tables' (leaf
+//! locks: `alloc/observed.rs`). That is the
 //! order the rest of the shim nests them in (a stack is captured and interned before the
 //! allocator's lock is taken, and never under it, so no thread holds a later lock while
 //! waiting for an earlier one). After `fork` the parent releases them unchanged, so its
@@ -20,6 +21,7 @@
 
 use std::cell::RefCell;
 
+use engine::alloc::observed::ObservedHold;
 use engine::alloc::ForkHold;
 use engine::trace::intern::{StackTable, TableHold};
 use engine::trace::{module_epochs, unwind_dwarf};
@@ -32,6 +34,7 @@ struct Held {
     stacks: TableHold<'static>,
     unwinder: unwind_dwarf::ForkHold,
     modules: module_epochs::ForkHold,
+    observed: ObservedHold<'static>,
 }
 
 thread_local! {
@@ -53,12 +56,14 @@ extern "C" fn prepare() {
         let Some(s) = state::get_if_ready() else {
             return;
         };
-        // Order: allocator, stack table, module list, module epochs (module docs).
+        // Order: allocator, stack table, module list, module epochs, observed tables
+        // (module docs).
         let held = Held {
             alloc: s.alloc.hold_for_fork(),
             stacks: StackTable::global().hold_for_fork(),
             unwinder: unwind_dwarf::hold_for_fork(),
             modules: module_epochs::hold_for_fork(),
+            observed: s.observed.hold_for_fork(),
         };
         let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
     });
@@ -92,7 +97,9 @@ fn release(h: Held, in_child: bool) {
         stacks,
         unwinder,
         modules,
+        observed,
     } = h;
+    drop(observed);
     drop(modules);
     drop(unwinder);
     drop(stacks);

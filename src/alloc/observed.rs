@@ -16,7 +16,7 @@
 //! Invariant: one lock per call (the device's table, or the host's), taken after the real
 //! call's stack was captured; the address map is the one lookup an observed call pays.
 
-use parking_lot::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::addr_hash::AddrMap;
 use super::info::{BlockInfo, BlockState, SegmentInfo};
@@ -200,7 +200,34 @@ impl Explained {
     }
 }
 
+/// `m`, locked (a panic while it was held leaves the table as it was: still usable).
+fn locked(m: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Every table's lock, held across `fork` (see [`ObservedTable::hold_for_fork`]); dropping
+/// it releases them.
+pub struct ObservedHold<'a> {
+    _held: Vec<MutexGuard<'a, Table>>,
+}
+
 impl ObservedTable {
+    /// Take every table's lock, devices in ordinal order then the host's (before `fork`, so
+    /// the child inherits tables no thread is inside). A table's lock is a leaf: nothing
+    /// else is locked while one is held, and at most one is held at a time, so this may come
+    /// anywhere in the fork order. The locks are std mutexes (futexes): a child unlocking
+    /// one touches no global state a vanished parent thread could have held.
+    pub fn hold_for_fork(&self) -> ObservedHold<'_> {
+        ObservedHold {
+            _held: self
+                .devs
+                .iter()
+                .chain([&self.host])
+                .map(|m| locked(m))
+                .collect(),
+        }
+    }
+
     /// Tables for `devices` devices; `make_sink(d)` as for the caching allocator (`-1`: host).
     pub fn new(devices: usize, make_sink: &dyn Fn(i32) -> Box<dyn EventSink>) -> ObservedTable {
         ObservedTable {
@@ -232,13 +259,13 @@ impl ObservedTable {
 
     /// Record an allocation at `addr` on device `dev` (`-1`: host memory).
     pub fn alloc(&self, dev: i32, addr: u64, r: Record) {
-        self.table(dev).lock().insert(addr, r);
+        locked(self.table(dev)).insert(addr, r);
     }
 
     /// Forget the device allocation at `addr` (searching `hint` first); `None` if unknown.
     pub fn free(&self, addr: u64, hint: i32, stack: StackId) -> Option<(i32, Record)> {
         self.search(hint).find_map(|t| {
-            let mut t = t.lock();
+            let mut t = locked(t);
             let d = t.device;
             t.remove(addr, stack).map(|r| (d, r))
         })
@@ -246,12 +273,12 @@ impl ObservedTable {
 
     /// Forget the host allocation at `addr`.
     pub fn host_free(&self, addr: u64, stack: StackId) -> Option<Record> {
-        self.host.lock().remove(addr, stack)
+        locked(&self.host).remove(addr, stack)
     }
 
     /// Put back a record whose real free failed (no events: the free never happened).
     pub fn restore(&self, dev: i32, addr: u64, r: Record) {
-        let mut t = self.table(dev).lock();
+        let mut t = locked(self.table(dev));
         if r.kind != Kind::VmmMap {
             t.bytes += r.size;
         }
@@ -264,7 +291,7 @@ impl ObservedTable {
         if dev < 0 {
             return;
         }
-        let mut t = self.table(dev).lock();
+        let mut t = locked(self.table(dev));
         let addrs: Vec<u64> = t
             .live
             .iter()
@@ -278,7 +305,7 @@ impl ObservedTable {
 
     /// `cuMemCreate` made handle `h` on `dev`.
     pub fn create(&self, dev: i32, h: u64, size: u64, flags: u64, stack: StackId) {
-        let mut t = self.table(dev).lock();
+        let mut t = locked(self.table(dev));
         let p = Physical {
             size,
             flags,
@@ -295,7 +322,7 @@ impl ObservedTable {
     /// `cuMemRelease(h)`.
     pub fn release(&self, h: u64) {
         for t in &self.devs {
-            let mut t = t.lock();
+            let mut t = locked(t);
             if let Some(p) = t.phys.get_mut(&h) {
                 p.released = true;
                 t.settle_phys(h);
@@ -308,7 +335,7 @@ impl ObservedTable {
     /// stack is the map's; the handle's creation stack is kept for its block.
     pub fn map(&self, addr: u64, size: u64, h: u64, stack: StackId) {
         for t in &self.devs {
-            let mut t = t.lock();
+            let mut t = locked(t);
             if let Some(p) = t.phys.get_mut(&h) {
                 p.maps += 1;
                 let r = Record {
@@ -327,7 +354,7 @@ impl ObservedTable {
     /// `cuMemUnmap(addr, size)`: every mapping starting in the range goes.
     pub fn unmap(&self, addr: u64, size: u64, stack: StackId) {
         for t in &self.devs {
-            let mut t = t.lock();
+            let mut t = locked(t);
             let starts: Vec<u64> = t
                 .live
                 .iter()
@@ -347,8 +374,7 @@ impl ObservedTable {
 
     /// `cuMemAddressReserve` on `dev`.
     pub fn reserve(&self, dev: i32, addr: u64, size: u64, stack: StackId) {
-        self.table(dev)
-            .lock()
+        locked(self.table(dev))
             .reservations
             .insert(addr, (size, stack));
     }
@@ -356,7 +382,7 @@ impl ObservedTable {
     /// `cuMemAddressFree(addr)`.
     pub fn address_free(&self, addr: u64) {
         for t in &self.devs {
-            if t.lock().reservations.remove(&addr).is_some() {
+            if locked(t).reservations.remove(&addr).is_some() {
                 return;
             }
         }
@@ -364,7 +390,7 @@ impl ObservedTable {
 
     /// The segments of device `dev` (`-1`: host) and its events, oldest first.
     pub fn snapshot(&self, dev: i32) -> (Vec<ObservedSegment>, Vec<TraceEvent>) {
-        let t = self.table(dev).lock();
+        let t = locked(self.table(dev));
         let mut segs: Vec<ObservedSegment> = t
             .live
             .iter()
@@ -402,7 +428,7 @@ impl ObservedTable {
 
     /// What device `dev`'s records explain.
     pub fn explained(&self, dev: i32) -> Explained {
-        let t = self.table(dev).lock();
+        let t = locked(self.table(dev));
         let mut by_kind: Vec<(&'static str, u64)> = Vec::new();
         for r in t.live.values().filter(|r| r.kind != Kind::VmmMap) {
             match by_kind.iter_mut().find(|k| k.0 == r.kind.name()) {
@@ -421,7 +447,7 @@ impl ObservedTable {
     /// Device `dev`'s live physical handles and reservations, for the snapshot's `cushim`
     /// key: `(handle, size, flags, mapped count, released)` and `(address, size)`.
     pub fn vmm(&self, dev: i32) -> VmmListing {
-        let t = self.table(dev).lock();
+        let t = locked(self.table(dev));
         let mut p: Vec<(u64, Physical)> = t.phys.iter().map(|(&h, p)| (h, *p)).collect();
         p.sort_by_key(|x| x.0);
         let mut r: Vec<(u64, u64)> = t.reservations.iter().map(|(&a, s)| (a, s.0)).collect();
