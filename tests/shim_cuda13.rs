@@ -22,20 +22,15 @@ fn prog13(name: &str) -> PathBuf {
     prog13_with(name, &[])
 }
 
-/// [`prog13`] with extra link arguments.
+/// [`prog13`] with extra link arguments (built once per process, through
+/// `common::test_program`, so tests needing the same program never run a half-written one).
 fn prog13_with(name: &str, extra: &[&str]) -> PathBuf {
     let src = common::artifacts::source_root()
         .join("tests/c")
         .join(format!("{name}.c"));
-    let out = common::build_dir()
-        .join("test-bin")
-        .join(format!("{name}-cuda13-{}", std::process::id()));
-    if !out.exists() {
-        std::fs::create_dir_all(out.parent().expect("parent")).expect("test-bin");
-        common::artifacts::compile_c(&src, &out, layout13(), extra)
-            .expect("compiling against CUDA 13");
-    }
-    out
+    common::test_program(&format!("{name}-cuda13"), extra, |tmp| {
+        common::artifacts::compile_c(&src, tmp, layout13(), extra)
+    })
 }
 
 fn cmd13(exe: &Path, shim: bool) -> Command {

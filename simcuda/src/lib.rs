@@ -16,8 +16,8 @@
 //!
 //! Known simplifications: captured work is recorded, not run, and graphs cannot be launched;
 //! `cuMemAllocAsync` allocates at once and `cuMemFreeAsync` frees when the stream gets
-//! there; //! synchronous `cudaMemset` waits for completion; `cudaDeviceReset` frees the device's
-//! `cuMemAlloc` blocks but keeps streams, events and VMM objects.
+//! there; synchronous `cudaMemset` waits for completion; `cudaDeviceReset` frees the
+//! device's `cuMemAlloc` blocks but keeps streams, events and VMM objects.
 //!
 //! The internal decoders take the C caller's pointers as the C API defines them (NULL is
 //! checked, the rest is the caller's contract), hence the crate-wide

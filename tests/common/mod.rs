@@ -92,7 +92,7 @@ pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
 /// The executable `name` (tagged with a hash of `extra`) in `test-bin`, built by `build`
 /// into a temporary path on first use and renamed into place: two tests needing the same
 /// program at once never see a half-written executable.
-fn test_program(
+pub fn test_program(
     name: &str,
     extra: &[&str],
     build: impl FnOnce(&Path) -> std::io::Result<()>,
