@@ -20,6 +20,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use engine::alloc::observed::{Kind, Record};
+use engine::trace::event::NO_STACK;
 
 use crate::ffi::SUCCESS;
 use crate::state::Shim;
@@ -155,7 +156,13 @@ pub fn free(s: &Shim, ptr: u64, hint: i32, real: impl FnOnce() -> c_int) -> c_in
     if ptr == 0 {
         return real();
     }
-    let stack = s.history.free_stack();
+    // A pointer nothing recorded (a free the cache passed on, or the runtime's own call into
+    // a hooked driver free after this one already forgot it) costs no stack capture.
+    let stack = if s.observed.holds(ptr, hint) {
+        s.history.free_stack()
+    } else {
+        NO_STACK
+    };
     let taken = s.observed.free(ptr, hint, stack);
     let rc = real();
     if rc != SUCCESS {
@@ -171,7 +178,12 @@ pub fn host_free(s: &Shim, ptr: u64, real: impl FnOnce() -> c_int) -> c_int {
     if ptr == 0 {
         return real();
     }
-    let taken = s.observed.host_free(ptr, s.history.free_stack());
+    let stack = if s.observed.holds_host(ptr) {
+        s.history.free_stack()
+    } else {
+        NO_STACK
+    };
+    let taken = s.observed.host_free(ptr, stack);
     let rc = real();
     if rc != SUCCESS {
         if let Some(r) = taken {

@@ -262,6 +262,19 @@ impl ObservedTable {
         locked(self.table(dev)).insert(addr, r);
     }
 
+    /// Whether a device allocation at `addr` is recorded (searching `hint` first): a free's
+    /// stack is worth capturing only then (the tables' locks are leaves, so the capture,
+    /// which interns, happens between this and [`Self::free`], never under a lock).
+    pub fn holds(&self, addr: u64, hint: i32) -> bool {
+        self.search(hint)
+            .any(|t| locked(t).live.contains_key(&addr))
+    }
+
+    /// Whether a host allocation at `addr` is recorded.
+    pub fn holds_host(&self, addr: u64) -> bool {
+        locked(&self.host).live.contains_key(&addr)
+    }
+
     /// Forget the device allocation at `addr` (searching `hint` first); `None` if unknown.
     pub fn free(&self, addr: u64, hint: i32, stack: StackId) -> Option<(i32, Record)> {
         self.search(hint).find_map(|t| {
