@@ -31,7 +31,16 @@ pub const MODE_RELAXED: u32 = 2;
 /// `cudaErrorStreamCaptureWrongThread`: the capture goes on.
 const WRONG_THREAD: c_int = 908;
 /// The per-thread default stream handle (each thread has its own).
-const PER_THREAD: u64 = 2;
+pub const PER_THREAD: u64 = 2;
+
+/// The stream a `_ptsz` entry point means by `stream`: its null is the per-thread stream.
+pub fn ptsz(stream: u64) -> u64 {
+    if stream == 0 {
+        PER_THREAD
+    } else {
+        stream
+    }
+}
 
 struct Cap {
     stream: u64,
@@ -125,11 +134,14 @@ fn thread_mode() -> u32 {
 }
 
 /// Whether `stream` is capturing (or its status cannot be read, e.g. the legacy stream
-/// while a blocking stream captures). Only asked while [`any`] capture runs.
+/// while a blocking stream captures). Asked of the driver only while [`any`] capture runs.
+#[inline]
 pub fn stream_capturing(stream: u64) -> bool {
-    if !any() {
-        return false;
-    }
+    any() && stream_capturing_slow(stream)
+}
+
+#[cold]
+fn stream_capturing_slow(stream: u64) -> bool {
     let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: valid out-pointer; the handle is the program's own stream argument.
     let r = unsafe { cu::cuStreamIsCapturing(stream as cu::CUstream, &mut st) };

@@ -15,17 +15,6 @@ use crate::real::Stream;
 use crate::real_driver::RealFn;
 use crate::{call_driver, call_real};
 
-/// The per-thread default stream, as `capture.rs` names it.
-const PER_THREAD: u64 = 2;
-
-fn ptsz(stream: Stream) -> u64 {
-    if stream.is_null() {
-        PER_THREAD
-    } else {
-        stream as u64
-    }
-}
-
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int {
     guard("cudaStreamBeginCapture", || {
@@ -39,7 +28,7 @@ pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int 
 pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c_int {
     guard("cudaStreamBeginCapture_ptsz", || {
         let rc = call_real!(cudaStreamBeginCapture_ptsz(stream, mode));
-        capture::begun(ptsz(stream), mode, rc);
+        capture::begun(capture::ptsz(stream as u64), mode, rc);
         rc
     })
 }
@@ -57,7 +46,7 @@ pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) 
 pub extern "C" fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> c_int {
     guard("cudaStreamEndCapture_ptsz", || {
         let rc = call_real!(cudaStreamEndCapture_ptsz(stream, graph));
-        capture::ended(ptsz(stream), rc);
+        capture::ended(capture::ptsz(stream as u64), rc);
         rc
     })
 }
@@ -92,7 +81,7 @@ pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int
     guard("cuStreamBeginCapture_v2_ptsz", || {
         let rc = call_driver!(REAL_BEGIN_CAPTURE_PTSZ, BeginFn, (h, mode));
         if record_driver() {
-            capture::begun(ptsz(h), mode, rc);
+            capture::begun(capture::ptsz(h as u64), mode, rc);
         }
         rc
     })
@@ -114,7 +103,7 @@ pub extern "C" fn cuStreamEndCapture_ptsz(h: Stream, graph: *mut *mut c_void) ->
     guard("cuStreamEndCapture_ptsz", || {
         let rc = call_driver!(REAL_END_CAPTURE_PTSZ, EndFn, (h, graph));
         if record_driver() {
-            capture::ended(ptsz(h), rc);
+            capture::ended(capture::ptsz(h as u64), rc);
         }
         rc
     })

@@ -23,7 +23,9 @@ use cudarc::driver::sys as cu;
 use engine::alloc::{AllocError, FreeError};
 
 use crate::exports_capture as cap;
-use crate::ffi::{ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS};
+use crate::ffi::{
+    ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS,
+};
 use crate::intercept::{driver_state, Inside};
 use crate::observe::{forget_host_then, forget_then};
 use crate::observe_driver as observing;
@@ -38,12 +40,8 @@ pub type CuStream = *mut c_void;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const ERR_OUT_OF_MEMORY: c_int = 2;
-/// `CUDA_ERROR_INVALID_HANDLE`.
-const ERR_INVALID_HANDLE: c_int = 400;
 /// `CU_STREAM_NON_BLOCKING`.
 const NON_BLOCKING: c_uint = 1;
-/// `CU_STREAM_PER_THREAD`: what stream 0 means in a `_ptsz` entry point.
-const PER_THREAD: u64 = 2;
 /// Devices whose primary context is remembered.
 const MAX_DEVICES: usize = 64;
 
@@ -185,12 +183,10 @@ fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) ->
     if out.is_null() || size == 0 {
         return Some(ERR_INVALID_VALUE);
     }
-    if capture::any()
-        && match stream {
-            None => capture::forbidden(),
-            Some(st) => capture::stream_capturing(st),
-        }
-    {
+    if match stream {
+        None => capture::forbidden(),
+        Some(st) => capture::stream_capturing(st),
+    } {
         // The driver decides (refusing, or a graph allocation).
         return None;
     }
@@ -260,14 +256,6 @@ fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Op
     })
 }
 
-fn ptsz(stream: CuStream) -> u64 {
-    if stream.is_null() {
-        PER_THREAD
-    } else {
-        stream as u64
-    }
-}
-
 pub static REAL_MEM_ALLOC: RealFn = RealFn::new(c"cuMemAlloc_v2");
 pub static REAL_MEM_FREE: RealFn = RealFn::new(c"cuMemFree_v2");
 pub static REAL_MEM_ALLOC_HOST: RealFn = RealFn::new(c"cuMemAllocHost_v2");
@@ -334,7 +322,7 @@ pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: Cu
         "cuMemAllocAsync_ptsz",
         |s| {
             observing::alloc(s, dptr, bytesize, Some((h, true)))
-                .or_else(|| device_alloc(s, dptr, bytesize, Some(ptsz(h))))
+                .or_else(|| device_alloc(s, dptr, bytesize, Some(capture::ptsz(h as u64))))
         },
         || call_driver!(REAL_MEM_ALLOC_ASYNC_PTSZ, AllocAsyncFn, (dptr, bytesize, h)),
     )
@@ -361,8 +349,14 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
     hook(
         "cuMemFreeAsync_ptsz",
         |s| {
-            observing::free(s, dptr, Some((h, true)))
-                .or_else(|| device_free(s, "cuMemFreeAsync_ptsz", dptr, Some(ptsz(h))))
+            observing::free(s, dptr, Some((h, true))).or_else(|| {
+                device_free(
+                    s,
+                    "cuMemFreeAsync_ptsz",
+                    dptr,
+                    Some(capture::ptsz(h as u64)),
+                )
+            })
         },
         || {
             forget_then(dptr, || {

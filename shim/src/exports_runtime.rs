@@ -16,14 +16,12 @@ use std::ffi::{c_int, c_uint, c_void};
 use engine::alloc::{AllocError, FreeError};
 
 use crate::ffi::{
-    guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION, SUCCESS,
+    guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
+    SUCCESS,
 };
 use crate::observe_runtime as observing;
 use crate::real::Stream;
 use crate::{call_real, capture, lasterror, observe, state};
-
-/// `cudaErrorInvalidResourceHandle`.
-const ERR_INVALID_HANDLE: c_int = 400;
 
 fn alloc_code(e: AllocError) -> c_int {
     match e {
@@ -77,13 +75,7 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
-    if capture::any()
-        && (if async_ {
-            capture::stream_capturing(stream)
-        } else {
-            capture::forbidden()
-        })
-    {
+    if async_ && capture::stream_capturing(stream) || !async_ && capture::forbidden() {
         return None;
     }
     let dev = state::alloc_device(s);

@@ -8,6 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub const SUCCESS: c_int = 0;
 pub const ERR_INVALID_VALUE: c_int = 1;
+/// `CUDA_ERROR_INVALID_HANDLE` / `cudaErrorInvalidResourceHandle` (400 in both APIs).
+pub const ERR_INVALID_HANDLE: c_int = 400;
 pub const ERR_MEMORY_ALLOCATION: c_int = 2;
 pub const ERR_CAPTURE_UNSUPPORTED: c_int = 900;
 pub const ERR_UNKNOWN: c_int = 999;
