@@ -48,22 +48,8 @@ fn device_alloc(
     addr_size: impl FnOnce() -> (u64, u64),
 ) -> Option<c_int> {
     let s = runtime_state()?;
-    let stack = s.history.alloc_stack();
-    let rc = real();
-    if rc == crate::ffi::SUCCESS {
-        let (addr, size) = addr_size();
-        if addr != 0 {
-            let r = engine::alloc::observed::Record {
-                size,
-                kind,
-                flags,
-                stream,
-                stack,
-            };
-            s.observed.alloc(state::alloc_device(s), addr, r);
-        }
-    }
-    Some(rc)
+    let call = Call::new(kind, state::alloc_device(s), 0, flags, stream);
+    Some(observe::alloc_sized(s, call, real, addr_size))
 }
 
 #[no_mangle]

@@ -61,16 +61,6 @@ fn noted(rc: c_int, note: impl FnOnce()) -> Option<c_int> {
     Some(rc)
 }
 
-fn record(kind: Kind, device: i32, size: u64, flags: u64, stream: u64) -> Call {
-    Call {
-        kind,
-        device,
-        size,
-        flags,
-        stream,
-    }
-}
-
 #[no_mangle]
 pub extern "C" fn cuMemCreate(h: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
     let real = || call_driver!(REAL_MEM_CREATE, CreateFn, (h, size, prop, flags));
@@ -172,7 +162,7 @@ pub extern "C" fn cuMemAllocManaged(out: *mut DevPtr, size: usize, flags: c_uint
     hook(
         "cuMemAllocManaged",
         |s| {
-            let call = record(
+            let call = Call::new(
                 Kind::Managed,
                 driver_device(s),
                 size as u64,
@@ -203,25 +193,15 @@ pub extern "C" fn cuMemAllocPitch_v2(
     hook(
         "cuMemAllocPitch_v2",
         |s| {
-            let stack = s.history.alloc_stack();
-            noted(real(), || {
+            let call = Call::new(Kind::Pitched, driver_device(s), 0, u64::from(element), 0);
+            Some(observe::alloc_sized(s, call, real, || {
                 if pitch.is_null() {
-                    return;
+                    return (0, 0);
                 }
                 // SAFETY: non-null, written by the real call on success.
                 let pt = unsafe { *pitch } as u64;
-                let r = engine::alloc::observed::Record {
-                    size: pt.saturating_mul(height as u64),
-                    kind: Kind::Pitched,
-                    flags: u64::from(element),
-                    stream: 0,
-                    stack,
-                };
-                let a = read_out(out);
-                if a != 0 {
-                    s.observed.alloc(driver_device(s), a, r);
-                }
-            })
+                (read_out(out), pt.saturating_mul(height as u64))
+            }))
         },
         real,
     )
@@ -239,7 +219,7 @@ fn from_pool(
     hook(
         what,
         |s| {
-            let call = record(
+            let call = Call::new(
                 Kind::Pool,
                 driver_device(s),
                 size as u64,
@@ -292,7 +272,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uin
     hook(
         "cuMemHostRegister_v2",
         |s| {
-            let call = record(Kind::HostRegister, -1, size as u64, flags.into(), 0);
+            let call = Call::new(Kind::HostRegister, -1, size as u64, flags.into(), 0);
             Some(observe::alloc(s, call, real, || p as u64))
         },
         real,

@@ -124,6 +124,18 @@ pub struct Call {
     pub stream: u64,
 }
 
+impl Call {
+    pub fn new(kind: Kind, device: i32, size: u64, flags: u64, stream: u64) -> Call {
+        Call {
+            kind,
+            device,
+            size,
+            flags,
+            stream,
+        }
+    }
+}
+
 /// Run the real allocation `real`; on success record what `addr()` then reads (the out-
 /// pointer's value; 0 records nothing). The real result is returned unchanged.
 pub fn alloc(
@@ -132,13 +144,25 @@ pub fn alloc(
     real: impl FnOnce() -> c_int,
     addr: impl FnOnce() -> u64,
 ) -> c_int {
+    let size = call.size;
+    alloc_sized(s, call, real, || (addr(), size))
+}
+
+/// [`alloc`] for a call whose size is known only once it ran (pitched, 3D): `addr_size()`
+/// reads the address and the size on success (`call.size` is not used).
+pub fn alloc_sized(
+    s: &Shim,
+    call: Call,
+    real: impl FnOnce() -> c_int,
+    addr_size: impl FnOnce() -> (u64, u64),
+) -> c_int {
     let stack = s.history.alloc_stack();
     let rc = real();
     if rc == SUCCESS {
-        let a = addr();
+        let (a, size) = addr_size();
         if a != 0 {
             let r = Record {
-                size: call.size,
+                size,
                 kind: call.kind,
                 flags: call.flags,
                 stream: call.stream,

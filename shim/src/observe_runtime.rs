@@ -14,20 +14,10 @@ use crate::observe::{self, read_ptr, runtime_call, Call};
 use crate::real::Stream;
 use crate::state;
 
-fn device_call(kind: Kind, device: i32, size: usize, flags: u64, stream: u64) -> Call {
-    Call {
-        kind,
-        device,
-        size: size as u64,
-        flags,
-        stream,
-    }
-}
-
 #[inline(always)]
 pub fn malloc(p: *mut *mut c_void, size: usize) -> Option<c_int> {
     runtime_call(|s| {
-        let call = device_call(Kind::Malloc, state::alloc_device(s), size, 0, 0);
+        let call = Call::new(Kind::Malloc, state::alloc_device(s), size as u64, 0, 0);
         observe::alloc(s, call, || call_real!(cudaMalloc(p, size)), || read_ptr(p))
     })
 }
@@ -35,10 +25,10 @@ pub fn malloc(p: *mut *mut c_void, size: usize) -> Option<c_int> {
 #[inline(always)]
 pub fn malloc_async(p: *mut *mut c_void, size: usize, stream: Stream) -> Option<c_int> {
     runtime_call(|s| {
-        let call = device_call(
+        let call = Call::new(
             Kind::MallocAsync,
             state::alloc_device(s),
-            size,
+            size as u64,
             0,
             stream as u64,
         );
@@ -72,7 +62,13 @@ pub fn free_async(ptr: *mut c_void, stream: Stream) -> Option<c_int> {
 #[inline(always)]
 pub fn host_alloc(p: *mut *mut c_void, size: usize, flags: Option<c_uint>) -> Option<c_int> {
     runtime_call(|s| {
-        let call = device_call(Kind::Pinned, -1, size, u64::from(flags.unwrap_or(0)), 0);
+        let call = Call::new(
+            Kind::Pinned,
+            -1,
+            size as u64,
+            u64::from(flags.unwrap_or(0)),
+            0,
+        );
         observe::alloc(
             s,
             call,
