@@ -420,19 +420,25 @@ impl DeviceState {
         // taken only when the growth fails without them (creating memory failed or would
         // exceed the allowed fraction), own stream's first.
         let stream = self.exp.list[r as usize].stream;
-        let idle = !ctx.device.stream_is_capturing(self.dev, stream)
-            && ctx.device.stream_idle(self.dev, stream).unwrap_or(false);
-        let mut own: Vec<(u32, DevPtr, u64)> = Vec::new();
+        let same = |d: u32| self.exp.list[d as usize].stream == stream;
         let mut all: Vec<(u32, DevPtr, u64)> = Vec::new();
         for d in 0..self.exp.list.len() as u32 {
-            let same = self.exp.list[d as usize].stream == stream;
-            for (a, size) in self.free_pages(d, 0, 0) {
-                if same && idle {
-                    own.push((d, a, size));
-                }
-                all.push((d, a, size));
-            }
+            all.extend(
+                self.free_pages(d, 0, 0)
+                    .into_iter()
+                    .map(|(a, size)| (d, a, size)),
+            );
         }
+        // The stream is asked whether it is idle only when it has free pages to give.
+        let idle = || {
+            !ctx.device.stream_is_capturing(self.dev, stream)
+                && ctx.device.stream_idle(self.dev, stream).unwrap_or(false)
+        };
+        let own: Vec<(u32, DevPtr, u64)> = if all.iter().any(|p| same(p.0)) && idle() {
+            all.iter().copied().filter(|p| same(p.0)).collect()
+        } else {
+            Vec::new()
+        };
         if let Some(id) = self.grow_with(ctx, r, rounded, stack, &own, false) {
             return Some(id);
         }
