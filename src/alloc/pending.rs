@@ -21,6 +21,14 @@ use super::block::BlockId;
 use crate::config::alloc::FreeSync;
 use crate::device::{Device, Event, Stream, LEGACY_STREAM};
 
+/// Whether the legacy stream or one of `streams` of `dev` is capturing (a barrier may not be
+/// recorded into a capture).
+fn capturing(device: &dyn Device, dev: i32, streams: &[Stream]) -> bool {
+    std::iter::once(LEGACY_STREAM)
+        .chain(streams.iter().copied())
+        .any(|s| device.stream_is_capturing(dev, s))
+}
+
 /// How many destroyed stream handles are remembered (to refuse a `cudaFreeAsync` on one).
 const DEAD_STREAMS: usize = 1024;
 
@@ -119,10 +127,7 @@ impl Pending {
         let streams = &self.streams;
         let barrier = &mut self.barrier;
         device.batched(dev, &mut || {
-            let capturing = std::iter::once(LEGACY_STREAM)
-                .chain(streams.iter().copied())
-                .any(|s| device.stream_is_capturing(dev, s));
-            if !capturing && barrier.issue(device, dev, streams).is_err() {
+            if !capturing(device, dev, streams) && barrier.issue(device, dev, streams).is_err() {
                 let _ = device.synchronize_device(dev);
             }
         });
@@ -275,9 +280,7 @@ impl Pending {
         let mut r = Err(crate::device::DeviceError::Capturing);
         let mut capturing = false;
         device.batched(dev, &mut || {
-            capturing = std::iter::once(LEGACY_STREAM)
-                .chain(self.streams.iter().copied())
-                .any(|s| device.stream_is_capturing(dev, s));
+            capturing = self::capturing(device, dev, &self.streams);
             if !capturing {
                 r = self.barrier.issue(device, dev, &self.streams);
             }
