@@ -207,13 +207,17 @@ pub fn summaries(snap: &Snapshot, opts: &Options) -> Vec<(i64, DeviceSummary)> {
 
 /// The text `cushim summary` prints for one input.
 pub fn render(snap: &Snapshot, opts: &Options) -> String {
+    render_summaries(snap, &summaries(snap, opts), opts)
+}
+
+/// [`render`] given the input's [`summaries`] (computed once for [`ranks`] and this).
+pub fn render_summaries(snap: &Snapshot, devs: &[(i64, DeviceSummary)], opts: &Options) -> String {
     let mut out = String::new();
-    let devs = summaries(snap, opts);
     if devs.is_empty() {
         out.push_str("no device memory in this snapshot\n");
     }
     let top = kinds_tree(snap);
-    for (d, s) in &devs {
+    for (d, s) in devs {
         write_device(&mut out, &format!("device {d}"), s, opts);
         if let Some(dev) = snap.device(*d) {
             write_kinds(&mut out, &top, dev, *d);
@@ -254,9 +258,10 @@ fn write_kinds(out: &mut String, top: &Value, dev: &Device, ordinal: i64) {
     crate::snapshot::kinds::write_extra(out, top, &refs, ordinal);
 }
 
-/// The per-rank table of several inputs (one per rank): per file and device the peaks,
-/// then the spread of the peaks (min, max, max - min, and which file has the largest).
-pub fn ranks(inputs: &[(String, Snapshot)], opts: &Options) -> String {
+/// The per-rank table of several inputs (one per rank, with its [`summaries`]): per file and
+/// device the peaks, then the spread of the peaks (min, max, max - min, and which file has
+/// the largest).
+pub fn ranks(inputs: &[(&str, &[(i64, DeviceSummary)])]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -265,8 +270,8 @@ pub fn ranks(inputs: &[(String, Snapshot)], opts: &Options) -> String {
     );
     let mut peaks_a: Vec<(u64, &str)> = Vec::new();
     let mut peaks_r: Vec<(u64, &str)> = Vec::new();
-    for (name, snap) in inputs {
-        for (d, s) in summaries(snap, opts) {
+    for &(name, devs) in inputs {
+        for (d, s) in devs {
             let _ = writeln!(
                 out,
                 "{:<40} {:>6} {:>16} {:>16} {:>16}",

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use cushim::analyze::{diff, input, replay, report};
-use cushim::snapshot::summary::{ranks, render, Options};
+use cushim::snapshot::summary::{ranks, render, render_summaries, summaries, Options};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
     let opts = Options {
@@ -17,12 +17,18 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, Strin
     }
     let mut all = Vec::new();
     for f in files {
-        all.push((f.display().to_string(), input::read(f)?));
+        let snap = input::read(f)?;
+        let devs = summaries(&snap, &opts);
+        all.push((f.display().to_string(), snap, devs));
     }
-    print!("{}", ranks(&all, &opts));
-    for (name, snap) in &all {
+    let table: Vec<(&str, &[_])> = all
+        .iter()
+        .map(|(name, _, devs)| (name.as_str(), devs.as_slice()))
+        .collect();
+    print!("{}", ranks(&table));
+    for (name, snap, devs) in &all {
         println!("\n== {name}");
-        print!("{}", render(snap, &opts));
+        print!("{}", render_summaries(snap, devs, &opts));
     }
     Ok(0)
 }
