@@ -92,6 +92,23 @@ pub fn ended(stream: u64, rc: c_int) {
     ACTIVE.store(caps.len(), Ordering::Release);
 }
 
+/// A free of a cached block while a capture forbids it: a real allocation (`alloc(512)`
+/// gives its result and address), refused by the driver with the error the free must
+/// return (and invalidating the captures the free would), or `None` if the driver allows it
+/// after all (then `free` gives the probe back).
+pub fn forbidden_free(
+    alloc: impl FnOnce(usize) -> (c_int, u64),
+    free: impl FnOnce(u64),
+) -> Option<c_int> {
+    let (rc, p) = alloc(512);
+    if rc == crate::ffi::SUCCESS {
+        free(p);
+        None
+    } else {
+        Some(rc)
+    }
+}
+
 /// Whether any capture may be running.
 #[inline]
 pub fn any() -> bool {

@@ -163,20 +163,19 @@ fn refused_free(what: &str, ptr: u64, e: FreeError) -> Option<c_int> {
     }
 }
 
-/// A free of a cached block while a capture forbids it: a real allocation, refused by the
-/// driver with the error the free must return (and invalidating the captures the free
-/// would), or `None` if the driver allows it after all (the probe is given back).
+/// [`capture::forbidden_free`] through the driver.
 #[cold]
 fn forbidden_free() -> Option<c_int> {
-    let mut tmp: DevPtr = 0;
-    let out: *mut DevPtr = &mut tmp;
-    let rc = call_driver!(REAL_MEM_ALLOC, AllocFn, (out, 512usize));
-    if rc == SUCCESS {
-        let _ = call_driver!(REAL_MEM_FREE, FreeFn, (tmp));
-        None
-    } else {
-        Some(rc)
-    }
+    capture::forbidden_free(
+        |size| {
+            let mut tmp: DevPtr = 0;
+            let out: *mut DevPtr = &mut tmp;
+            (call_driver!(REAL_MEM_ALLOC, AllocFn, (out, size)), tmp)
+        },
+        |p| {
+            let _ = call_driver!(REAL_MEM_FREE, FreeFn, (p));
+        },
+    )
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {

@@ -53,21 +53,20 @@ fn refused_free(what: &str, ptr: *mut c_void, e: FreeError, real: impl FnOnce() 
     }
 }
 
-/// A free of a cached block while a capture forbids it: a real allocation, refused by the
-/// driver with the error the free must return (and invalidating the captures the free
-/// would), or `None` if the driver allows it after all (the probe is given back).
+/// [`capture::forbidden_free`] through the runtime.
 #[cold]
 fn forbidden_free() -> Option<c_int> {
-    let mut tmp: *mut c_void = std::ptr::null_mut();
-    let out: *mut *mut c_void = &mut tmp;
-    let size: usize = 512;
-    let rc = call_real!(cudaMalloc(out, size));
-    if rc == SUCCESS {
-        let _ = call_real!(cudaFree(tmp));
-        None
-    } else {
-        Some(rc)
-    }
+    capture::forbidden_free(
+        |size| {
+            let mut tmp: *mut c_void = std::ptr::null_mut();
+            let out: *mut *mut c_void = &mut tmp;
+            (call_real!(cudaMalloc(out, size)), tmp as u64)
+        },
+        |p| {
+            let p = p as *mut c_void;
+            let _ = call_real!(cudaFree(p));
+        },
+    )
 }
 
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
