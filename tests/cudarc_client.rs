@@ -36,11 +36,7 @@ fn example() -> &'static PathBuf {
 
 fn run(shim: bool, dir: &std::path::Path) -> (String, serde_json::Value) {
     let report = dir.join(format!("report-{shim}.json"));
-    let mut cmd = if shim {
-        common::shim_cmd(example())
-    } else {
-        common::sim_cmd(example())
-    };
+    let mut cmd = common::cmd(example(), shim);
     let out = common::run_ok(
         cmd.arg("8")
             .env("SIMCUDA_REPORT", &report)

@@ -20,11 +20,7 @@ fn frag(
     let exe = prog("driver_frag");
     let dir = common::scratch(&format!("drv-frag-{mode}-{shim}-{}", env.len()));
     let report = dir.join("report.json");
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     cmd.arg(mode).env("SIMCUDA_REPORT", &report);
     for (k, v) in env {
         cmd.env(k, v);

@@ -7,11 +7,7 @@ use std::collections::HashMap;
 
 fn lookups(shim: bool, env: &[(&str, &str)]) -> HashMap<String, String> {
     let exe = common::compile("driver_dlsym", &["-lcuda", "-lm"]);
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -22,11 +22,7 @@ fn frag(
     let exe = frag_prog();
     let dir = common::scratch(&format!("static-frag-{mode}-{shim}-{}", env.len()));
     let report = dir.join("report.json");
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     cmd.arg(mode).env("SIMCUDA_REPORT", &report);
     for (k, v) in env {
         cmd.env(k, v);

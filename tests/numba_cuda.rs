@@ -18,11 +18,7 @@ fn run(shim: bool) -> (String, serde_json::Value) {
     let report = dir.join("report.json");
     let script = common::artifacts::source_root().join("tests/py/numba_workload.py");
     let py = python();
-    let mut cmd = if shim {
-        common::shim_cmd(&py)
-    } else {
-        common::sim_cmd(&py)
-    };
+    let mut cmd = common::cmd(&py, shim);
     let out = common::run_ok(cmd.arg(script).env("SIMCUDA_REPORT", &report));
     (out, common::read_report(&report))
 }

@@ -27,11 +27,7 @@ fn seed_forward_order_with_a_zero_cap_reserves_only_what_is_live() {
 }
 
 fn stream_safety(free_sync: &str) -> String {
-    let exe = common::compile("shim_stream_safety", &[]);
-    common::run_ok(common::shim_cmd(&exe).env(
-        "CUSHIM_ALLOC_CONF",
-        format!("free_sync:{free_sync},max_cached_mb:0"),
-    ))
+    common::stream_safety(free_sync, ",max_cached_mb:0")
 }
 
 #[test]
@@ -92,11 +88,7 @@ fn caffe_blobs_example_runs_and_the_cache_serves_most_of_its_allocations() {
     let dir = common::scratch("cap-caffe");
     let run = |shim: bool, conf: &str| {
         let report = dir.join(format!("report-{shim}-{}.json", conf.len()));
-        let mut cmd = if shim {
-            common::shim_cmd(&exe)
-        } else {
-            common::sim_cmd(&exe)
-        };
+        let mut cmd = common::cmd(&exe, shim);
         cmd.args(["1", "10"])
             .env("CUSHIM_ALLOC_CONF", conf)
             .env("SIMCUDA_REPORT", &report);

@@ -34,11 +34,7 @@ fn prog13_with(name: &str, extra: &[&str]) -> PathBuf {
 }
 
 fn cmd13(exe: &Path, shim: bool) -> Command {
-    let mut c = if shim {
-        common::shim_cmd(exe)
-    } else {
-        common::sim_cmd(exe)
-    };
+    let mut c = common::cmd(exe, shim);
     c.env("LD_LIBRARY_PATH", layout13());
     c
 }

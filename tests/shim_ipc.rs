@@ -10,11 +10,7 @@ fn exe() -> std::path::PathBuf {
 }
 
 fn run(mode: &str, shim: bool, env: &[(&str, &str)], dir: &std::path::Path) -> (String, String) {
-    let mut cmd = if shim {
-        common::shim_cmd(&exe())
-    } else {
-        common::sim_cmd(&exe())
-    };
+    let mut cmd = common::cmd(&exe(), shim);
     let out = common::run(
         cmd.arg(mode)
             .env("CUSHIM_IPC_DIR", dir)

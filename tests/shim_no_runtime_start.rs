@@ -8,11 +8,7 @@ fn run(shim: bool) -> serde_json::Value {
     let exe = common::compile("driver_only", &["-lcuda", "-ldl"]);
     let dir = common::scratch(&format!("no-runtime-start-{shim}"));
     let report = dir.join("report.json");
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     let out = common::run_ok(cmd.env("SIMCUDA_REPORT", &report));
     assert!(out.contains("result=ok"), "{out}");
     common::read_report(&report)

@@ -4,17 +4,9 @@
 mod common;
 
 fn run(shim: bool, dir: &std::path::Path) -> (String, serde_json::Value) {
-    let exe = common::compile_src(
-        &common::artifacts::source_root().join("tests/c/runtime_dlsym.c"),
-        "runtime_dlsym",
-        &["-ldl"],
-    );
+    let exe = common::compile("runtime_dlsym", &["-ldl"]);
     let report = dir.join(format!("report-{shim}.json"));
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     let out = common::run_ok(
         cmd.env("SIMCUDA_REPORT", &report)
             .env("CUSHIM_SNAPSHOT", dir.join("snap.pickle"))

@@ -70,11 +70,7 @@ fn prog(name: &str) -> PathBuf {
 
 /// A command for `exe` with the wrapper first on the library path, with or without the shim.
 fn cmd(exe: &Path, shim: bool, report: &Path) -> Command {
-    let mut c = if shim {
-        common::shim_cmd(exe)
-    } else {
-        common::sim_cmd(exe)
-    };
+    let mut c = common::cmd(exe, shim);
     let ld = format!(
         "{}:{}",
         wrapper_dir().display(),

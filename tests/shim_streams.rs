@@ -3,14 +3,7 @@
 mod common;
 
 fn stream_safety(free_sync: &str) -> String {
-    let exe = common::compile("shim_stream_safety", &[]);
-    // Unprotected, the program forces the late write after the new owner's (see the C file).
-    let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
-    common::run_ok(
-        common::shim_cmd(&exe)
-            .args(args)
-            .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
-    )
+    common::stream_safety(free_sync, "")
 }
 
 #[test]

@@ -6,11 +6,7 @@ mod common;
 
 fn case(name: &str, env: &[(&str, &str)], shim: bool) -> String {
     let exe = common::compile("sim_clients", &["-lcuda", "-ldl"]);
-    let mut cmd = if shim {
-        common::shim_cmd(&exe)
-    } else {
-        common::sim_cmd(&exe)
-    };
+    let mut cmd = common::cmd(&exe, shim);
     let out = common::run_ok(cmd.arg(name).envs(env.iter().copied()));
     assert!(out.contains(&format!("PASS {name}")), "{out}");
     out

@@ -139,6 +139,15 @@ pub fn shim_cmd(exe: &Path) -> Command {
     cmd
 }
 
+/// [`shim_cmd`] when `shim`, else [`sim_cmd`]: the same program with and without the shim.
+pub fn cmd(exe: &Path, shim: bool) -> Command {
+    if shim {
+        shim_cmd(exe)
+    } else {
+        sim_cmd(exe)
+    }
+}
+
 /// Run and require success; returns stdout. Panics with both streams on failure.
 pub fn run_ok(cmd: &mut Command) -> String {
     let out = run(cmd);
@@ -268,6 +277,18 @@ pub fn num(m: &std::collections::HashMap<String, String>, k: &str) -> i64 {
         .unwrap_or_else(|| panic!("{k} missing in {m:?}"))
         .parse()
         .unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+/// Run `tests/c/shim_stream_safety.c` under the shim with `free_sync:<free_sync>` plus
+/// `conf_tail` (`""` or `,key:value...`); unprotected (`none`), the program forces the late
+/// write after the new owner's (see the C file). Returns its output.
+pub fn stream_safety(free_sync: &str, conf_tail: &str) -> String {
+    let exe = compile("shim_stream_safety", &[]);
+    let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
+    run_ok(shim_cmd(&exe).args(args).env(
+        "CUSHIM_ALLOC_CONF",
+        format!("free_sync:{free_sync}{conf_tail}"),
+    ))
 }
 
 /// Run `tests/c/shim_frag.c` in `mode` under the shim with `CUSHIM_ALLOC_CONF=conf`, in a
