@@ -532,12 +532,21 @@ impl DeviceState {
 
     /// Whether `ptr` lies inside memory this allocator holds.
     pub(crate) fn contains(&self, ptr: DevPtr) -> bool {
+        self.head_of_span_containing(ptr).is_some()
+    }
+
+    /// The first block of the segment or expandable reservation containing `ptr`.
+    pub(crate) fn head_of_span_containing(&self, ptr: DevPtr) -> Option<BlockId> {
         if let Some((&a, s)) = self.segments.range(..=ptr).next_back() {
             if ptr < a + s.size {
-                return true;
+                return Some(s.head);
             }
         }
-        self.exp.contains(ptr)
+        self.exp
+            .list
+            .iter()
+            .find(|r| ptr >= r.base && ptr < r.base + r.size)
+            .map(|r| r.head)
     }
 
     /// The program frees `ptr`. `async_stream` is the stream of `cudaFreeAsync`.

@@ -77,12 +77,6 @@ impl Expandable {
     pub fn enabled(&self) -> bool {
         self.wanted && !self.off
     }
-
-    pub fn contains(&self, ptr: DevPtr) -> bool {
-        self.list
-            .iter()
-            .any(|r| ptr >= r.base && ptr < r.base + r.size)
-    }
 }
 
 /// A range to map: (address, length, end of the unmapped block holding it).

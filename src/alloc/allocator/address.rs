@@ -13,7 +13,7 @@
 //! driver answers).
 
 use super::{settled, CachingAllocator, DeviceState};
-use crate::alloc::block::{BlockId, State};
+use crate::alloc::block::State;
 use crate::alloc::rounding::round_up;
 use crate::device::DevPtr;
 
@@ -63,19 +63,5 @@ impl DeviceState {
             cur = b.next;
         }
         Some(AddressRange::NotAllocated)
-    }
-
-    /// The first block of the segment or expandable reservation containing `ptr`.
-    fn head_of_span_containing(&self, ptr: DevPtr) -> Option<BlockId> {
-        if let Some((&a, s)) = self.segments.range(..=ptr).next_back() {
-            if ptr < a + s.size {
-                return Some(s.head);
-            }
-        }
-        self.exp
-            .list
-            .iter()
-            .find(|r| ptr >= r.base && ptr < r.base + r.size)
-            .map(|r| r.head)
     }
 }
