@@ -17,9 +17,7 @@ use std::sync::Arc;
 /// opposed to host memory, for a copy whose kind is not given; the copy then checks that
 /// the whole range is.
 pub fn is_device(addr: usize) -> bool {
-    memory::find(addr).is_some()
-        || crate::vmm::accessible(addr, 1).is_some()
-        || crate::ipc::imported(addr, 1).is_some()
+    matches!(memory::check_device_range(addr, 1), Ok(Some(_)))
 }
 
 /// Whether a host side of a copy is pageable (not pinned by simcuda).
