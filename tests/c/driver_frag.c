@@ -12,6 +12,9 @@ int main(int argc, char **argv) {
         first_n = 4; second_n = 8; first = 32 * MiB; second = 16 * MiB;
     } else if (!strcmp(mode, "reuse")) {
         second_n = 1; second = 16 * MiB;
+    } else if (strcmp(mode, "forward")) {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
     }
     driver_init();
     CUdeviceptr a[8], b[8];

@@ -97,5 +97,6 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "sites")) return sites();
     if (!strcmp(mode, "many")) return many(n);
     if (!strcmp(mode, "threads")) return threads(n);
+    fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

@@ -144,6 +144,6 @@ int main(int argc, char **argv) {
         EXPECT(cudaSuccess, cudaFreeAsync(p, s)); /* still allocated: free it properly */
         EXPECT(cudaSuccess, cudaStreamSynchronize(s));
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }

@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s exit|alloc N\n", argv[0]);
         return 2;
     }
+    if (strcmp(argv[1], "alloc") && strcmp(argv[1], "exit")) {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        return 2;
+    }
     int alloc_in_child = strcmp(argv[1], "alloc") == 0;
     int n = atoi(argv[2]);
     /* Initialize before the threads start, so the first fork already has the shim's state. */

@@ -11,6 +11,9 @@ int main(int argc, char **argv) {
         first_n = 4; second_n = 8; first = 32 * MiB; second = 16 * MiB;
     } else if (!strcmp(mode, "reuse")) {
         second_n = 1; second = 16 * MiB;
+    } else if (strcmp(mode, "forward")) {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
     }
     void *a[8], *b[8];
     for (int i = 0; i < first_n; i++)

@@ -120,5 +120,6 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "many")) return many(n);
     if (!strcmp(mode, "threads")) return threads(n);
     if (!strcmp(mode, "exit_thread")) return exit_thread();
+    fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

@@ -125,6 +125,6 @@ int main(int argc, char **argv) {
         REQUIRE(other_end_rc == cudaErrorStreamCaptureWrongThread);
         EXPECT(cudaSuccess, cudaStreamEndCapture(s, &g));
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }

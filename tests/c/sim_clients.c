@@ -198,5 +198,6 @@ int main(int argc, char **argv) {
         REQUIRE(!memcmp(h, h2, MiB));
         printf("PASS unified_copies\n");
     }
+    CASES_END();
     return 0;
 }

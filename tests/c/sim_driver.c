@@ -181,6 +181,6 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemGetInfo(&f, &tot));
         REQUIRE(f == tot);
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }

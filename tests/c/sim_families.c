@@ -84,6 +84,6 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemHostUnregister(buf));
         free(buf);
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }

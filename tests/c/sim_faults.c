@@ -80,6 +80,6 @@ int main(int argc, char **argv) {
         pthread_join(t, NULL);
         return 3;
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         return import_refused(argv[2]);
     if (argc < 2)
         return 2;
-    if (!strcmp(argv[1], "export") || !strcmp(argv[1], "export-first")) {
+    if ((!strcmp(argv[1], "export") || !strcmp(argv[1], "export-first")) && (sim_case_known_ = 1)) {
         /* "export": the second of two allocations (under the shim: a block inside the
          * segment the first one opened); "export-first": the first. SIM_IPC_CHILD_NO_SHIM=1
          * starts the importer without LD_PRELOAD; SIM_IPC_EXPECT_REFUSED=1 expects the
@@ -161,5 +161,6 @@ int main(int argc, char **argv) {
         REQUIRE(b2 != b || memcmp(&h, &h2, sizeof h));
         printf("PASS handles\n");
     }
+    CASES_END();
     return 0;
 }

@@ -282,6 +282,6 @@ int main(int argc, char **argv) {
         EXPECT(cudaSuccess, cudaDeviceGetStreamPriorityRange(&least, &greatest));
         REQUIRE(least == 0 && greatest == -5);
     }
-    printf("PASS %s\n", argv[1]);
+    PASS_CASE();
     return 0;
 }
