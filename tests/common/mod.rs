@@ -47,9 +47,16 @@ pub fn sim_lib_dir() -> &'static Path {
     DIR.get_or_init(|| artifacts::sim_layout(build_dir()).expect("laying out simcuda"))
 }
 
-/// `libcushim.so`, for `LD_PRELOAD`.
+/// The variable that puts another library in the shim's place for the whole suite (the
+/// mutation check's do-nothing stand-in, see `tests/shim_mutation.rs`).
+pub const STAND_IN_VAR: &str = "CUSHIM_TEST_SHIM";
+
+/// `libcushim.so`, for `LD_PRELOAD`; or the library `CUSHIM_TEST_SHIM` names, when set.
 pub fn shim_path() -> PathBuf {
-    build_dir().join(artifacts::SHIM_LIB)
+    match std::env::var_os(STAND_IN_VAR) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => build_dir().join(artifacts::SHIM_LIB),
+    }
 }
 
 /// The `cushim` command.
