@@ -114,7 +114,7 @@ fn replay_reads_pytorch_pickles_with_a_wrapped_ring_and_logs() {
         "del s['allocator_settings']\n\
          s['device_traces'][0] = [dict((k, v) for k, v in e.items() if k != 'time_us') for e in trace[2:]]",
     ) else {
-        eprintln!("skipping the PyTorch pickle part: python3 is not installed");
+        common::skip::skip("the PyTorch pickle part", "python3 is not installed");
         return;
     };
     let old = write(&dir, "old.pickle", &old);
@@ -218,7 +218,7 @@ fn diff_names_the_site_that_grew_between_two_runs() {
 fn summary_of_a_pytorch_pickle_names_program_frames_and_pending_blocks() {
     let dir = common::scratch("analyze-summary-torch");
     let Some(t) = torch_pickle("") else {
-        eprintln!("skipping: python3 is not installed");
+        common::skip::skip("the PyTorch pickle summary", "python3 is not installed");
         return;
     };
     let f = write(&dir, "rank0.pickle", &t);

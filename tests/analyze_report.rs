@@ -1,7 +1,7 @@
 //! `cushim report`: one self-contained HTML page, checked in a real browser (Debian's
 //! headless Chromium): it renders without console errors, its screenshot has the window's
-//! size and carries far more drawing than an empty page. Skips, saying so, where no
-//! Chromium is installed.
+//! size and carries far more drawing than an empty page. Skips visibly (`common::skip`)
+//! where no Chromium is installed, a failure under `CUSHIM_REQUIRE_ALL=1`.
 mod common;
 #[path = "analyze_support.rs"]
 mod support;
@@ -89,7 +89,10 @@ fn report_renders_in_headless_chromium_without_console_errors() {
         );
     }
     let Some(browser) = chromium() else {
-        eprintln!("skipping the browser check: no chromium installed (apt-get install chromium)");
+        common::skip::skip(
+            "the report's browser check",
+            "no chromium installed (apt-get install chromium)",
+        );
         return;
     };
     // The detector sees a console error when there is one; the page draws nothing, so its

@@ -41,6 +41,9 @@ fn driver_api_seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = frag("reverse", true, &[]);
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+    // The eight 16 MiB blocks are split from the four cached 32 MiB segments: four device
+    // allocations for the program's twelve.
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 4, "{report}");
 }
 
 #[test]
@@ -89,12 +92,16 @@ fn a_bad_intercept_value_is_named_once_and_all_layers_stay_on() {
 #[test]
 fn driver_api_expandable_segments_reserve_128_mib_in_both_orders() {
     for mode in ["forward", "reverse"] {
-        let (m, _) = frag(
+        let (m, report) = frag(
             mode,
             true,
             &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
         );
         assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+        // The cache served every allocation from mapped pages: the program's cuMemAlloc
+        // calls never reached the device.
+        assert_eq!(report["calls"]["cuMemAlloc_v2"], 0, "{mode}: {report}");
+        assert!(report["calls"]["cuMemMap"].as_u64() > Some(0), "{mode}: {report}");
     }
 }
 

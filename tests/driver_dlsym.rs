@@ -5,17 +5,24 @@ mod common;
 
 use std::collections::HashMap;
 
+/// The program's lookups, with the shim preloaded when `shim`. Under the shim, whatever
+/// `env` asks, the process's `cudaMalloc` is the shim's: the shim is the library answering,
+/// so what the test finds passed through, the shim passed through.
 fn lookups(shim: bool, env: &[(&str, &str)]) -> HashMap<String, String> {
     let exe = common::compile("driver_dlsym", &["-lcuda", "-lm"]);
     let mut cmd = common::cmd(&exe, shim);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    common::run_ok(&mut cmd)
+    let m: HashMap<String, String> = common::run_ok(&mut cmd)
         .lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        .collect();
+    if shim {
+        assert_eq!(m["default:cudaMalloc"], "shim:cudaMalloc", "{env:?}");
+    }
+    m
 }
 
 const HOOKED: [&str; 18] = [
@@ -142,7 +149,9 @@ fn runtime_only_interception_substitutes_nothing_in_dlsym() {
     assert_eq!(m["use_free"], "0");
 }
 
-fn dynamic_reuse(env: &[(&str, &str)]) -> serde_json::Value {
+/// `shim_frag reuse` under the shim with `env`: simcuda's report and the device allocations
+/// the shim's statistics count (-1 when no shim answers).
+fn dynamic_reuse(env: &[(&str, &str)]) -> (serde_json::Value, i64) {
     let exe = common::compile("shim_frag", &[]);
     let dir = common::scratch(&format!("dyn-layers-{}", env.len()));
     let report = dir.join("report.json");
@@ -151,21 +160,25 @@ fn dynamic_reuse(env: &[(&str, &str)]) -> serde_json::Value {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    common::run_ok(&mut cmd);
-    common::read_report(&report)
+    let out = common::run_ok(&mut cmd);
+    let allocs = common::num(&common::kv(&out), "device_allocs");
+    (common::read_report(&report), allocs)
 }
 
 #[test]
 fn a_dynamic_runtime_program_is_intercepted_once_at_cuda_malloc() {
-    let r = dynamic_reuse(&[]);
+    let (r, allocs) = dynamic_reuse(&[]);
+    assert_eq!(allocs, 8, "{r}");
     assert_eq!(r["calls"]["cudaMalloc"].as_u64().unwrap_or(0), 0, "{r}");
     assert_eq!(r["calls"]["cuMemAlloc_v2"], 8, "{r}");
 }
 
 #[test]
 fn driver_only_interception_leaves_the_dynamic_runtime_alone() {
-    let r = dynamic_reuse(&[("CUSHIM_INTERCEPT", "driver")]);
+    let (r, allocs) = dynamic_reuse(&[("CUSHIM_INTERCEPT", "driver")]);
     assert_eq!(r["calls"]["cudaMalloc"], 9, "{r}");
+    // The shim is loaded (its statistics answer) and served none of them.
+    assert_eq!(allocs, 0, "{r}");
 }
 
 #[test]

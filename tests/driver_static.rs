@@ -51,6 +51,10 @@ fn static_seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = frag("reverse", true, &[]);
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+    // The eight 16 MiB blocks are split from the four cached 32 MiB segments: four device
+    // allocations for the program's twelve.
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 4, "{report}");
+    assert_eq!(common::num(&m, "device_allocs"), 4);
 }
 
 #[test]
@@ -73,17 +77,23 @@ fn static_build_is_not_intercepted_with_runtime_only_interception() {
     let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
     assert_eq!(common::num(&m, "used_after") as u64, 16 * MIB);
+    // The shim is loaded (its statistics answer) and served none of them.
+    assert_eq!(common::num(&m, "device_allocs"), 0);
 }
 
 #[test]
 fn static_build_expandable_segments_reserve_128_mib_in_both_orders() {
     for mode in ["forward", "reverse"] {
-        let (m, _) = frag(
+        let (m, report) = frag(
             mode,
             true,
             &[("CUSHIM_ALLOC_CONF", "expandable_segments:True")],
         );
         assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB, "{mode}");
+        // The cache served every allocation from mapped pages: the program's cuMemAlloc
+        // calls never reached the device.
+        assert_eq!(report["calls"]["cuMemAlloc_v2"], 0, "{mode}: {report}");
+        assert!(report["calls"]["cuMemMap"].as_u64() > Some(0), "{mode}: {report}");
     }
 }
 
@@ -270,11 +280,14 @@ fn static_stream_safety(free_sync: &str) -> String {
     let exe = common::compile_static("shim_stream_safety", &[]);
     // Unprotected, the program forces the late write after the new owner's (see the C file).
     let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
-    common::run_ok(
+    let out = common::run_ok(
         common::shim_cmd(&exe)
             .args(args)
             .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
-    )
+    );
+    // The cache served the program's two allocations (the verdict alone holds without it).
+    assert_eq!(common::num(&common::kv(&out), "shim_allocations"), 2, "{out}");
+    out
 }
 
 #[test]
@@ -303,7 +316,7 @@ fn static_build_single_stream_program_makes_no_event_calls() {
     for call in ["cuEventCreate", "cuEventRecord", "cuEventQuery"] {
         assert_eq!(r["calls"][call].as_u64().unwrap_or(0), 0, "{call}: {r}");
     }
-    assert!(out.contains("device_allocs="), "{out}");
+    common::assert_single_stream_cached(&out, &r);
 }
 
 #[test]

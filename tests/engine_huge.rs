@@ -17,12 +17,31 @@ const BEYOND: [u64; 5] = [
     u64::MAX,
 ];
 
-fn probe(conf: &str, capacity: u64, sizes: &[u64]) {
+/// Allocate each of `sizes` on a `capacity`-byte device and free it. While a block is live the
+/// statistics count it: its requested bytes exactly, at least its size allocated and at least
+/// that reserved (cached segments of earlier sizes included); with `exact` (sizes the
+/// configuration does not round) allocated equals the size.
+fn probe(conf: &str, capacity: u64, sizes: &[u64], exact: bool) {
     let (_dev, a) = setup(conf, capacity);
     for &size in sizes {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.malloc(0, size, 0, 0)));
         match r {
-            Ok(Ok(p)) => a.free(p, 0, 0).expect("free of a block just allocated"),
+            Ok(Ok(p)) => {
+                // Every size that fits a device here is below 2^63.
+                let size = size as i64;
+                assert_eq!(stat(&a, "requested_bytes.all.current"), size, "{conf}");
+                assert_eq!(stat(&a, "allocation.all.current"), 1, "{conf}");
+                let allocated = stat(&a, "allocated_bytes.all.current");
+                let reserved = stat(&a, "reserved_bytes.all.current");
+                assert!(
+                    allocated >= size && reserved >= allocated,
+                    "{conf}: {size} bytes live, {allocated} allocated, {reserved} reserved"
+                );
+                if exact {
+                    assert_eq!(allocated, size, "{conf}: {size} bytes");
+                }
+                a.free(p, 0, 0).expect("free of a block just allocated");
+            }
             Ok(Err(_)) => assert!(
                 size > capacity,
                 "{conf}: {size} bytes fit a {capacity}-byte device"
@@ -54,17 +73,18 @@ fn requests_beyond_any_device_return_out_of_memory_in_every_configuration() {
                 .copied()
                 .filter(|&s| !conf.contains("expandable") || s > capacity + capacity / 8)
                 .collect();
-            probe(conf, capacity, &sizes);
+            probe(conf, capacity, &sizes, false);
         }
     }
 }
 
 #[test]
 fn ordinary_segments_of_tens_of_tib_are_counted_exactly() {
-    probe("", 64 * TIB, &[38 * TIB, 63 * TIB, 64 * TIB]);
+    probe("", 64 * TIB, &[38 * TIB, 63 * TIB, 64 * TIB], true);
     probe(
         "max_split_size_mb:128",
         1 << 62,
         &[38 * TIB, 1 << 61, 1 << 62],
+        true,
     );
 }

@@ -9,7 +9,8 @@
 //! script imports only the standard library), downloaded once with `pip download --no-deps`
 //! into `target/` (the CPython 3.11 x86-64 Linux wheel, 539 MB, on any machine), from which
 //! only `torch/cuda/_memory_viz.py` is extracted and kept. Where no
-//! registry answers, the tests print one `SKIPPED:` line and pass.
+//! registry answers, each test skips visibly (`common::skip`), a failure under
+//! `CUSHIM_REQUIRE_ALL=1`.
 mod common;
 
 use serde_json::Value;
@@ -21,8 +22,21 @@ use std::sync::OnceLock;
 const TORCH_VERSION: &str = "2.15.0";
 const HISTORY: &str = "enabled=all,context=all,stacks=native,record_host=true";
 
-/// PyTorch's `_memory_viz.py`, cached in `target/torch-memviz/<version>/`; None (after one
-/// `SKIPPED:` line) when the wheel cannot be downloaded.
+/// [`memory_viz`], or a visible skip (a failure under `CUSHIM_REQUIRE_ALL=1`) when the wheel
+/// cannot be downloaded.
+fn memory_viz_or_skip() -> Option<&'static Path> {
+    let script = memory_viz();
+    if script.is_none() {
+        common::skip::skip(
+            "PyTorch's memory_viz check",
+            &format!("could not download the torch {TORCH_VERSION} wheel with pip (no registry reachable?)"),
+        );
+    }
+    script
+}
+
+/// PyTorch's `_memory_viz.py`, cached in `target/torch-memviz/<version>/`; None when the
+/// wheel cannot be downloaded (each test then skips, see [`memory_viz_or_skip`]).
 fn memory_viz() -> Option<&'static Path> {
     static SCRIPT: OnceLock<Option<PathBuf>> = OnceLock::new();
     SCRIPT
@@ -45,9 +59,6 @@ fn memory_viz() -> Option<&'static Path> {
                 .arg(format!("torch=={TORCH_VERSION}"))
                 .status();
             if !got.is_ok_and(|s| s.success()) {
-                println!(
-                    "SKIPPED: could not download the torch {TORCH_VERSION} wheel with pip (no registry reachable?)"
-                );
                 return None;
             }
             // Extract the one file (to a temporary name, then renamed: never half a file).
@@ -260,7 +271,7 @@ fn snapshot_of(name: &str, cmd: &mut Command) -> (PathBuf, PathBuf) {
 
 #[test]
 fn cached_run_with_native_stacks_and_pinned_memory_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let exe = common::compile("shim_trace", &[]);
     let (dir, snap) = snapshot_of("memviz-cache", common::shim_cmd(&exe).arg("sites"));
     let v = check_all_views(script, &dir, &snap);
@@ -307,7 +318,7 @@ fn cached_run_with_native_stacks_and_pinned_memory_reads_in_pytorchs_memory_viz(
 
 #[test]
 fn expandable_segments_read_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let exe = common::compile("shim_expandable", &[]);
     let (dir, snap) = snapshot_of(
         "memviz-exp",
@@ -322,7 +333,7 @@ fn expandable_segments_read_in_pytorchs_memory_viz() {
 
 #[test]
 fn observed_run_of_every_allocation_family_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let exe = common::compile("observe_families", &["-lcuda"]);
     let (dir, snap) = snapshot_of(
         "memviz-observe",
@@ -343,7 +354,7 @@ fn observed_run_of_every_allocation_family_reads_in_pytorchs_memory_viz() {
 /// included) without failing.
 #[test]
 fn pinned_only_run_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let exe = common::compile("shim_pinned", &[]);
     let (dir, snap) = snapshot_of("memviz-pinned", &mut common::shim_cmd(&exe));
     let v = check_all_views(script, &dir, &snap);
@@ -357,7 +368,7 @@ fn pinned_only_run_reads_in_pytorchs_memory_viz() {
 /// with the requested size and the driver's free memory (`device_free`).
 #[test]
 fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let dir = common::scratch("memviz-oom");
     let out = common::run_oom_dump(&dir, HISTORY);
     assert!(out.status.success(), "{out:?}");
@@ -380,7 +391,7 @@ fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
 /// to edit or filter one) still opens, with the same figures.
 #[test]
 fn snapshot_converted_through_json_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz() else { return };
+    let Some(script) = memory_viz_or_skip() else { return };
     let exe = common::compile("shim_trace", &[]);
     let (dir, snap) = snapshot_of("memviz-convert", common::shim_cmd(&exe).arg("sites"));
     let (json, back) = (dir.join("snap.json"), dir.join("back.pickle"));

@@ -13,24 +13,48 @@ fn exe() -> &'static PathBuf {
     EXE.get_or_init(|| common::compile("shim_capture", &[]))
 }
 
+/// The `cudaMalloc` and `cudaFree` calls that reached simcuda's runtime in a run of `name`
+/// (`shim` preloaded or not, with `CUSHIM_ALLOC_CONF=conf`), and its output.
+fn run(name: &str, shim: bool, conf: &str) -> (u64, String) {
+    let dir = common::scratch(&format!("capture-{name}-{shim}-{}", conf.len()));
+    let report = dir.join("report.json");
+    let out = common::run_ok(
+        common::cmd(exe(), shim)
+            .arg(name)
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("SIMCUDA_REPORT", &report),
+    );
+    let r = common::read_report(&report);
+    let calls = ["cudaMalloc", "cudaFree"]
+        .iter()
+        .map(|c| r["calls"][c].as_u64().unwrap_or(0))
+        .sum();
+    (calls, out)
+}
+
 /// Run `name` on simcuda alone and under the shim (default configuration, then with
-/// expandable segments).
+/// expandable segments). Under the shim the codes must come from the shim's path: fewer
+/// `cudaMalloc`/`cudaFree` calls reached simcuda's runtime than the program made (the shim
+/// served them, asking the driver only where CUDA's own refusal is the answer) and the
+/// shim's statistics count the program's allocations.
 fn case(name: &str) {
-    let plain = common::run_ok(common::sim_cmd(exe()).arg(name));
+    let (bare_calls, plain) = run(name, false, "");
     assert!(
         plain.contains(&format!("PASS {name}")),
         "without the shim: {plain}"
     );
     for conf in ["", "expandable_segments:True"] {
-        let out = common::run_ok(
-            common::shim_cmd(exe())
-                .arg(name)
-                .env("CUSHIM_ALLOC_CONF", conf),
-        );
+        let (calls, out) = run(name, true, conf);
         assert!(
             out.contains(&format!("PASS {name}")),
             "shim {conf:?}: {out}"
         );
+        assert!(
+            calls < bare_calls,
+            "shim {conf:?}: {calls} cudaMalloc/cudaFree calls reached simcuda, {bare_calls} without the shim"
+        );
+        let served = common::num(&common::kv(&out), "shim_allocations");
+        assert!(served >= 1, "shim {conf:?}: {out}");
     }
 }
 

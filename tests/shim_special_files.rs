@@ -52,9 +52,9 @@ fn a_character_device_and_a_symlink_to_it_are_left_as_they_were() {
         )
     };
     if rc != 0 {
-        println!(
-            "SKIPPED: mknod needs root here: {}",
-            std::io::Error::last_os_error()
+        common::skip::skip(
+            "the character-device target",
+            &format!("mknod needs root here: {}", std::io::Error::last_os_error()),
         );
         return;
     }

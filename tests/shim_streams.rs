@@ -47,7 +47,7 @@ fn single_stream_program_makes_no_event_calls_in_auto_mode() {
     ] {
         assert_eq!(r["calls"][call].as_u64().unwrap_or(0), 0, "{call}: {r}");
     }
-    assert!(out.contains("device_allocs="), "{out}");
+    common::assert_single_stream_cached(&out, &r);
 }
 
 /// Run `shim_stream_matrix` with `args` under `conf`; returns (same_address, intact).
@@ -61,6 +61,8 @@ fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     }
     let out = common::run_ok(&mut cmd);
     let kv = common::kv(&out);
+    // The cache served the program's two allocations (the verdict alone holds without it).
+    assert_eq!(common::num(&kv, "shim_allocations"), 2, "{conf} {args:?}: {out}");
     (
         common::num(&kv, "same_address") == 1,
         common::num(&kv, "intact") == 1,

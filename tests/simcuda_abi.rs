@@ -1,13 +1,26 @@
 //! ABI fidelity: the C programs build against NVIDIA's own CUDA 12 headers (from the PyPI
 //! wheels `nvidia-cuda-runtime-cu12` and `nvidia-cuda-nvcc-cu12`, downloaded once into the
 //! target directory) and run linked to simcuda; and every constant, enum value and struct
-//! layout simcuda's headers declare equals NVIDIA's. Skips, saying so, only when the wheels
-//! cannot be downloaded.
+//! layout simcuda's headers declare equals NVIDIA's. Skips visibly (`common::skip`) only when
+//! the wheels cannot be downloaded, a failure under `CUSHIM_REQUIRE_ALL=1`.
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+/// [`nvidia_includes`], or a visible skip (a failure under `CUSHIM_REQUIRE_ALL=1`) when the
+/// wheels cannot be downloaded.
+fn nvidia_includes_or_skip() -> Option<&'static (PathBuf, PathBuf)> {
+    let inc = nvidia_includes();
+    if inc.is_none() {
+        common::skip::skip(
+            "the NVIDIA-header ABI check",
+            "could not download NVIDIA's CUDA wheels with pip (no registry reachable?)",
+        );
+    }
+    inc
+}
 
 /// NVIDIA's include directories (runtime, nvcc), or `None` when the download failed.
 fn nvidia_includes() -> Option<&'static (PathBuf, PathBuf)> {
@@ -29,7 +42,6 @@ fn nvidia_includes() -> Option<&'static (PathBuf, PathBuf)> {
                 .args(["nvidia-cuda-runtime-cu12", "nvidia-cuda-nvcc-cu12"])
                 .status();
             if !st.is_ok_and(|s| s.success()) {
-                println!("SKIPPED: could not download NVIDIA's CUDA wheels with pip (no registry reachable?)");
                 return None;
             }
         }
@@ -86,7 +98,7 @@ fn test_c(name: &str) -> PathBuf {
 }
 
 fn run_cases(prog: &str, cases: &[&str], env: &[(&str, &str)]) {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let exe = compile_nvidia(&test_c(prog), prog, inc, &[]);
     for case in cases {
         let mut cmd = common::sim_cmd(&exe);
@@ -98,7 +110,7 @@ fn run_cases(prog: &str, cases: &[&str], env: &[(&str, &str)]) {
 
 #[test]
 fn vector_add_built_with_nvidia_headers_runs_on_simcuda() {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let src = common::artifacts::source_root()
         .join("examples")
         .join("vector_add.c");
@@ -169,7 +181,7 @@ fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
 
 #[test]
 fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let exe = compile_nvidia(
         &test_c("sim_clients"),
         "sim_clients",
@@ -198,7 +210,7 @@ fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
 
 #[test]
 fn procaddr_program_built_with_nvidia_headers_runs_on_simcuda() {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let exe = compile_nvidia(&test_c("sim_procaddr"), "sim_procaddr", inc, &["-ldl"]);
     let list =
         common::artifacts::source_root().join("tests/data/cudart-12.9-static-getprocaddress.txt");
@@ -298,7 +310,7 @@ fn probe(includes: &[&Path]) -> String {
 
 #[test]
 fn declared_constants_and_layouts_equal_nvidia_headers() {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let ours = probe(&[&common::artifacts::simcuda_include_dir()]);
     let theirs = probe(&[&inc.0, &inc.1]);
     assert!(ours.lines().count() > 150, "{ours}");
@@ -310,7 +322,7 @@ fn declared_constants_and_layouts_equal_nvidia_headers() {
 
 #[test]
 fn per_thread_default_stream_builds_with_nvidia_headers_link_and_run_on_simcuda() {
-    let Some(inc) = nvidia_includes() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else { return };
     let ptds = ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"];
     // every _ptds / _ptsz name NVIDIA's headers select for these programs must link
     for prog in ["sim_driver", "sim_vmm", "sim_capture"] {

@@ -53,19 +53,28 @@ fn symlink_planted_at_the_target_is_replaced_never_followed() {
     assert_eq!(std::fs::read(&path).unwrap(), b"snapshot");
 }
 
+/// The variable naming the directory an unprivileged re-run of
+/// [`unwritable_directory_gives_an_error_naming_the_path`] works in.
+const UNPRIVILEGED_DIR: &str = "CUSHIM_TEST_UNPRIVILEGED_DIR";
+/// The user the permission check runs as when the tests run as root (`nobody`).
+const UNPRIVILEGED_ID: u32 = 65534;
+
 #[test]
 fn unwritable_directory_gives_an_error_naming_the_path() {
-    let dir = scratch("unwritable");
+    let dir = match std::env::var_os(UNPRIVILEGED_DIR) {
+        Some(d) => std::path::PathBuf::from(d),
+        // SAFETY: geteuid has no preconditions.
+        None if unsafe { libc::geteuid() } == 0 => return rerun_unprivileged(),
+        None => scratch("unwritable"),
+    };
     let ro = dir.join("ro");
     std::fs::create_dir(&ro).unwrap();
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
     let path = ro.join("snap.pickle");
     let r = write_atomic(&path, b"x");
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o700)).unwrap();
-    // root ignores directory permissions; a missing directory fails for everyone.
-    if let Err(e) = r {
-        assert!(e.contains("snap.pickle"), "{e}");
-    }
+    let e = r.expect_err("writing into a read-only directory fails");
+    assert!(e.contains("snap.pickle"), "{e}");
     let missing = dir.join("no/such/dir/snap.pickle");
     let e = write_atomic(&missing, b"x").unwrap_err();
     assert!(
@@ -77,6 +86,42 @@ fn unwritable_directory_gives_an_error_naming_the_path() {
         "a directory cannot be replaced by a file"
     );
     assert!(leftovers(&dir).is_empty());
+}
+
+/// Root ignores directory permissions: run the permission test again as `nobody` (with
+/// `setpriv`), in a directory of its own under the system's temporary directory.
+fn rerun_unprivileged() {
+    use std::os::unix::fs::chown;
+    let dir = std::env::temp_dir().join(format!("cushim-unwritable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).expect("creating the unprivileged run's directory");
+    chown(&dir, Some(UNPRIVILEGED_ID), Some(UNPRIVILEGED_ID))
+        .expect("handing the directory to the unprivileged user");
+    // The executable too: linked (or copied) into that directory, so that a checkout the
+    // user cannot reach does not stop it.
+    let own = std::env::current_exe().expect("locating this test executable");
+    let exe = dir.join("snapshot_output");
+    if std::fs::hard_link(&own, &exe).is_err() {
+        std::fs::copy(&own, &exe).expect("copying this test executable");
+    }
+    let name = "unwritable_directory_gives_an_error_naming_the_path";
+    let out = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={UNPRIVILEGED_ID}"))
+        .arg(format!("--regid={UNPRIVILEGED_ID}"))
+        .arg("--clear-groups")
+        .arg(&exe)
+        .args(["--exact", name, "--test-threads=1"])
+        .env(UNPRIVILEGED_DIR, &dir)
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("running setpriv (util-linux) to drop root");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the permission test as uid {UNPRIVILEGED_ID}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

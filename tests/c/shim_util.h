@@ -55,7 +55,7 @@ static inline long long shim_stat(const char *key) {
 /* The stream-safety verdict: reads the `size` bytes at `q` back and prints whether `q` is the
  * freed block `p` handed out again (same_address) and whether every byte still holds 0x55,
  * the value the program last wrote there (intact=0: a late write from the freed block's
- * pending work landed in the new owner's memory). */
+ * pending work landed in the new owner's memory), and how many allocations the shim served. */
 static inline void print_reuse_verdict(const void *p, const void *q, size_t size) {
     unsigned char *h = malloc(size);
     CHECK(cudaMemcpy(h, q, size, cudaMemcpyDeviceToHost));
@@ -63,6 +63,9 @@ static inline void print_reuse_verdict(const void *p, const void *q, size_t size
     for (size_t i = 0; i < size; i++)
         if (h[i] != 0x55) { intact = 0; break; }
     printf("same_address=%d\nintact=%d\n", p == q, intact);
+    /* The allocations the shim served (-1 when no shim answers): a verdict reached without
+     * the cache proves nothing about it. */
+    printf("shim_allocations=%lld\n", shim_stat("allocation.all.allocated"));
     free(h);
 }
 

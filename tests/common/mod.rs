@@ -9,6 +9,9 @@ use std::sync::OnceLock;
 
 pub use cushim::artifacts;
 
+pub mod skip;
+pub mod stand_in;
+
 /// The cargo output directory with `libcushim.so` and `libsimcuda.so` in it, built on first
 /// use (same profile as the test binary) by a nested `cargo build`.
 pub fn build_dir() -> &'static Path {
@@ -286,16 +289,33 @@ pub fn num(m: &std::collections::HashMap<String, String>, k: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{k}: {e}"))
 }
 
+/// `tests/c/shim_single_stream.c` (3200 mallocs of 16 sizes, each freed within its round)
+/// was served by the cache: the shim counts at most one device allocation per size, and the
+/// device saw no more than that.
+pub fn assert_single_stream_cached(out: &str, report: &serde_json::Value) {
+    let allocs = num(&kv(out), "device_allocs");
+    assert!((1..=16).contains(&allocs), "{out}");
+    assert_eq!(
+        report["calls"]["cuMemAlloc_v2"].as_i64(),
+        Some(allocs),
+        "{report}"
+    );
+}
+
 /// Run `tests/c/shim_stream_safety.c` under the shim with `free_sync:<free_sync>` plus
 /// `conf_tail` (`""` or `,key:value...`); unprotected (`none`), the program forces the late
-/// write after the new owner's (see the C file). Returns its output.
+/// write after the new owner's (see the C file). Returns its output, once the shim's
+/// statistics show it served both of the program's allocations (simcuda alone keeps a
+/// freed block intact, so the verdict proves nothing about the cache otherwise).
 pub fn stream_safety(free_sync: &str, conf_tail: &str) -> String {
     let exe = compile("shim_stream_safety", &[]);
     let args: &[&str] = if free_sync == "none" { &["race"] } else { &[] };
-    run_ok(shim_cmd(&exe).args(args).env(
+    let out = run_ok(shim_cmd(&exe).args(args).env(
         "CUSHIM_ALLOC_CONF",
         format!("free_sync:{free_sync}{conf_tail}"),
-    ))
+    ));
+    assert_eq!(num(&kv(&out), "shim_allocations"), 2, "{out}");
+    out
 }
 
 /// Run `tests/c/shim_frag.c` in `mode` under the shim with `CUSHIM_ALLOC_CONF=conf`, in a
@@ -398,6 +418,10 @@ pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals:
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while pickles().is_empty() && std::time::Instant::now() < deadline {
+        // A program that died (no dump signal handler: SIGUSR1 ends it) never writes one.
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the program ended before any live dump: {status}");
+        }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let mut stdin = child.stdin.take().expect("stdin");

@@ -1,0 +1,185 @@
+//! The mutation check's machinery: a do-nothing library in the shim's place, and the suite's
+//! shim tests run against it.
+//!
+//! Policy: every test that preloads the shim must fail when the preloaded library does
+//! nothing (`tests/c/stand_in_shim.c`, put in place by `CUSHIM_TEST_SHIM`), because a test
+//! that passes either way cannot tell whether the shim served the call. The only tests
+//! allowed to pass are those whose point is the shim's absence or a pure pass-through, named
+//! so (`without_shim` or `passes_through` in the name), and the few listed in [`EXEMPT`], each
+//! with its reason. The test executables are the ones cargo built for this profile (asked of
+//! cargo with `--no-run`, which builds nothing when they are current), each run once with
+//! its shim tests selected by `--exact`, the inner runs under `CUSHIM_REQUIRE_ALL=1` so that a
+//! test unable to run counts as what it is (not proven) rather than as a pass.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The integration test targets whose tests run programs with the shim preloaded.
+pub const SHIM_TARGETS: &[&str] = &[
+    "cudarc_client",
+    "driver_api",
+    "driver_dlsym",
+    "driver_static",
+    "memory_viz_compat",
+    "numba_cuda",
+    "shim_address_queries",
+    "shim_alloc",
+    "shim_cache_cap",
+    "shim_capture",
+    "shim_cuda13",
+    "shim_expandable",
+    "shim_fork",
+    "shim_ipc",
+    "shim_no_runtime_start",
+    "shim_observe",
+    "shim_python",
+    "shim_release_faults",
+    "shim_runtime_dlsym",
+    "shim_snapshot",
+    "shim_special_files",
+    "shim_stacked",
+    "shim_streams",
+    "shim_stress",
+    "simcuda_clients",
+    "smoke_build",
+    "trace_dlclose",
+];
+
+/// Tests in [`SHIM_TARGETS`] that may pass against the stand-in although their names do not
+/// say so, each with the reason.
+pub const EXEMPT: &[(&str, &str)] = &[
+    (
+        "smoke_build::shim_and_simcuda_build_and_lay_out_as_cuda_libraries",
+        "checks the build's files, runs no program",
+    ),
+    (
+        "shim_observe::cushim_run_observe_sets_the_observing_mode",
+        "launched by `cushim run`, which preloads the built libcushim.so itself, not the switch's library",
+    ),
+];
+
+/// Whether a test (`target::name`) may pass against the stand-in: its name says the shim is
+/// absent or passes the call through, or it is in [`EXEMPT`].
+pub fn may_pass_without_the_shim(full_name: &str) -> bool {
+    full_name.contains("without_shim")
+        || full_name.contains("passes_through")
+        || EXEMPT.iter().any(|(n, _)| *n == full_name)
+}
+
+/// The do-nothing library, compiled once per test process from `tests/c/stand_in_shim.c`.
+pub fn library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let src = super::artifacts::source_root().join("tests/c/stand_in_shim.c");
+        super::test_program("libstand_in_shim.so", &[], |out| {
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+            let o = Command::new(&cc)
+                .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
+                .arg(out)
+                .arg(&src)
+                .output()?;
+            if o.status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "{cc} failed on {}:\n{}",
+                    src.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                )))
+            }
+        })
+    })
+}
+
+/// The executables cargo built for `targets` in this test binary's profile, by target name.
+pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(super::artifacts::source_root())
+        .args(["test", "--no-run", "--message-format=json", "-p", "cushim"]);
+    if super::build_dir().file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    for t in targets {
+        cmd.args(["--test", t]);
+    }
+    let out = cmd.output().expect("running cargo test --no-run");
+    assert!(
+        out.status.success(),
+        "cargo test --no-run failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(exe), Some(name)) = (
+            msg["executable"].as_str(),
+            msg["target"]["name"].as_str(),
+        ) else {
+            continue;
+        };
+        if msg["target"]["kind"][0] == "test" && targets.contains(&name) {
+            found.insert(name.to_string(), PathBuf::from(exe));
+        }
+    }
+    found
+}
+
+/// The names of the tests in a test executable (`--list`), ignored ones left out.
+pub fn list_tests(exe: &Path) -> Vec<String> {
+    let listed = |extra: &[&str]| -> Vec<String> {
+        let out = Command::new(exe)
+            .args(["--list", "--format=terse"])
+            .args(extra)
+            .output()
+            .expect("listing a test executable's tests");
+        assert!(out.status.success(), "{} --list: {out:?}", exe.display());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .map(str::to_string)
+            .collect()
+    };
+    let ignored = listed(&["--ignored"]);
+    listed(&[])
+        .into_iter()
+        .filter(|t| !ignored.contains(t))
+        .collect()
+}
+
+/// How one test ended in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    Failed,
+}
+
+/// Run `tests` of `exe` with the stand-in in the shim's place; each test's outcome, by name.
+/// A test the runner never reported (the run died) is missing from the map.
+pub fn run_against_stand_in(exe: &Path, tests: &[String]) -> (BTreeMap<String, Outcome>, String) {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "--color=never"])
+        .args(tests)
+        .env(super::STAND_IN_VAR, library())
+        .env(super::skip::REQUIRE_ALL_VAR, "1")
+        .env_remove("RUST_TEST_NOCAPTURE");
+    let out = cmd.output().expect("running a test executable");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut outcomes = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("test ") else {
+            continue;
+        };
+        if let Some(name) = rest.strip_suffix(" ... ok") {
+            outcomes.insert(name.to_string(), Outcome::Passed);
+        } else if let Some(name) = rest.strip_suffix(" ... FAILED") {
+            outcomes.insert(name.to_string(), Outcome::Failed);
+        }
+    }
+    (outcomes, stdout)
+}
