@@ -66,6 +66,8 @@ fn driver_api_is_passed_through_with_runtime_only_interception() {
     let (m, report) = frag("reuse", true, &[("CUSHIM_INTERCEPT", "runtime")]);
     assert_eq!(report["calls"]["cuMemAlloc_v2"], 9, "{report}");
     assert_eq!(common::num(&m, "used_after") as u64, 16 * MIB);
+    // The shim is loaded (its statistics answer) and served none of them.
+    assert_eq!(common::num(&m, "device_allocs"), 0);
 }
 
 #[test]

@@ -17,6 +17,10 @@ fn seed_fragmentation_reverse_order_reserves_128_mib() {
     let (m, report) = common::shim_frag("frag", "reverse", "");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+    // The eight 16 MiB blocks are split from the four cached 32 MiB segments: four device
+    // allocations for the program's twelve.
+    assert_eq!(common::num(&m, "device_allocs"), 4);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 4, "{}", report["calls"]);
 }
 
 #[test]

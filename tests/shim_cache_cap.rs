@@ -15,8 +15,13 @@ fn seed_forward_order_with_a_64_mib_cap_reserves_192_mib() {
 
 #[test]
 fn seed_reverse_order_with_a_64_mib_cap_still_reserves_128_mib() {
-    let (m, _) = common::shim_frag("cap-frag", "reverse", "max_cached_mb:64");
+    let (m, report) = common::shim_frag("cap-frag", "reverse", "max_cached_mb:64");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
+    // The cache served part of the eight 16 MiB blocks from the 32 MiB segments it kept:
+    // the device saw fewer allocations than the program's twelve, each one the shim's.
+    let allocs = common::num(&m, "device_allocs");
+    assert!((4..12).contains(&allocs), "{allocs} device allocations");
+    assert_eq!(report["calls"]["cuMemAlloc_v2"].as_i64(), Some(allocs));
 }
 
 #[test]
@@ -24,6 +29,11 @@ fn seed_forward_order_with_a_zero_cap_reserves_only_what_is_live() {
     let (m, report) = common::shim_frag("cap-frag", "forward", "max_cached_mb:0");
     assert_eq!(common::num(&m, "used_after") as u64, 128 * MIB);
     assert_eq!(report["devices"][0]["peak_bytes_in_use"], 128 * MIB);
+    // Nothing cached: the shim made a device allocation for each of the twelve mallocs and
+    // released each freed segment at once.
+    assert_eq!(common::num(&m, "device_allocs"), 12);
+    assert_eq!(report["calls"]["cuMemAlloc_v2"], 12);
+    assert!(report["calls"]["cuMemFree_v2"].as_u64() >= Some(8));
 }
 
 fn stream_safety(free_sync: &str) -> String {

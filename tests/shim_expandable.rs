@@ -53,6 +53,8 @@ fn seed_scenario_reserves_exactly_128_mib_in_both_orders() {
             0,
             "no ordinary segments"
         );
+        // The program makes no VMM call itself: the pages are the cache's.
+        assert!(maps(&r) > 0, "{mode}: no page mapped");
     }
 }
 
@@ -65,12 +67,19 @@ fn allocating_across_a_hole_moves_free_pages_instead_of_growing() {
         60 * MIB,
         "{m:?} {r}"
     );
+    // The cache moved pages: it unmapped the hole's pages and mapped them again further on
+    // (the program makes no VMM call itself).
+    assert!(maps(&r) > 0, "{}", r["calls"]);
+    assert!(r["calls"]["cuMemUnmap"].as_u64() > Some(0), "{}", r["calls"]);
 }
 
 #[test]
 fn blocks_keep_addresses_and_contents_while_the_reservation_grows_and_shrinks() {
-    let (m, _, _) = run("shim_expandable", "data", &[]);
+    let (m, r, _) = run("shim_expandable", "data", &[]);
     assert_eq!((common::num(&m, "data_intact") as u64), 1);
+    // The reservation that grew and shrank is the cache's (no VMM call in the program).
+    assert!(maps(&r) > 0, "{}", r["calls"]);
+    assert!(r["calls"]["cuMemUnmap"].as_u64() > Some(0), "{}", r["calls"]);
 }
 
 #[test]
