@@ -79,10 +79,13 @@ fn a_process_without_the_shim_is_refused_a_block_inside_a_cached_segment_with_on
 #[test]
 fn a_block_at_its_segments_base_gets_the_drivers_handle_and_works_without_the_shim() {
     let dir = common::scratch("shim-ipc-base");
+    // The exporter waits for its importer, so its report (written at its exit) is the last.
+    let report = dir.join("report.json");
+    let report_env = report.to_str().expect("a UTF-8 path");
     let (out, stderr) = run(
         "export-first",
         true,
-        &[("SIM_IPC_CHILD_NO_SHIM", "1")],
+        &[("SIM_IPC_CHILD_NO_SHIM", "1"), ("SIMCUDA_REPORT", report_env)],
         &dir,
     );
     assert!(
@@ -90,6 +93,9 @@ fn a_block_at_its_segments_base_gets_the_drivers_handle_and_works_without_the_sh
         "{out}"
     );
     assert!(!stderr.contains("cushim: IPC handle"), "{stderr}");
+    // Both blocks came from one cached segment: the exporter's device saw one allocation.
+    let r = common::read_report(&report);
+    assert_eq!(r["calls"]["cuMemAlloc_v2"], 1, "{}", r["calls"]);
     let (out, _) = run("export-first", true, &[], &dir);
     assert!(
         out.contains("imported ok") && out.contains("PASS export"),

@@ -91,7 +91,7 @@ fn wrapper_counts(report: &Path) -> std::collections::HashMap<String, String> {
 }
 
 #[test]
-fn the_seed_scenario_passes_through_a_forwarding_driver_wrapper() {
+fn the_seed_scenario_is_served_through_a_forwarding_driver_wrapper() {
     let exe = prog("driver_frag");
     let dir = common::scratch("stacked-frag");
     let (wrap, sim) = (dir.join("wrap.txt"), dir.join("report.json"));
@@ -112,6 +112,9 @@ fn the_seed_scenario_passes_through_a_forwarding_driver_wrapper() {
         Some(common::num(&w, "allocs")),
         "every device allocation passed the wrapper once"
     );
+    // The cache served it: four 32 MiB segments for the program's twelve allocations.
+    assert_eq!(common::num(&m, "device_allocs"), 4, "{out}");
+    assert_eq!(common::num(&w, "allocs"), 4, "{w:?}");
 }
 
 #[test]
@@ -159,7 +162,11 @@ fn dlsym_and_get_proc_address_through_a_forwarding_driver_wrapper_do_not_recurse
     let dir = common::scratch("stacked-dlsym");
     let (wrap, sim) = (dir.join("wrap.txt"), dir.join("report.json"));
     let out = common::run_ok(cmd(&exe, true, &wrap).env("SIMCUDA_REPORT", &sim));
-    assert!(out.contains("cuMemAlloc_v2="), "{out}");
+    // What the program got on the wrapper's handle is the shim's hook.
+    assert!(
+        out.lines().any(|l| l == "cuda:cuMemAlloc_v2=shim:cuMemAlloc_v2"),
+        "{out}"
+    );
     let w = wrapper_counts(&wrap);
     assert!(common::num(&w, "gpa") > 0, "{w:?}");
     // Hooks obtained through dlsym and cuGetProcAddress forward to the wrapper too.

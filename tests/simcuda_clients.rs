@@ -14,10 +14,13 @@ fn case(name: &str, env: &[(&str, &str)], shim: bool) -> String {
 
 #[test]
 fn the_drivers_get_proc_address_hands_out_its_own_functions_even_under_an_interposer() {
-    case("self_bound", &[], false);
+    let bare = case("self_bound", &[], false);
+    assert!(bare.contains("interposed=0"), "{bare}");
     // Driver interception off: dlsym on the driver's handle gives the driver's own
-    // cuGetProcAddress_v2, whose answers must not be the shim's same-named exports.
-    case("self_bound", &[("CUSHIM_INTERCEPT", "runtime")], true);
+    // cuGetProcAddress_v2, whose answers must not be the shim's same-named exports (which
+    // are in the process: the global cuMemAlloc_v2 is the shim's).
+    let out = case("self_bound", &[("CUSHIM_INTERCEPT", "runtime")], true);
+    assert!(out.contains("interposed=1"), "{out}");
 }
 
 #[test]

@@ -34,6 +34,7 @@ static void late_write(void *arg) {
 int main(int argc, char **argv) {
     const size_t size = 4 * MiB;
     race = argc > 1 && !strcmp(argv[1], "race");
+    if (race) require_cache_for_race();
     driver_init();
     CUstream s;
     DCHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));

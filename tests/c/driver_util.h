@@ -51,4 +51,14 @@ static inline long long shim_stat(const char *key) {
     const char *p = strstr(buf, pat);
     return p ? atoll(p + strlen(pat)) : -1;
 }
+/* The race scenario's handshake needs a cache: the late write waits until the new owner's
+ * write is done, which a free that synchronizes (no cache in the process) would wait for in
+ * turn. Without one the program says so and fails at once instead of deadlocking until the
+ * hang detector. */
+static inline void require_cache_for_race(void) {
+    if (!dlsym(RTLD_DEFAULT, "cushim_memory_stats_json")) {
+        fprintf(stderr, "race mode needs the cache: no cushim in this process\n");
+        exit(3);
+    }
+}
 #endif

@@ -85,6 +85,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
     }
+    /* What this program checks is the shim's fork handling: without it, say so at once
+     * rather than wait out the children's deadlines. */
+    if (!dlsym(RTLD_DEFAULT, "cushim_memory_stats_json")) {
+        fprintf(stderr, "shim_fork needs the shim: no cushim in this process\n");
+        return 3;
+    }
     int alloc_in_child = strcmp(argv[1], "alloc") == 0;
     int n = atoi(argv[2]);
     /* Initialize before the threads start, so the first fork already has the shim's state. */

@@ -64,6 +64,7 @@ static void *second_thread(void *arg) {
 int main(int argc, char **argv) {
     const char *kind = argc > 1 ? argv[1] : "nonblocking";
     int n = argc > 2 ? atoi(argv[2]) : 1;
+    if (getenv("MATRIX_RACE")) require_cache_for_race();
     if (n < 1 || n > 64) n = 1;
     cudaStream_t streams[64];
     cudaStream_t writer = 0, owner = 0;

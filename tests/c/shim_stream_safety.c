@@ -26,6 +26,7 @@ static void CUDART_CB slow(void *arg) {
 
 int main(int argc, char **argv) {
     race = argc > 1 && !strcmp(argv[1], "race");
+    if (race) require_cache_for_race();
     const size_t size = 4 * MiB;
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -52,6 +52,11 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
+        /* Whether an interposer is in the process: the global cuMemAlloc_v2 lies outside
+         * the driver (under the shim, the shim's export). */
+        void *global = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+        int interposed = global && dladdr(global, &info) && info.dli_fbase != gpa_info.dli_fbase;
+        printf("interposed=%d\n", interposed);
         printf("PASS self_bound\n");
     }
     CASE("uuid") {

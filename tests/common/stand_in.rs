@@ -64,6 +64,26 @@ pub const EXEMPT: &[(&str, &str)] = &[
         "checks simcuda's CUDA 13 install, runs nothing under the shim",
     ),
     (
+        "simcuda_clients::devices_have_distinct_stable_uuids",
+        "a simcuda test: runs without the shim",
+    ),
+    (
+        "simcuda_clients::every_device_attribute_of_cuda_12_9_is_answered",
+        "a simcuda test: runs without the shim",
+    ),
+    (
+        "simcuda_clients::an_async_copy_from_pageable_memory_has_consumed_its_source_on_return",
+        "a simcuda test: runs without the shim",
+    ),
+    (
+        "simcuda_clients::an_async_copy_into_pageable_memory_is_complete_on_return_and_pinned_stays_async",
+        "a simcuda test: runs without the shim",
+    ),
+    (
+        "simcuda_clients::unified_addressing_copies_find_each_sides_kind",
+        "a simcuda test: runs without the shim",
+    ),
+    (
         "driver_static::a_static_build_links_no_cuda_library",
         "checks the static build with ldd, runs no program",
     ),
