@@ -103,7 +103,10 @@ fn driver_api_expandable_segments_reserve_128_mib_in_both_orders() {
         // The cache served every allocation from mapped pages: the program's cuMemAlloc
         // calls never reached the device.
         assert_eq!(report["calls"]["cuMemAlloc_v2"], 0, "{mode}: {report}");
-        assert!(report["calls"]["cuMemMap"].as_u64() > Some(0), "{mode}: {report}");
+        assert!(
+            report["calls"]["cuMemMap"].as_u64() > Some(0),
+            "{mode}: {report}"
+        );
     }
 }
 

@@ -93,7 +93,10 @@ fn static_build_expandable_segments_reserve_128_mib_in_both_orders() {
         // The cache served every allocation from mapped pages: the program's cuMemAlloc
         // calls never reached the device.
         assert_eq!(report["calls"]["cuMemAlloc_v2"], 0, "{mode}: {report}");
-        assert!(report["calls"]["cuMemMap"].as_u64() > Some(0), "{mode}: {report}");
+        assert!(
+            report["calls"]["cuMemMap"].as_u64() > Some(0),
+            "{mode}: {report}"
+        );
     }
 }
 
@@ -286,7 +289,11 @@ fn static_stream_safety(free_sync: &str) -> String {
             .env("CUSHIM_ALLOC_CONF", format!("free_sync:{free_sync}")),
     );
     // The cache served the program's two allocations (the verdict alone holds without it).
-    assert_eq!(common::num(&common::kv(&out), "shim_allocations"), 2, "{out}");
+    assert_eq!(
+        common::num(&common::kv(&out), "shim_allocations"),
+        2,
+        "{out}"
+    );
     out
 }
 

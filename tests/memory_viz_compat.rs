@@ -271,7 +271,9 @@ fn snapshot_of(name: &str, cmd: &mut Command) -> (PathBuf, PathBuf) {
 
 #[test]
 fn cached_run_with_native_stacks_and_pinned_memory_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let exe = common::compile("shim_trace", &[]);
     let (dir, snap) = snapshot_of("memviz-cache", common::shim_cmd(&exe).arg("sites"));
     let v = check_all_views(script, &dir, &snap);
@@ -318,7 +320,9 @@ fn cached_run_with_native_stacks_and_pinned_memory_reads_in_pytorchs_memory_viz(
 
 #[test]
 fn expandable_segments_read_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let exe = common::compile("shim_expandable", &[]);
     let (dir, snap) = snapshot_of(
         "memviz-exp",
@@ -333,7 +337,9 @@ fn expandable_segments_read_in_pytorchs_memory_viz() {
 
 #[test]
 fn observed_run_of_every_allocation_family_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let exe = common::compile("observe_families", &["-lcuda"]);
     let (dir, snap) = snapshot_of(
         "memviz-observe",
@@ -354,7 +360,9 @@ fn observed_run_of_every_allocation_family_reads_in_pytorchs_memory_viz() {
 /// included) without failing.
 #[test]
 fn pinned_only_run_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let exe = common::compile("shim_pinned", &[]);
     let (dir, snap) = snapshot_of("memviz-pinned", &mut common::shim_cmd(&exe));
     let v = check_all_views(script, &dir, &snap);
@@ -368,7 +376,9 @@ fn pinned_only_run_reads_in_pytorchs_memory_viz() {
 /// with the requested size and the driver's free memory (`device_free`).
 #[test]
 fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let dir = common::scratch("memviz-oom");
     let out = common::run_oom_dump(&dir, HISTORY);
     assert!(out.status.success(), "{out:?}");
@@ -391,7 +401,9 @@ fn out_of_memory_dump_reads_in_pytorchs_memory_viz() {
 /// to edit or filter one) still opens, with the same figures.
 #[test]
 fn snapshot_converted_through_json_reads_in_pytorchs_memory_viz() {
-    let Some(script) = memory_viz_or_skip() else { return };
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
     let exe = common::compile("shim_trace", &[]);
     let (dir, snap) = snapshot_of("memviz-convert", common::shim_cmd(&exe).arg("sites"));
     let (json, back) = (dir.join("snap.json"), dir.join("back.pickle"));

@@ -70,7 +70,11 @@ fn allocating_across_a_hole_moves_free_pages_instead_of_growing() {
     // The cache moved pages: it unmapped the hole's pages and mapped them again further on
     // (the program makes no VMM call itself).
     assert!(maps(&r) > 0, "{}", r["calls"]);
-    assert!(r["calls"]["cuMemUnmap"].as_u64() > Some(0), "{}", r["calls"]);
+    assert!(
+        r["calls"]["cuMemUnmap"].as_u64() > Some(0),
+        "{}",
+        r["calls"]
+    );
 }
 
 #[test]
@@ -79,7 +83,11 @@ fn blocks_keep_addresses_and_contents_while_the_reservation_grows_and_shrinks() 
     assert_eq!((common::num(&m, "data_intact") as u64), 1);
     // The reservation that grew and shrank is the cache's (no VMM call in the program).
     assert!(maps(&r) > 0, "{}", r["calls"]);
-    assert!(r["calls"]["cuMemUnmap"].as_u64() > Some(0), "{}", r["calls"]);
+    assert!(
+        r["calls"]["cuMemUnmap"].as_u64() > Some(0),
+        "{}",
+        r["calls"]
+    );
 }
 
 #[test]

@@ -85,7 +85,10 @@ fn a_block_at_its_segments_base_gets_the_drivers_handle_and_works_without_the_sh
     let (out, stderr) = run(
         "export-first",
         true,
-        &[("SIM_IPC_CHILD_NO_SHIM", "1"), ("SIMCUDA_REPORT", report_env)],
+        &[
+            ("SIM_IPC_CHILD_NO_SHIM", "1"),
+            ("SIMCUDA_REPORT", report_env),
+        ],
         &dir,
     );
     assert!(

@@ -7,6 +7,44 @@ mod common;
 
 use common::stand_in::{self, Outcome};
 
+/// What one test executable showed against the stand-in.
+#[derive(Default)]
+struct Seen {
+    /// Every test it lists (`target::name`).
+    all: Vec<String>,
+    /// How many of them had to fail.
+    checked: usize,
+    passed: Vec<String>,
+    unreported: Vec<String>,
+}
+
+fn check(target: &str, exe: &std::path::Path) -> Seen {
+    let listed = stand_in::list_tests(exe);
+    let mut seen = Seen {
+        all: listed.iter().map(|t| format!("{target}::{t}")).collect(),
+        ..Seen::default()
+    };
+    let tests: Vec<String> = listed
+        .into_iter()
+        .filter(|t| !stand_in::may_pass_without_the_shim(&format!("{target}::{t}")))
+        .collect();
+    if tests.is_empty() {
+        return seen;
+    }
+    seen.checked = tests.len();
+    let (outcomes, stdout) = stand_in::run_against_stand_in(exe, &tests);
+    for t in &tests {
+        match outcomes.get(t) {
+            Some(Outcome::Failed) => {}
+            Some(Outcome::Passed) => seen.passed.push(format!("{target}::{t}")),
+            None => seen
+                .unreported
+                .push(format!("{target}::{t} (run output:\n{stdout})")),
+        }
+    }
+    seen
+}
+
 #[test]
 fn every_shim_test_fails_with_a_do_nothing_library_in_the_shims_place() {
     let exes = stand_in::test_executables(stand_in::SHIM_TARGETS);
@@ -15,30 +53,27 @@ fn every_shim_test_fails_with_a_do_nothing_library_in_the_shims_place() {
         .filter(|t| !exes.contains_key(**t))
         .collect();
     assert!(missing.is_empty(), "no executable for {missing:?}");
-    let mut passed = Vec::new();
-    let mut unreported = Vec::new();
-    let mut checked = 0;
-    let mut all = Vec::new();
-    for (target, exe) in &exes {
-        let listed = stand_in::list_tests(exe);
-        all.extend(listed.iter().map(|t| format!("{target}::{t}")));
-        let tests: Vec<String> = listed
-            .into_iter()
-            .filter(|t| !stand_in::may_pass_without_the_shim(&format!("{target}::{t}")))
-            .collect();
-        if tests.is_empty() {
-            continue;
+    // Two executables at a time: the programs spend most of their time waiting (host
+    // functions that sleep, child processes), so this halves the check's time even on two
+    // cores. The outcome does not depend on the order.
+    let queue = std::sync::Mutex::new(exes.iter());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let next = queue.lock().expect("the queue").next();
+                let Some((target, exe)) = next else { break };
+                let seen = check(target, exe);
+                results.lock().expect("the results").push(seen);
+            });
         }
-        checked += tests.len();
-        let (outcomes, stdout) = stand_in::run_against_stand_in(exe, &tests);
-        for t in &tests {
-            match outcomes.get(t) {
-                Some(Outcome::Failed) => {}
-                Some(Outcome::Passed) => passed.push(format!("{target}::{t}")),
-                None => unreported.push(format!("{target}::{t} (run output:\n{stdout})")),
-            }
-        }
-    }
+    });
+    let results = results.into_inner().expect("the results");
+    let checked: usize = results.iter().map(|r| r.checked).sum();
+    let all: Vec<&String> = results.iter().flat_map(|r| &r.all).collect();
+    let mut passed: Vec<&String> = results.iter().flat_map(|r| &r.passed).collect();
+    passed.sort();
+    let unreported: Vec<&String> = results.iter().flat_map(|r| &r.unreported).collect();
     assert!(checked > 100, "only {checked} shim tests found");
     let stale: Vec<_> = stand_in::EXEMPT
         .iter()

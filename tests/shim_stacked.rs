@@ -164,7 +164,8 @@ fn dlsym_and_get_proc_address_through_a_forwarding_driver_wrapper_do_not_recurse
     let out = common::run_ok(cmd(&exe, true, &wrap).env("SIMCUDA_REPORT", &sim));
     // What the program got on the wrapper's handle is the shim's hook.
     assert!(
-        out.lines().any(|l| l == "cuda:cuMemAlloc_v2=shim:cuMemAlloc_v2"),
+        out.lines()
+            .any(|l| l == "cuda:cuMemAlloc_v2=shim:cuMemAlloc_v2"),
         "{out}"
     );
     let w = wrapper_counts(&wrap);

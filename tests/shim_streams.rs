@@ -62,7 +62,11 @@ fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     let out = common::run_ok(&mut cmd);
     let kv = common::kv(&out);
     // The cache served the program's two allocations (the verdict alone holds without it).
-    assert_eq!(common::num(&kv, "shim_allocations"), 2, "{conf} {args:?}: {out}");
+    assert_eq!(
+        common::num(&kv, "shim_allocations"),
+        2,
+        "{conf} {args:?}: {out}"
+    );
     (
         common::num(&kv, "same_address") == 1,
         common::num(&kv, "intact") == 1,

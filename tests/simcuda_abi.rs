@@ -98,7 +98,9 @@ fn test_c(name: &str) -> PathBuf {
 }
 
 fn run_cases(prog: &str, cases: &[&str], env: &[(&str, &str)]) {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let exe = compile_nvidia(&test_c(prog), prog, inc, &[]);
     for case in cases {
         let mut cmd = common::sim_cmd(&exe);
@@ -110,7 +112,9 @@ fn run_cases(prog: &str, cases: &[&str], env: &[(&str, &str)]) {
 
 #[test]
 fn vector_add_built_with_nvidia_headers_runs_on_simcuda() {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let src = common::artifacts::source_root()
         .join("examples")
         .join("vector_add.c");
@@ -181,7 +185,9 @@ fn stream_and_capture_programs_built_with_nvidia_headers_run_on_simcuda() {
 
 #[test]
 fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let exe = compile_nvidia(
         &test_c("sim_clients"),
         "sim_clients",
@@ -210,7 +216,9 @@ fn client_facing_entry_points_built_with_nvidia_headers_run_on_simcuda() {
 
 #[test]
 fn procaddr_program_built_with_nvidia_headers_runs_on_simcuda() {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let exe = compile_nvidia(&test_c("sim_procaddr"), "sim_procaddr", inc, &["-ldl"]);
     let list =
         common::artifacts::source_root().join("tests/data/cudart-12.9-static-getprocaddress.txt");
@@ -310,7 +318,9 @@ fn probe(includes: &[&Path]) -> String {
 
 #[test]
 fn declared_constants_and_layouts_equal_nvidia_headers() {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let ours = probe(&[&common::artifacts::simcuda_include_dir()]);
     let theirs = probe(&[&inc.0, &inc.1]);
     assert!(ours.lines().count() > 150, "{ours}");
@@ -322,7 +332,9 @@ fn declared_constants_and_layouts_equal_nvidia_headers() {
 
 #[test]
 fn per_thread_default_stream_builds_with_nvidia_headers_link_and_run_on_simcuda() {
-    let Some(inc) = nvidia_includes_or_skip() else { return };
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
     let ptds = ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"];
     // every _ptds / _ptsz name NVIDIA's headers select for these programs must link
     for prog in ["sim_driver", "sim_vmm", "sim_capture"] {

@@ -138,9 +138,17 @@ pub fn library() -> &'static Path {
 pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(super::artifacts::source_root())
-        .args(["test", "--no-run", "--message-format=json", "-p", "cushim"]);
-    if super::build_dir().file_name().is_some_and(|n| n == "release") {
+    cmd.current_dir(super::artifacts::source_root()).args([
+        "test",
+        "--no-run",
+        "--message-format=json",
+        "-p",
+        "cushim",
+    ]);
+    if super::build_dir()
+        .file_name()
+        .is_some_and(|n| n == "release")
+    {
         cmd.arg("--release");
     }
     for t in targets {
@@ -157,10 +165,8 @@ pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        let (Some(exe), Some(name)) = (
-            msg["executable"].as_str(),
-            msg["target"]["name"].as_str(),
-        ) else {
+        let (Some(exe), Some(name)) = (msg["executable"].as_str(), msg["target"]["name"].as_str())
+        else {
             continue;
         };
         if msg["target"]["kind"][0] == "test" && targets.contains(&name) {
