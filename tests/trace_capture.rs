@@ -2,10 +2,10 @@
 //! Rust and C frames (a `-g -fno-omit-frame-pointer` shared object loaded with dlopen),
 //! symbolized to the right function, file and line; skipping a module's leading frames.
 
-#[path = "snapshot_support.rs"]
-mod support;
 #[path = "common/skip.rs"]
 mod skip;
+#[path = "snapshot_support.rs"]
+mod support;
 
 use cushim::config::history::Unwinder;
 use cushim::trace::stack::{capture, SkipRange};
