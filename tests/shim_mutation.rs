@@ -84,6 +84,15 @@ fn every_shim_test_fails_with_a_do_nothing_library_in_the_shims_place() {
         unreported.is_empty(),
         "tests the runner never reported against the stand-in: {unreported:#?}"
     );
+    // One line CI shows (past the runner's capture): what the check covered.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "mutation check: {checked} shim tests run against the do-nothing stand-in, {} failed as \
+         they must; {} tests excepted (absence, pass-through, or listed)",
+        checked - passed.len() - unreported.len(),
+        all.len() - checked
+    );
     assert!(
         passed.is_empty(),
         "these tests pass with a do-nothing library in the shim's place, so they cannot tell \
