@@ -12,6 +12,8 @@ pub const ERR_INVALID_VALUE: c_int = 1;
 pub const ERR_INVALID_HANDLE: c_int = 400;
 pub const ERR_MEMORY_ALLOCATION: c_int = 2;
 pub const ERR_CAPTURE_UNSUPPORTED: c_int = 900;
+/// `CUDA_ERROR_NOT_SUPPORTED` / `cudaErrorNotSupported` (801 in both APIs).
+pub const ERR_NOT_SUPPORTED: c_int = 801;
 pub const ERR_UNKNOWN: c_int = 999;
 
 /// Run `f`, turning a panic into `cudaErrorUnknown`.

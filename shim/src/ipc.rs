@@ -10,11 +10,14 @@
 //! - A block at its segment's base (offset 0) gets the driver's own handle: any importer
 //!   maps the segment and finds the block at the pointer it gets. Right bytes, right offset,
 //!   with or without cushim.
-//! - A block at offset N > 0 gets a cushim handle ("CUSHIMH1", the exporter's pid, a
-//!   serial, N and the block size). The driver's handle of the segment is kept in a record
-//!   file `cushim-ipc-<pid>-<serial>` in `CUSHIM_IPC_DIR` (default `/dev/shm`, else the
-//!   temporary directory), removed when the exporter exits. An importer under cushim opens
-//!   the segment with the driver's handle and gets base + N. An importer without cushim
+//! - A block at offset N > 0 gets a cushim handle ("CUSHIMH2", the exporter's pid, a
+//!   serial, N, the block size and a random token). The driver's handle of the segment is
+//!   kept in a record file private to the exporter's user ([`crate::ipc_records`] says where
+//!   and how it is created and checked), removed when the exporter exits. An importer under
+//!   cushim opens the segment with the driver's handle and gets base + N. When the record
+//!   directory fails its checks the export is refused (`CUDA_ERROR_NOT_SUPPORTED`,
+//!   `cudaErrorNotSupported`) with one `cushim:` line: the driver's own handle of an
+//!   interior pointer would open the segment's base, another block. An importer without cushim
 //!   hands the cushim handle to the driver, which refuses it (`CUDA_ERROR_INVALID_VALUE`,
 //!   `cudaErrorInvalidValue`: it is no handle of the driver's); the exporter says so once, on
 //!   stderr, when it first hands out such a handle.
@@ -33,7 +36,8 @@ use engine::alloc::info::BlockState;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
-use crate::ffi::{ERR_INVALID_VALUE, SUCCESS};
+use crate::ffi::{ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
+use crate::ipc_records;
 use crate::state::Shim;
 
 /// The 64 opaque bytes of `CUipcMemHandle` / `cudaIpcMemHandle_t`.
@@ -43,7 +47,7 @@ pub struct IpcHandle {
     pub reserved: [u8; 64],
 }
 
-const MAGIC: &[u8; 8] = b"CUSHIMH1";
+const MAGIC: &[u8; 8] = b"CUSHIMH2";
 
 /// A cushim handle's fields.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -52,6 +56,8 @@ struct Ours {
     serial: u32,
     offset: u64,
     size: u64,
+    /// Random: names the record file, so neither can be guessed.
+    token: u64,
 }
 
 impl Ours {
@@ -62,12 +68,13 @@ impl Ours {
         r[12..16].copy_from_slice(&self.serial.to_le_bytes());
         r[16..24].copy_from_slice(&self.offset.to_le_bytes());
         r[24..32].copy_from_slice(&self.size.to_le_bytes());
+        r[32..40].copy_from_slice(&self.token.to_le_bytes());
         IpcHandle { reserved: r }
     }
 
     fn decode(h: &IpcHandle) -> Option<Ours> {
         let r = &h.reserved;
-        if &r[..8] != MAGIC || r[32..].iter().any(|b| *b != 0) {
+        if &r[..8] != MAGIC || r[40..].iter().any(|b| *b != 0) {
             return None;
         }
         let u32_at = |i: usize| u32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
@@ -77,25 +84,9 @@ impl Ours {
             serial: u32_at(12),
             offset: u64_at(16),
             size: u64_at(24),
+            token: u64_at(32),
         })
     }
-}
-
-/// Where record files live.
-fn record_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CUSHIM_IPC_DIR") {
-        return PathBuf::from(d);
-    }
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        shm
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-fn record_path(pid: u32, serial: u32) -> PathBuf {
-    record_dir().join(format!("cushim-ipc-{pid}-{serial}"))
 }
 
 /// A record: the driver's handle of the segment, then the block's offset and size.
@@ -107,14 +98,34 @@ fn record_bytes(real: &IpcHandle, o: &Ours) -> Vec<u8> {
 }
 
 fn read_record(o: &Ours) -> Result<IpcHandle, String> {
-    let path = record_path(o.pid, o.serial);
-    let v = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if v.len() != 80 || v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
+    let uid = ipc_records::uid_of(o.pid)?;
+    let dir = ipc_records::dir_for(uid);
+    ipc_records::check_dir(&dir, uid)?;
+    let path = dir.join(ipc_records::name(o.pid, o.serial, o.token));
+    let v = ipc_records::read_private(&path, uid)?;
+    if v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
         return Err(format!("{}: not the record of this handle", path.display()));
     }
     let mut real = IpcHandle { reserved: [0; 64] };
     real.reserved.copy_from_slice(&v[..64]);
     Ok(real)
+}
+
+/// Create the record of `o` in the exporter's checked directory: its path.
+fn write_record(real: &IpcHandle, o: &mut Ours) -> Result<PathBuf, String> {
+    let dir = ipc_records::own_dir()?;
+    let bytes = record_bytes(real, o);
+    // A taken name (planted by someone else) is skipped, never reused.
+    for _ in 0..8 {
+        o.token = ipc_records::token()?;
+        let path = dir.join(ipc_records::name(o.pid, o.serial, o.token));
+        match ipc_records::create_exclusive(&path, &bytes) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("creating {}: {e}", path.display())),
+        }
+    }
+    Err(format!("{}: no free record name", dir.display()))
 }
 
 struct Exports {
@@ -131,6 +142,7 @@ static EXPORTS: Lazy<Mutex<Exports>> = Lazy::new(|| {
 });
 static SERIAL: AtomicU32 = AtomicU32::new(1);
 static TOLD: AtomicBool = AtomicBool::new(false);
+static REFUSED_TOLD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn remove_records() {
     if let Some(e) = Lazy::get(&EXPORTS) {
@@ -191,20 +203,26 @@ pub fn export(
             *ours
         }
         _ => {
-            let o = Ours {
+            let mut o = Ours {
                 pid: std::process::id(),
                 serial: SERIAL.fetch_add(1, Ordering::Relaxed),
                 offset: block - seg,
                 size,
+                token: 0,
             };
-            let path = record_path(o.pid, o.serial);
-            if let Err(e) = std::fs::write(&path, record_bytes(&real, &o)) {
-                eprintln!(
-                    "cushim: IPC handle of block {block:#x}: writing {}: {e}",
-                    path.display()
-                );
-                return Some(crate::ffi::ERR_MEMORY_ALLOCATION);
-            }
+            let path = match write_record(&real, &mut o) {
+                Ok(p) => p,
+                Err(e) => {
+                    if !REFUSED_TOLD.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "cushim: IPC handle of block {block:#x} refused (not supported): \
+                             its record cannot be kept private ({e}); the driver's handle would \
+                             open another block"
+                        );
+                    }
+                    return Some(ERR_NOT_SUPPORTED);
+                }
+            };
             if ex.files.is_empty() {
                 // SAFETY: registering a plain extern "C" function with no arguments.
                 unsafe { libc::atexit(remove_records) };
@@ -296,11 +314,12 @@ mod tests {
             serial: 3,
             offset: 2 << 20,
             size: 4 << 20,
+            token: 0x1234_5678_9abc_def0,
         };
         assert_eq!(Ours::decode(&o.encode()), Some(o));
         assert_eq!(Ours::decode(&IpcHandle { reserved: [0; 64] }), None);
         let mut other = o.encode();
-        other.reserved[40] = 1;
+        other.reserved[48] = 1;
         assert_eq!(Ours::decode(&other), None);
     }
 }

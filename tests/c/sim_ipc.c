@@ -7,8 +7,10 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "sim_check.h"
@@ -33,8 +35,41 @@ static void from_hex(const char *s, CUipcMemHandle *h) {
 
 static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
 
+
+/* The record files cushim keeps in CUSHIM_IPC_DIR (names starting "cushim-ipc-"): with
+ * SIM_IPC_SHOW_RECORDS, print each one's mode and owner; with SIM_IPC_TAMPER=link|open,
+ * play a local attacker on each: replace it by a symbolic link to a copy of itself, or
+ * make it readable by everyone. */
+static void records(void) {
+    const char *dir = getenv("CUSHIM_IPC_DIR"), *tamper = getenv("SIM_IPC_TAMPER");
+    if (!dir || (!tamper && !getenv("SIM_IPC_SHOW_RECORDS")))
+        return;
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "cushim-ipc-", 11))
+            continue;
+        char path[4096], copy[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        REQUIRE(lstat(path, &st) == 0);
+        if (!tamper) {
+            printf("record %s mode %o uid %u\n", e->d_name, (unsigned)(st.st_mode & 07777),
+                   (unsigned)st.st_uid);
+        } else if (!strcmp(tamper, "link")) {
+            snprintf(copy, sizeof copy, "%s/planted-%s", dir, e->d_name);
+            REQUIRE(rename(path, copy) == 0 && symlink(copy, path) == 0);
+        } else if (!strcmp(tamper, "open")) {
+            REQUIRE(chmod(path, 0644) == 0);
+        }
+    }
+    closedir(d);
+}
+
 static int import(const char *hex, size_t size) {
     init_ctx();
+    records();
     CUipcMemHandle h, zero;
     from_hex(hex, &h);
     memset(&zero, 0, sizeof zero);
@@ -64,6 +99,7 @@ static int import(const char *hex, size_t size) {
  * with CUDA's error, never a pointer to other memory. */
 static int import_refused(const char *hex) {
     init_ctx();
+    records();
     CUipcMemHandle h;
     from_hex(hex, &h);
     CUdeviceptr p = 0;
@@ -101,6 +137,13 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemcpyHtoD(b, buf, size));
         CUipcMemHandle h, h2;
         cudaIpcMemHandle_t rh;
+        if (getenv("SIM_IPC_EXPECT_EXPORT_REFUSED")) {
+            /* cushim cannot keep the handle's record private: refused, in both APIs */
+            EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuIpcGetMemHandle(&h, b));
+            EXPECT(cudaErrorNotSupported, cudaIpcGetMemHandle(&rh, (void *)b));
+            printf("export refused\n");
+            return 0;
+        }
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
         REQUIRE(!memcmp(&h, &h2, sizeof h));
