@@ -333,7 +333,7 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, h: *mut c_void) -> CUresult {
     })
 }
 
-fn copy_c(
+pub(crate) fn copy_c(
     dst: usize,
     src: usize,
     n: usize,
