@@ -263,6 +263,11 @@ impl Device for CudaDevice {
                 let _ = cu::cuMemUnmap(ptr, size as usize);
                 return Err(e);
             }
+            // Devices with peer access to `dev` reach its expandable pages too.
+            if let Err(code) = crate::peer::grant_new_mapping(dev, ptr, size) {
+                let _ = cu::cuMemUnmap(ptr, size as usize);
+                return Err(DeviceError::Driver(code));
+            }
         }
         Ok(())
     }

@@ -35,6 +35,7 @@ pub mod lasterror;
 pub mod observe;
 pub mod observe_driver;
 pub mod observe_runtime;
+pub mod peer;
 pub mod procaddr;
 pub mod real;
 pub mod real_driver;

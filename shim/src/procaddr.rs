@@ -79,7 +79,8 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
         other => {
             let ptds = flags & PER_THREAD_FLAG != 0;
-            return crate::exports_vmm::hooked_symbol(other, version, ptds);
+            return crate::exports_vmm::hooked_symbol(other, version, ptds)
+                .or_else(|| crate::peer::hooked_symbol(other, version));
         }
     })
 }
@@ -98,7 +99,8 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
         other => driver_hook(other)
             .or_else(|| crate::exports_address::by_symbol(other))
             .or_else(|| crate::exports_vmm::by_symbol(other))
-            .or_else(|| crate::exports_ipc::by_symbol(other)),
+            .or_else(|| crate::exports_ipc::by_symbol(other))
+            .or_else(|| crate::peer::by_symbol(other)),
     }
 }
 
