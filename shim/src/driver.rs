@@ -236,7 +236,9 @@ impl Device for CudaDevice {
 
     fn create_physical(&self, dev: i32, size: u64) -> DevResult<PhysHandle> {
         let _s = self.enter(dev)?;
-        let prop = Self::mem_prop(dev);
+        let mut prop = Self::mem_prop(dev);
+        // Pages that can be exported are what IPC of expandable blocks shares.
+        prop.requestedHandleTypes = crate::ipc_expandable::handle_types(dev);
         let mut h: cu::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid pointers.
         unsafe { check(cu::cuMemCreate(&mut h, size as usize, &prop, 0))? };

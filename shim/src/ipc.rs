@@ -24,8 +24,9 @@
 //! - Exporting the same block again gives the same handle while its segment is the same
 //!   allocation. Opening a handle twice gives the same pointer; each open needs a close
 //!   (the driver's reference count on the segment does the rest).
-//! - Expandable segments (virtual memory) and memory the cache does not own go to the
-//!   driver unchanged (it refuses virtual-memory ranges, as CUDA does).
+//! - A block of an expandable segment (virtual memory, which CUDA refuses to export) gets a
+//!   handle of [`crate::ipc_expandable`], which shares its physical pages.
+//! - Memory the cache does not own goes to the driver unchanged.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -102,7 +103,7 @@ fn read_record(o: &Ours) -> Result<IpcHandle, String> {
     let dir = ipc_records::dir_for(uid);
     ipc_records::check_dir(&dir, uid)?;
     let path = dir.join(ipc_records::name(o.pid, o.serial, o.token));
-    let v = ipc_records::read_private(&path, uid)?;
+    let v = ipc_records::read_private(&path, uid, |n| n == ipc_records::RECORD_LEN as u64)?;
     if v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
         return Err(format!("{}: not the record of this handle", path.display()));
     }
@@ -152,23 +153,21 @@ extern "C" fn remove_records() {
     }
 }
 
-/// The active block containing `ptr` in a cached, non-expandable segment: (segment base,
-/// block address, block size); `Err(())` when `ptr` is cached memory but no live block.
-fn cached_block(s: &Shim, ptr: u64) -> Option<Result<(u64, u64, u64), ()>> {
+/// The active block containing `ptr` in a cached segment: (segment base, block address,
+/// block size, whether the segment is expandable); `Err(())` when `ptr` is cached memory
+/// but no live block.
+fn cached_block(s: &Shim, ptr: u64) -> Option<Result<(u64, u64, u64, bool), ()>> {
     let dev = s.alloc.owner(ptr)?;
     let segs = s.alloc.segments(dev);
     let seg = segs
         .iter()
         .find(|g| ptr >= g.address && ptr < g.address + g.total_size)?;
-    if seg.is_expandable {
-        return None;
-    }
     Some(
         seg.blocks
             .iter()
             .find(|b| ptr >= b.address && ptr < b.address + b.size)
             .filter(|b| b.state == BlockState::ActiveAllocated)
-            .map(|b| (seg.address, b.address, b.size))
+            .map(|b| (seg.address, b.address, b.size, seg.is_expandable))
             .ok_or(()),
     )
 }
@@ -185,10 +184,13 @@ pub fn export(
     if out.is_null() {
         return None;
     }
-    let (seg, block, size) = match cached_block(s, ptr)? {
+    let (seg, block, size, expandable) = match cached_block(s, ptr)? {
         Ok(b) => b,
         Err(()) => return Some(ERR_INVALID_VALUE),
     };
+    if expandable {
+        return Some(crate::ipc_expandable::export(block, size, out));
+    }
     if block == seg {
         return None;
     }
@@ -257,6 +259,9 @@ pub fn open(
     out: *mut u64,
     real_open: impl FnOnce(*mut u64, IpcHandle) -> c_int,
 ) -> Option<c_int> {
+    if let Some(rc) = crate::ipc_expandable::open(h, out) {
+        return Some(rc);
+    }
     let o = Ours::decode(h)?;
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
@@ -286,6 +291,9 @@ pub fn open(
 
 /// Close `ptr`: `None` when it did not come from [`open`] (the driver answers).
 pub fn close(ptr: u64, real_close: impl FnOnce(u64) -> c_int) -> Option<c_int> {
+    if let Some(rc) = crate::ipc_expandable::close(ptr) {
+        return Some(rc);
+    }
     let base = {
         let imports = Lazy::get(&IMPORTS)?.lock();
         imports.get(&ptr)?.0

@@ -28,8 +28,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Bytes of a record: the driver's 64-byte handle, the block's offset and size.
+/// Bytes of a record of a block inside a segment: the driver's 64-byte handle, the block's
+/// offset and size.
 pub const RECORD_LEN: usize = 80;
+/// The most bytes any record may have.
+pub const RECORD_MAX: u64 = 1 << 20;
 
 fn euid() -> u32 {
     // SAFETY: geteuid cannot fail and touches no memory.
@@ -144,8 +147,13 @@ pub fn uid_of(pid: u32) -> Result<u32, String> {
         .map_err(|e| format!("exporting process {pid} is gone ({e})"))
 }
 
-/// Read the record at `path`, which must belong to `uid` and be private to it.
-pub fn read_private(path: &Path, uid: u32) -> Result<Vec<u8>, String> {
+/// Read the record at `path`, which must belong to `uid`, be private to it, and have a
+/// length `len_ok` accepts.
+pub fn read_private(
+    path: &Path,
+    uid: u32,
+    len_ok: impl Fn(u64) -> bool,
+) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let c = c_path(path)?;
     // SAFETY: `c` is a NUL-terminated path; the result is checked.
@@ -180,10 +188,10 @@ pub fn read_private(path: &Path, uid: u32) -> Result<Vec<u8>, String> {
             m.permissions().mode() & 0o7777
         ));
     }
-    if m.len() != RECORD_LEN as u64 {
+    if m.len() > RECORD_MAX || !len_ok(m.len()) {
         return Err(format!("{shown} is not a record ({} bytes)", m.len()));
     }
-    let mut v = Vec::with_capacity(RECORD_LEN);
+    let mut v = Vec::with_capacity(m.len() as usize);
     f.read_to_end(&mut v).map_err(|e| format!("{shown}: {e}"))?;
     Ok(v)
 }
@@ -191,6 +199,10 @@ pub fn read_private(path: &Path, uid: u32) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_record(n: u64) -> bool {
+        n == RECORD_LEN as u64
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cushim-records-{tag}-{}", std::process::id()));
@@ -210,11 +222,11 @@ mod tests {
         let mode = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o7777;
         assert_eq!(mode, 0o600);
         assert_eq!(
-            read_private(&p, euid()).expect("read"),
+            read_private(&p, euid(), is_record).expect("read"),
             vec![7u8; RECORD_LEN]
         );
         assert!(
-            read_private(&p, euid() + 1).is_err(),
+            read_private(&p, euid() + 1, is_record).is_err(),
             "another user's record"
         );
         let _ = std::fs::remove_dir_all(&d);
@@ -236,7 +248,7 @@ mod tests {
         assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
         assert_eq!(std::fs::read(&foreign).expect("foreign"), b"someone else's");
         // Reading never follows a link either.
-        assert!(read_private(&link, euid()).is_err());
+        assert!(read_private(&link, euid(), is_record).is_err());
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -246,11 +258,11 @@ mod tests {
         let p = d.join("rec");
         std::fs::write(&p, [0u8; RECORD_LEN]).expect("write");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let e = read_private(&p, euid()).expect_err("0644 accepted");
+        let e = read_private(&p, euid(), is_record).expect_err("0644 accepted");
         assert!(e.contains("open to other users"), "{e}");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         std::fs::write(&p, [0u8; 3]).expect("write");
-        assert!(read_private(&p, euid())
+        assert!(read_private(&p, euid(), is_record)
             .expect_err("short")
             .contains("not a record"));
         let _ = std::fs::remove_dir_all(&d);

@@ -30,6 +30,7 @@ pub mod fork;
 pub mod history;
 pub mod intercept;
 pub mod ipc;
+pub mod ipc_expandable;
 pub mod ipc_records;
 pub mod lasterror;
 pub mod observe;

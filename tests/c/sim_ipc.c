@@ -67,9 +67,20 @@ static void records(void) {
     closedir(d);
 }
 
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    REQUIRE(d != NULL);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
 static int import(const char *hex, size_t size) {
     init_ctx();
     records();
+    int fds_before = open_fds();
     CUipcMemHandle h, zero;
     from_hex(hex, &h);
     memset(&zero, 0, sizeof zero);
@@ -91,6 +102,7 @@ static int import(const char *hex, size_t size) {
     EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(p));
     EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(q));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcCloseMemHandle(p));
+    printf("importer descriptors left %d\n", open_fds() - fds_before);
     printf("imported ok\n");
     return 0;
 }
@@ -159,16 +171,24 @@ int main(int argc, char **argv) {
         to_hex(&h, hex);
         snprintf(sz, sizeof sz, "%zu", size);
         char *child_argv[] = {argv[0], refused ? "import-refused" : "import", hex, sz, NULL};
-        char **env = environ;
-        if (getenv("SIM_IPC_CHILD_NO_SHIM")) {
-            static char *clean[512];
-            int n = 0;
-            for (char **e = environ; *e && n < 510; e++)
-                if (strncmp(*e, "LD_PRELOAD=", 11))
-                    clean[n++] = *e;
-            clean[n] = NULL;
-            env = clean;
+        /* The importer's environment: without LD_PRELOAD when SIM_IPC_CHILD_NO_SHIM is set,
+         * its own SIMCUDA_REPORT when SIM_IPC_CHILD_REPORT names one. */
+        static char *env[512];
+        static char child_report[4200];
+        const char *cr = getenv("SIM_IPC_CHILD_REPORT");
+        int n = 0;
+        for (char **e = environ; *e && n < 509; e++) {
+            if (getenv("SIM_IPC_CHILD_NO_SHIM") && !strncmp(*e, "LD_PRELOAD=", 11))
+                continue;
+            if (cr && !strncmp(*e, "SIMCUDA_REPORT=", 15))
+                continue;
+            env[n++] = *e;
         }
+        if (cr) {
+            snprintf(child_report, sizeof child_report, "SIMCUDA_REPORT=%s", cr);
+            env[n++] = child_report;
+        }
+        env[n] = NULL;
         pid_t pid;
         REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, child_argv, env) == 0);
         int status = 0;
