@@ -23,6 +23,7 @@ pub const NOT_FOUND: CUresult = 500;
 pub const NOT_READY: CUresult = 600;
 pub const PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
 pub const PEER_ACCESS_NOT_ENABLED: CUresult = 705;
+pub const ILLEGAL_ADDRESS: CUresult = 700;
 pub const NOT_PERMITTED: CUresult = 800;
 pub const NOT_SUPPORTED: CUresult = 801;
 pub const STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;

@@ -4,7 +4,8 @@
 //! `PROT_NONE` anonymous memory back so touching the range faults. Granularity 2 MiB.
 //! Access is kept per device and granule (`cuMemSetAccess` sets the listed devices only, as
 //! CUDA does; `cuMemGetAccess` reads one device's); the host protection is the union over
-//! devices, so a range is device memory for copies when any device may read and write it.
+//! devices, so a range is device memory for copies when any device may read and write it;
+//! a memset (a kernel of its stream's device) needs that device's write access.
 //! A physical allocation counts references (`cuMemCreate`, `cuMemImportFromShareableHandle`
 //! and `cuMemRetainAllocationHandle` add one, `cuMemRelease` drops one).
 //! Invariant: every mapping lies inside one reservation and never overlaps another; a
@@ -606,6 +607,29 @@ pub fn mapping_range(addr: usize) -> Option<(usize, usize)> {
     }
     let (&a, m) = r.mappings.range(..=addr).next_back()?;
     (addr < a + m.size).then_some((a, m.size))
+}
+
+/// Whether device `dev` may write all of `[addr, addr + len)`: true outside virtual-memory
+/// reservations (other memory is not governed by per-device access here).
+pub fn writable_by(addr: usize, len: usize, dev: usize) -> bool {
+    let v = VMM.lock();
+    let Some((&base, r)) = v.reservations.range(..=addr).next_back() else {
+        return true;
+    };
+    if addr >= base + r.size {
+        return true;
+    }
+    let end = addr.saturating_add(len.max(1));
+    let bit = 1u64 << dev.min(63);
+    r.mappings
+        .range(..end)
+        .rev()
+        .take_while(|(&a, m)| a + m.size > addr)
+        .all(|(&a, m)| {
+            let first = addr.saturating_sub(a) / GRANULARITY;
+            let last = (end.min(a + m.size) - 1 - a) / GRANULARITY;
+            (first..=last).all(|i| m.access[i].1 & bit != 0 && m.access[i].0 & bit != 0)
+        })
 }
 
 /// If `[addr, addr + len)` is mapped read-write, the device of its memory.

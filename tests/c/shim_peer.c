@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
     EXPECT(cudaSuccess, cudaMemset(before, 0x21, 4 * MiB));
     REQUIRE(access_of(before, 0) == 3);
     REQUIRE(access_of(before, 1) == 0);
+    /* device 1 cannot write device 0's expandable pages before peer access */
+    EXPECT(cudaSuccess, cudaSetDevice(1));
+    EXPECT(cudaErrorIllegalAddress, cudaMemset(before, 0x21, 16));
+    EXPECT(cudaSuccess, cudaSetDevice(0));
     /* copies between devices work without peer access (the driver stages them) */
     EXPECT(cudaSuccess, cudaMemcpyPeer(on1, 1, before, 0, 4 * MiB));
 
@@ -54,6 +58,7 @@ int main(int argc, char **argv) {
         EXPECT(cudaSuccess, cudaDeviceEnablePeerAccess(0, 0));
     REQUIRE(access_of(before, 1) == 3);
     REQUIRE(access_of((char *)before + 4 * MiB - 1, 1) == 3);
+    EXPECT(cudaSuccess, cudaMemset(before, 0x21, 16));
     REQUIRE(access_of(before, 0) == 3);
     void *after = grow();
     REQUIRE(access_of(after, 1) == 3 && access_of((char *)after + 40 * MiB - 1, 1) == 3);

@@ -232,6 +232,13 @@ int main(int argc, char **argv) {
         REQUIRE(access_of(va + 2 * MiB, 0) == 3);
         set_access(va + 2 * MiB, 2 * MiB, 1, CU_MEM_ACCESS_FLAGS_PROT_READ);
         REQUIRE(access_of(va + 2 * MiB, 1) == 1);
+        /* a kernel of device 1 (a memset on its stream) writes only where it was granted */
+        EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c1));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemsetD8(va + 2 * MiB, 1, 16));
+        set_access(va + 2 * MiB, 2 * MiB, 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(va + 2 * MiB, 1, 16));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemsetD8(va, 1, 16));
+        EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c0));
         set_access(va + 2 * MiB, 2 * MiB, 1, CU_MEM_ACCESS_FLAGS_PROT_NONE);
         REQUIRE(access_of(va + 2 * MiB, 1) == 0 && access_of(va + 2 * MiB, 0) == 3);
         EXPECT(CUDA_SUCCESS, cuMemsetD8(va, 1, 4 * MiB));
