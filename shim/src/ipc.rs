@@ -99,34 +99,23 @@ fn record_bytes(real: &IpcHandle, o: &Ours) -> Vec<u8> {
 }
 
 fn read_record(o: &Ours) -> Result<IpcHandle, String> {
-    let uid = ipc_records::uid_of(o.pid)?;
-    let dir = ipc_records::dir_for(uid);
-    ipc_records::check_dir(&dir, uid)?;
-    let path = dir.join(ipc_records::name(o.pid, o.serial, o.token));
-    let v = ipc_records::read_private(&path, uid, |n| n == ipc_records::RECORD_LEN as u64)?;
+    let v = ipc_records::read(o.pid, o.serial, o.token, |n| {
+        n == ipc_records::RECORD_LEN as u64
+    })?;
     if v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
-        return Err(format!("{}: not the record of this handle", path.display()));
+        return Err("not the record of this handle".into());
     }
     let mut real = IpcHandle { reserved: [0; 64] };
     real.reserved.copy_from_slice(&v[..64]);
     Ok(real)
 }
 
-/// Create the record of `o` in the exporter's checked directory: its path.
+/// Create the record of `o` in the exporter's checked directory (setting its token): its
+/// path.
 fn write_record(real: &IpcHandle, o: &mut Ours) -> Result<PathBuf, String> {
-    let dir = ipc_records::own_dir()?;
-    let bytes = record_bytes(real, o);
-    // A taken name (planted by someone else) is skipped, never reused.
-    for _ in 0..8 {
-        o.token = ipc_records::token()?;
-        let path = dir.join(ipc_records::name(o.pid, o.serial, o.token));
-        match ipc_records::create_exclusive(&path, &bytes) {
-            Ok(()) => return Ok(path),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("creating {}: {e}", path.display())),
-        }
-    }
-    Err(format!("{}: no free record name", dir.display()))
+    let (path, token) = ipc_records::write_new(o.serial, &record_bytes(real, o))?;
+    o.token = token;
+    Ok(path)
 }
 
 struct Exports {

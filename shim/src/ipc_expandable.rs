@@ -295,22 +295,9 @@ fn export_inner(block: u64, size: u64) -> Result<IpcHandle, String> {
                 .map(|(fd, m)| (fd.as_raw_fd(), m.1))
                 .collect(),
         };
-        let dir = ipc_records::own_dir()?;
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-        for _ in 0..8 {
-            let key = Key {
-                pid,
-                serial,
-                token: ipc_records::token()?,
-            };
-            let path = dir.join(ipc_records::name(pid, serial, key.token));
-            match ipc_records::create_exclusive(&path, &record.bytes()) {
-                Ok(()) => return Ok((key, path, fds)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("creating {}: {e}", path.display())),
-            }
-        }
-        Err(format!("{}: no free record name", dir.display()))
+        let (path, token) = ipc_records::write_new(serial, &record.bytes())?;
+        Ok::<_, String>((Key { pid, serial, token }, path, fds))
     })();
     release_all(&maps);
     let (key, path, fds) = made?;
@@ -383,13 +370,9 @@ pub fn open(h: &IpcHandle, out: *mut u64) -> Option<c_int> {
 }
 
 fn import(key: &Key) -> Result<Import, String> {
-    let uid = ipc_records::uid_of(key.pid)?;
-    let dir = ipc_records::dir_for(uid);
-    ipc_records::check_dir(&dir, uid)?;
-    let path = dir.join(ipc_records::name(key.pid, key.serial, key.token));
-    let v = ipc_records::read_private(&path, uid, |n| n >= 44)
+    let v = ipc_records::read(key.pid, key.serial, key.token, |n| n >= 44)
         .map_err(|e| format!("its record is gone or wrong ({e})"))?;
-    let rec = Record::parse(&v).ok_or_else(|| format!("{} is not a record", path.display()))?;
+    let rec = Record::parse(&v).ok_or("its record is gone or wrong (not a record)")?;
     // SAFETY: pidfd_open with a pid and no flags; the result is checked.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, key.pid as libc::pid_t, 0) };
     if pidfd < 0 {
