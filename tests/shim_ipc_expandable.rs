@@ -88,6 +88,27 @@ fn a_block_inside_an_expandable_segment_opens_at_the_block_in_a_second_process()
 }
 
 #[test]
+fn a_runtime_only_importer_opens_a_block_inside_an_expandable_segment() {
+    let r = run("ipc-exp-runtime", &[("SIM_IPC_RUNTIME_IMPORT", "1")]);
+    assert!(
+        r.stdout.contains("imported ok") && r.stdout.contains("PASS export"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        calls(&r.importer, "cuMemImportFromShareableHandle") >= 1,
+        "{}",
+        r.importer
+    );
+    assert_eq!(calls(&r.importer, "cuCtxSetCurrent"), 0, "{}", r.importer);
+    assert_eq!(
+        r.importer["devices"][0]["live_reservations"], 0,
+        "{}",
+        r.importer
+    );
+}
+
+#[test]
 fn a_process_without_the_shim_is_refused_a_block_inside_an_expandable_segment() {
     let r = run(
         "ipc-exp-refused",

@@ -334,6 +334,11 @@ struct Imports {
 
 static IMPORTS: Lazy<Mutex<Imports>> = Lazy::new(|| Mutex::new(Imports::default()));
 
+/// Whether `h` is a handle of a block inside an expandable segment.
+pub fn is_handle(h: &IpcHandle) -> bool {
+    Key::decode(h).is_some()
+}
+
 /// Open `h` into `out` if it is an expandable-segment handle (else `None`).
 pub fn open(h: &IpcHandle, out: *mut u64) -> Option<c_int> {
     let key = Key::decode(h)?;

@@ -107,6 +107,28 @@ static int import(const char *hex, size_t size) {
     return 0;
 }
 
+/* The same through the runtime alone (no driver call, no context made current first). */
+static int import_runtime(const char *hex, size_t size) {
+    CUipcMemHandle h;
+    cudaIpcMemHandle_t rh;
+    from_hex(hex, &h);
+    memcpy(&rh, &h, sizeof rh);
+    void *p = NULL, *q = NULL;
+    EXPECT(cudaSuccess, cudaIpcOpenMemHandle(&p, rh, cudaIpcMemLazyEnablePeerAccess));
+    EXPECT(cudaSuccess, cudaIpcOpenMemHandle(&q, rh, cudaIpcMemLazyEnablePeerAccess));
+    REQUIRE(p == q);
+    unsigned char *buf = malloc(size);
+    EXPECT(cudaSuccess, cudaMemcpy(buf, p, size, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < size; i++)
+        REQUIRE(buf[i] == pattern(i));
+    EXPECT(cudaSuccess, cudaMemset(p, 0xAB, 16));
+    EXPECT(cudaSuccess, cudaMemset((char *)p + size - 1, 0xCD, 1));
+    EXPECT(cudaSuccess, cudaIpcCloseMemHandle(p));
+    EXPECT(cudaSuccess, cudaIpcCloseMemHandle(q));
+    printf("imported ok\n");
+    return 0;
+}
+
 /* A process without the shim given a handle of a block inside a cached segment: refused
  * with CUDA's error, never a pointer to other memory. */
 static int import_refused(const char *hex) {
@@ -124,6 +146,8 @@ static int import_refused(const char *hex) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "import"))
         return import(argv[2], (size_t)strtoull(argv[3], NULL, 10));
+    if (argc == 4 && !strcmp(argv[1], "import-runtime"))
+        return import_runtime(argv[2], (size_t)strtoull(argv[3], NULL, 10));
     if (argc == 4 && !strcmp(argv[1], "import-refused"))
         return import_refused(argv[2]);
     if (argc < 2)
@@ -170,7 +194,9 @@ int main(int argc, char **argv) {
         char hex[2 * CU_IPC_HANDLE_SIZE + 1], sz[32];
         to_hex(&h, hex);
         snprintf(sz, sizeof sz, "%zu", size);
-        char *child_argv[] = {argv[0], refused ? "import-refused" : "import", hex, sz, NULL};
+        const char *mode = refused ? "import-refused"
+                           : getenv("SIM_IPC_RUNTIME_IMPORT") ? "import-runtime" : "import";
+        char *child_argv[] = {argv[0], (char *)mode, hex, sz, NULL};
         /* The importer's environment: without LD_PRELOAD when SIM_IPC_CHILD_NO_SHIM is set,
          * its own SIMCUDA_REPORT when SIM_IPC_CHILD_REPORT names one. */
         static char *env[512];
