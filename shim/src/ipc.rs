@@ -178,7 +178,8 @@ pub fn export(
         Err(()) => return Some(ERR_INVALID_VALUE),
     };
     if expandable {
-        return Some(crate::ipc_expandable::export(block, size, out));
+        let live = |b: u64, z: u64| matches!(cached_block(s, b), Some(Ok((_, a, n, true))) if a == b && n == z);
+        return Some(crate::ipc_expandable::export(block, size, out, live));
     }
     if block == seg {
         return None;

@@ -9,7 +9,8 @@
 //!   touches, found with `cuMemRetainAllocationHandle` / `cuMemGetAddressRange`) are exported
 //!   as POSIX descriptors (`cuMemExportToShareableHandle`; the cache creates its pages asking
 //!   for that handle type when the device supports it). The descriptors stay open in the
-//!   exporter until it exits. Their numbers, each mapping's size, the block's offset in the
+//!   exporter until it exits, or until an export made after the program freed the block
+//!   (which closes them and removes the record: importers that mapped the pages keep them). Their numbers, each mapping's size, the block's offset in the
 //!   first one, its size and the exporter's start time go into a record file made as
 //!   [`crate::ipc_records`] says (private to the user, exclusive, random name); the handle
 //!   ("CUSHIMX1", pid, serial, token) names it. Exporting the same block on the same pages
@@ -163,6 +164,7 @@ fn start_time(pid: u32) -> Option<u64> {
 
 struct Exported {
     size: u64,
+    record: PathBuf,
     /// The page handles the export was made from (same pages: same handle).
     pages: Vec<u64>,
     handle: IpcHandle,
@@ -235,8 +237,15 @@ fn release_all(maps: &[(u64, u64, u64)]) {
 }
 
 /// Export the block `[block, block + size)` of an expandable segment into `out`.
-pub fn export(block: u64, size: u64, out: *mut IpcHandle) -> c_int {
+/// `live(block, size)`: whether an earlier export's block is still that live block.
+pub fn export(
+    block: u64,
+    size: u64,
+    out: *mut IpcHandle,
+    live: impl Fn(u64, u64) -> bool,
+) -> c_int {
     let _inside = Inside::enter();
+    prune(&live);
     match export_inner(block, size) {
         Ok(h) => {
             if !TOLD.swap(true, Ordering::Relaxed) {
@@ -253,6 +262,24 @@ pub fn export(block: u64, size: u64, out: *mut IpcHandle) -> c_int {
         Err(e) => {
             eprintln!("cushim: IPC handle of block {block:#x} refused (not supported): {e}");
             ERR_NOT_SUPPORTED
+        }
+    }
+}
+
+/// Forget the exports of blocks the program has freed since: their descriptors are closed
+/// and their records removed (importers that mapped them keep their own mappings).
+fn prune(live: &impl Fn(u64, u64) -> bool) {
+    let mut ex = EXPORTS.lock();
+    let dead: Vec<u64> = ex
+        .by_block
+        .iter()
+        .filter(|(b, e)| !live(**b, e.size))
+        .map(|(b, _)| *b)
+        .collect();
+    for b in dead {
+        if let Some(e) = ex.by_block.remove(&b) {
+            ex.files.retain(|f| f != &e.record);
+            let _ = std::fs::remove_file(&e.record);
         }
     }
 }
@@ -305,12 +332,13 @@ fn export_inner(block: u64, size: u64) -> Result<IpcHandle, String> {
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(remove_records) };
     }
-    ex.files.push(path);
+    ex.files.push(path.clone());
     let handle = key.encode();
     ex.by_block.insert(
         block,
         Exported {
             size,
+            record: path,
             pages: handles,
             handle,
             _fds: fds,
