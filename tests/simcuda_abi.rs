@@ -124,6 +124,18 @@ fn vector_add_built_with_nvidia_headers_runs_on_simcuda() {
 }
 
 #[test]
+fn device_props_peers_and_vmm_sharing_built_with_nvidia_headers_agree_on_simcuda() {
+    let Some(inc) = nvidia_includes() else { return };
+    let exe = compile_nvidia(&test_c("sim_peer"), "sim_peer", inc, &["-lcuda"]);
+    for case in ["props", "peer", "vmm_access", "vmm_share"] {
+        let mut cmd = common::sim_cmd(&exe);
+        cmd.arg(case).env("SIMCUDA_DEVICES", "2");
+        let out = common::run_ok(&mut cmd);
+        assert!(out.contains(&format!("PASS {case}")), "{out}");
+    }
+}
+
+#[test]
 fn runtime_program_built_with_nvidia_headers_runs_on_simcuda() {
     run_cases(
         "sim_runtime",

@@ -236,7 +236,9 @@ impl Device for CudaDevice {
 
     fn create_physical(&self, dev: i32, size: u64) -> DevResult<PhysHandle> {
         let _s = self.enter(dev)?;
-        let prop = Self::mem_prop(dev);
+        let mut prop = Self::mem_prop(dev);
+        // Pages that can be exported are what IPC of expandable blocks shares.
+        prop.requestedHandleTypes = crate::ipc_expandable::handle_types(dev);
         let mut h: cu::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid pointers.
         unsafe { check(cu::cuMemCreate(&mut h, size as usize, &prop, 0))? };
@@ -262,6 +264,11 @@ impl Device for CudaDevice {
             if let Err(e) = check(cu::cuMemSetAccess(ptr, size as usize, &desc, 1)) {
                 let _ = cu::cuMemUnmap(ptr, size as usize);
                 return Err(e);
+            }
+            // Devices with peer access to `dev` reach its expandable pages too.
+            if let Err(code) = crate::peer::grant_new_mapping(dev, ptr, size) {
+                let _ = cu::cuMemUnmap(ptr, size as usize);
+                return Err(DeviceError::Driver(code));
             }
         }
         Ok(())

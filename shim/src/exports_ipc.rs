@@ -119,6 +119,12 @@ pub extern "C" fn cudaIpcOpenMemHandle(p: *mut *mut c_void, h: IpcHandle, flags:
             call_real!(cudaIpcOpenMemHandle(out, handle, flags))
         };
         if enabled(Layer::Runtime) {
+            if crate::ipc_expandable::is_handle(&h) {
+                // The runtime makes its device's primary context current on this thread, as
+                // the real open would before mapping.
+                let null = std::ptr::null_mut();
+                let _ = call_real!(cudaFree(null));
+            }
             if let Some(code) = ipc::open(&h, p as *mut u64, real_open) {
                 return lasterror::set(code);
             }

@@ -11,7 +11,11 @@ pub const ERR_INVALID_VALUE: c_int = 1;
 /// `CUDA_ERROR_INVALID_HANDLE` / `cudaErrorInvalidResourceHandle` (400 in both APIs).
 pub const ERR_INVALID_HANDLE: c_int = 400;
 pub const ERR_MEMORY_ALLOCATION: c_int = 2;
+/// `CUDA_ERROR_INVALID_CONTEXT` / `cudaErrorDeviceUninitialized` (201 in both APIs).
+pub const ERR_INVALID_CONTEXT: c_int = 201;
 pub const ERR_CAPTURE_UNSUPPORTED: c_int = 900;
+/// `CUDA_ERROR_NOT_SUPPORTED` / `cudaErrorNotSupported` (801 in both APIs).
+pub const ERR_NOT_SUPPORTED: c_int = 801;
 pub const ERR_UNKNOWN: c_int = 999;
 
 /// Run `f`, turning a panic into `cudaErrorUnknown`.

@@ -10,19 +10,23 @@
 //! - A block at its segment's base (offset 0) gets the driver's own handle: any importer
 //!   maps the segment and finds the block at the pointer it gets. Right bytes, right offset,
 //!   with or without cushim.
-//! - A block at offset N > 0 gets a cushim handle ("CUSHIMH1", the exporter's pid, a
-//!   serial, N and the block size). The driver's handle of the segment is kept in a record
-//!   file `cushim-ipc-<pid>-<serial>` in `CUSHIM_IPC_DIR` (default `/dev/shm`, else the
-//!   temporary directory), removed when the exporter exits. An importer under cushim opens
-//!   the segment with the driver's handle and gets base + N. An importer without cushim
+//! - A block at offset N > 0 gets a cushim handle ("CUSHIMH2", the exporter's pid, a
+//!   serial, N, the block size and a random token). The driver's handle of the segment is
+//!   kept in a record file private to the exporter's user ([`crate::ipc_records`] says where
+//!   and how it is created and checked), removed when the exporter exits. An importer under
+//!   cushim opens the segment with the driver's handle and gets base + N. When the record
+//!   directory fails its checks the export is refused (`CUDA_ERROR_NOT_SUPPORTED`,
+//!   `cudaErrorNotSupported`) with one `cushim:` line: the driver's own handle of an
+//!   interior pointer would open the segment's base, another block. An importer without cushim
 //!   hands the cushim handle to the driver, which refuses it (`CUDA_ERROR_INVALID_VALUE`,
 //!   `cudaErrorInvalidValue`: it is no handle of the driver's); the exporter says so once, on
 //!   stderr, when it first hands out such a handle.
 //! - Exporting the same block again gives the same handle while its segment is the same
 //!   allocation. Opening a handle twice gives the same pointer; each open needs a close
 //!   (the driver's reference count on the segment does the rest).
-//! - Expandable segments (virtual memory) and memory the cache does not own go to the
-//!   driver unchanged (it refuses virtual-memory ranges, as CUDA does).
+//! - A block of an expandable segment (virtual memory, which CUDA refuses to export) gets a
+//!   handle of [`crate::ipc_expandable`], which shares its physical pages.
+//! - Memory the cache does not own goes to the driver unchanged.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -33,7 +37,8 @@ use engine::alloc::info::BlockState;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
-use crate::ffi::{ERR_INVALID_VALUE, SUCCESS};
+use crate::ffi::{ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
+use crate::ipc_records;
 use crate::state::Shim;
 
 /// The 64 opaque bytes of `CUipcMemHandle` / `cudaIpcMemHandle_t`.
@@ -43,7 +48,7 @@ pub struct IpcHandle {
     pub reserved: [u8; 64],
 }
 
-const MAGIC: &[u8; 8] = b"CUSHIMH1";
+const MAGIC: &[u8; 8] = b"CUSHIMH2";
 
 /// A cushim handle's fields.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -52,6 +57,8 @@ struct Ours {
     serial: u32,
     offset: u64,
     size: u64,
+    /// Random: names the record file, so neither can be guessed.
+    token: u64,
 }
 
 impl Ours {
@@ -62,12 +69,13 @@ impl Ours {
         r[12..16].copy_from_slice(&self.serial.to_le_bytes());
         r[16..24].copy_from_slice(&self.offset.to_le_bytes());
         r[24..32].copy_from_slice(&self.size.to_le_bytes());
+        r[32..40].copy_from_slice(&self.token.to_le_bytes());
         IpcHandle { reserved: r }
     }
 
     fn decode(h: &IpcHandle) -> Option<Ours> {
         let r = &h.reserved;
-        if &r[..8] != MAGIC || r[32..].iter().any(|b| *b != 0) {
+        if &r[..8] != MAGIC || r[40..].iter().any(|b| *b != 0) {
             return None;
         }
         let u32_at = |i: usize| u32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
@@ -77,25 +85,9 @@ impl Ours {
             serial: u32_at(12),
             offset: u64_at(16),
             size: u64_at(24),
+            token: u64_at(32),
         })
     }
-}
-
-/// Where record files live.
-fn record_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CUSHIM_IPC_DIR") {
-        return PathBuf::from(d);
-    }
-    let shm = PathBuf::from("/dev/shm");
-    if shm.is_dir() {
-        shm
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-fn record_path(pid: u32, serial: u32) -> PathBuf {
-    record_dir().join(format!("cushim-ipc-{pid}-{serial}"))
 }
 
 /// A record: the driver's handle of the segment, then the block's offset and size.
@@ -107,14 +99,23 @@ fn record_bytes(real: &IpcHandle, o: &Ours) -> Vec<u8> {
 }
 
 fn read_record(o: &Ours) -> Result<IpcHandle, String> {
-    let path = record_path(o.pid, o.serial);
-    let v = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if v.len() != 80 || v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
-        return Err(format!("{}: not the record of this handle", path.display()));
+    let v = ipc_records::read(o.pid, o.serial, o.token, |n| {
+        n == ipc_records::RECORD_LEN as u64
+    })?;
+    if v[64..] != record_bytes(&IpcHandle { reserved: [0; 64] }, o)[64..] {
+        return Err("not the record of this handle".into());
     }
     let mut real = IpcHandle { reserved: [0; 64] };
     real.reserved.copy_from_slice(&v[..64]);
     Ok(real)
+}
+
+/// Create the record of `o` in the exporter's checked directory (setting its token): its
+/// path.
+fn write_record(real: &IpcHandle, o: &mut Ours) -> Result<PathBuf, String> {
+    let (path, token) = ipc_records::write_new(o.serial, &record_bytes(real, o))?;
+    o.token = token;
+    Ok(path)
 }
 
 struct Exports {
@@ -131,6 +132,7 @@ static EXPORTS: Lazy<Mutex<Exports>> = Lazy::new(|| {
 });
 static SERIAL: AtomicU32 = AtomicU32::new(1);
 static TOLD: AtomicBool = AtomicBool::new(false);
+static REFUSED_TOLD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn remove_records() {
     if let Some(e) = Lazy::get(&EXPORTS) {
@@ -140,23 +142,21 @@ extern "C" fn remove_records() {
     }
 }
 
-/// The active block containing `ptr` in a cached, non-expandable segment: (segment base,
-/// block address, block size); `Err(())` when `ptr` is cached memory but no live block.
-fn cached_block(s: &Shim, ptr: u64) -> Option<Result<(u64, u64, u64), ()>> {
+/// The active block containing `ptr` in a cached segment: (segment base, block address,
+/// block size, whether the segment is expandable); `Err(())` when `ptr` is cached memory
+/// but no live block.
+fn cached_block(s: &Shim, ptr: u64) -> Option<Result<(u64, u64, u64, bool), ()>> {
     let dev = s.alloc.owner(ptr)?;
     let segs = s.alloc.segments(dev);
     let seg = segs
         .iter()
         .find(|g| ptr >= g.address && ptr < g.address + g.total_size)?;
-    if seg.is_expandable {
-        return None;
-    }
     Some(
         seg.blocks
             .iter()
             .find(|b| ptr >= b.address && ptr < b.address + b.size)
             .filter(|b| b.state == BlockState::ActiveAllocated)
-            .map(|b| (seg.address, b.address, b.size))
+            .map(|b| (seg.address, b.address, b.size, seg.is_expandable))
             .ok_or(()),
     )
 }
@@ -173,10 +173,14 @@ pub fn export(
     if out.is_null() {
         return None;
     }
-    let (seg, block, size) = match cached_block(s, ptr)? {
+    let (seg, block, size, expandable) = match cached_block(s, ptr)? {
         Ok(b) => b,
         Err(()) => return Some(ERR_INVALID_VALUE),
     };
+    if expandable {
+        let live = |b: u64, z: u64| matches!(cached_block(s, b), Some(Ok((_, a, n, true))) if a == b && n == z);
+        return Some(crate::ipc_expandable::export(block, size, out, live));
+    }
     if block == seg {
         return None;
     }
@@ -191,20 +195,26 @@ pub fn export(
             *ours
         }
         _ => {
-            let o = Ours {
+            let mut o = Ours {
                 pid: std::process::id(),
                 serial: SERIAL.fetch_add(1, Ordering::Relaxed),
                 offset: block - seg,
                 size,
+                token: 0,
             };
-            let path = record_path(o.pid, o.serial);
-            if let Err(e) = std::fs::write(&path, record_bytes(&real, &o)) {
-                eprintln!(
-                    "cushim: IPC handle of block {block:#x}: writing {}: {e}",
-                    path.display()
-                );
-                return Some(crate::ffi::ERR_MEMORY_ALLOCATION);
-            }
+            let path = match write_record(&real, &mut o) {
+                Ok(p) => p,
+                Err(e) => {
+                    if !REFUSED_TOLD.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "cushim: IPC handle of block {block:#x} refused (not supported): \
+                             its record cannot be kept private ({e}); the driver's handle would \
+                             open another block"
+                        );
+                    }
+                    return Some(ERR_NOT_SUPPORTED);
+                }
+            };
             if ex.files.is_empty() {
                 // SAFETY: registering a plain extern "C" function with no arguments.
                 unsafe { libc::atexit(remove_records) };
@@ -239,6 +249,9 @@ pub fn open(
     out: *mut u64,
     real_open: impl FnOnce(*mut u64, IpcHandle) -> c_int,
 ) -> Option<c_int> {
+    if let Some(rc) = crate::ipc_expandable::open(h, out) {
+        return Some(rc);
+    }
     let o = Ours::decode(h)?;
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
@@ -268,6 +281,9 @@ pub fn open(
 
 /// Close `ptr`: `None` when it did not come from [`open`] (the driver answers).
 pub fn close(ptr: u64, real_close: impl FnOnce(u64) -> c_int) -> Option<c_int> {
+    if let Some(rc) = crate::ipc_expandable::close(ptr) {
+        return Some(rc);
+    }
     let base = {
         let imports = Lazy::get(&IMPORTS)?.lock();
         imports.get(&ptr)?.0
@@ -296,11 +312,12 @@ mod tests {
             serial: 3,
             offset: 2 << 20,
             size: 4 << 20,
+            token: 0x1234_5678_9abc_def0,
         };
         assert_eq!(Ours::decode(&o.encode()), Some(o));
         assert_eq!(Ours::decode(&IpcHandle { reserved: [0; 64] }), None);
         let mut other = o.encode();
-        other.reserved[40] = 1;
+        other.reserved[48] = 1;
         assert_eq!(Ours::decode(&other), None);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Invariants: the real function answers first, and its answer stands unless it succeeded
 //! with a non-NULL pointer for an exact known request: a base name whose entry point the
-//! shim hooks (allocation, streams, IPC of cached blocks), asked with at least the CUDA version that introduced the ABI of the hook
+//! shim hooks (allocation, streams, IPC of cached blocks, peer access), asked with at least the CUDA version that introduced the ABI of the hook
 //! (`cuMemAlloc` >= 3020 is `cuMemAlloc_v2`; older requests keep the driver's older entry
 //! point), per-thread variant (`_ptsz`) when flag 2 asks for it or the driver answered with
 //! its `_ptsz` function. Then only the pointer is swapped, for the hook of the same ABI. The
@@ -79,7 +79,8 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
         b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
         other => {
             let ptds = flags & PER_THREAD_FLAG != 0;
-            return crate::exports_vmm::hooked_symbol(other, version, ptds);
+            return crate::exports_vmm::hooked_symbol(other, version, ptds)
+                .or_else(|| crate::peer::hooked_symbol(other, version));
         }
     })
 }
@@ -98,7 +99,8 @@ pub fn by_symbol(name: &[u8]) -> Option<Hook> {
         other => driver_hook(other)
             .or_else(|| crate::exports_address::by_symbol(other))
             .or_else(|| crate::exports_vmm::by_symbol(other))
-            .or_else(|| crate::exports_ipc::by_symbol(other)),
+            .or_else(|| crate::exports_ipc::by_symbol(other))
+            .or_else(|| crate::peer::by_symbol(other)),
     }
 }
 
@@ -270,6 +272,8 @@ mod tests {
         assert!(n > 400, "{n} requests");
         hooked.sort();
         let expect = [
+            "cuCtxDisablePeerAccess 4000 0 cuCtxDisablePeerAccess",
+            "cuCtxEnablePeerAccess 4000 0 cuCtxEnablePeerAccess",
             "cuGetProcAddress 11030 0 cuGetProcAddress",
             "cuGetProcAddress 12000 0 cuGetProcAddress_v2",
             "cuIpcCloseMemHandle 4010 0 cuIpcCloseMemHandle",

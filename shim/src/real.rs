@@ -82,6 +82,8 @@ real_runtime! {
     cudaIpcGetMemHandle: fn(*mut crate::ipc::IpcHandle, *mut c_void) -> c_int;
     cudaIpcOpenMemHandle: fn(*mut *mut c_void, crate::ipc::IpcHandle, c_uint) -> c_int;
     cudaIpcCloseMemHandle: fn(*mut c_void) -> c_int;
+    cudaDeviceEnablePeerAccess: fn(c_int, c_uint) -> c_int;
+    cudaDeviceDisablePeerAccess: fn(c_int) -> c_int;
 }
 
 /// Call a real runtime function, or return `cudaErrorUnknown` (999) if it is missing.

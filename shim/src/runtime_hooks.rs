@@ -38,6 +38,8 @@ runtime_hooks! {
     cudaIpcGetMemHandle => crate::exports_ipc::cudaIpcGetMemHandle,
     cudaIpcOpenMemHandle => crate::exports_ipc::cudaIpcOpenMemHandle,
     cudaIpcCloseMemHandle => crate::exports_ipc::cudaIpcCloseMemHandle,
+    cudaDeviceEnablePeerAccess => crate::peer::cudaDeviceEnablePeerAccess,
+    cudaDeviceDisablePeerAccess => crate::peer::cudaDeviceDisablePeerAccess,
 }
 
 #[cfg(test)]

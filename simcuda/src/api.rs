@@ -74,6 +74,10 @@ entry_points! {
     cuDeviceGetUuid, cuDeviceGetUuid_v2, cuMemcpy, cuMemcpy_ptds, cuMemcpyAsync, cuMemcpyAsync_ptsz,
     cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle,
     cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
+    cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess, cuMemcpyPeer,
+    cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess, cudaDeviceDisablePeerAccess,
+    cudaMemcpyPeer, cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
+    cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle, cuMemGetAccess,
 }
 
 /// Number of entry points.

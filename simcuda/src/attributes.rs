@@ -3,7 +3,8 @@
 //! (compute capability 9.0, 132 SMs) would answer, so a client's start-up (NVIDIA's runtime
 //! asks for nearly all of them, numba-cuda and cudarc for many) sees a real device.
 //! Policy: values are a real H100's where simcuda's behaviour does not differ; where it does,
-//! the value says what simcuda does (virtual memory management follows `SIMCUDA_VMM`; pageable
+//! the value says what simcuda does (virtual memory management and its POSIX descriptor
+//! export follow `SIMCUDA_VMM`; pageable
 //! memory is not device-accessible; no NVSwitch multicast, MPS, NUMA or Windows handles).
 //! Anything outside 1 ..= 143 is `CUDA_ERROR_INVALID_VALUE`, as in the driver.
 
@@ -92,7 +93,7 @@ pub fn value(attr: c_int, ordinal: usize, vmm: bool) -> Option<c_int> {
         99 => 1,      // host register
         100 | 101 => 0, // pageable via host page tables, direct managed access from host
         102 => vmm as c_int, // virtual memory management
-        103 => 0,     // POSIX fd export: simcuda cannot export VMM handles
+        103 => vmm as c_int, // POSIX fd export of VMM handles (a memfd)
         104 | 105 => 0, // Win32 handles
         106 => 32,    // blocks per SM
         107 => 0,     // generic compression: simcuda does not compress

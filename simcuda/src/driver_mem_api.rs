@@ -59,10 +59,15 @@ pub fn copy_job(
     }))
 }
 
-/// Fill `n` bytes of device memory at `dst` with `value`.
-pub fn set_job(dst: usize, value: u8, n: usize) -> Result<stream::Job, CUresult> {
+/// Fill `n` bytes of device memory at `dst` with `value`, on a stream of device `dev`: a
+/// kernel of `dev`, so virtual-memory pages `dev` was not granted read-write access to fail
+/// it (`CUDA_ERROR_ILLEGAL_ADDRESS`, here at the call), as on a GPU.
+pub fn set_job(dst: usize, value: u8, n: usize, dev: usize) -> Result<stream::Job, CUresult> {
     if n > 0 {
         memory::check_device_range(dst, n)?;
+        if !vmm::writable_by(dst, n, dev) {
+            return Err(ILLEGAL_ADDRESS);
+        }
     }
     Ok(Box::new(move || {
         if n > 0 {
@@ -333,7 +338,7 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: u64, h: *mut c_void) -> CUresult {
     })
 }
 
-fn copy_c(
+pub(crate) fn copy_c(
     dst: usize,
     src: usize,
     n: usize,
@@ -389,7 +394,7 @@ pub extern "C" fn cuMemcpyDtoD_v2_ptds(dst: u64, src: u64, n: usize) -> CUresult
 
 fn set_c(dst: u64, value: u8, n: usize, ptds: bool) -> Result<(), CUresult> {
     let s = drv_stream(std::ptr::null_mut(), ptds)?;
-    stream::run_sync(&s, set_job(dst as usize, value, n)?)
+    stream::run_sync(&s, set_job(dst as usize, value, n, s.device)?)
 }
 
 #[no_mangle]
@@ -449,7 +454,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, h: *mut c_v
 pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, h: *mut c_void) -> CUresult {
     driver(Api::cuMemsetD8Async, || {
         let s = drv_stream(h, false)?;
-        stream::run_async(&s, set_job(dst as usize, value, n)?)
+        stream::run_async(&s, set_job(dst as usize, value, n, s.device)?)
     })
 }
 
@@ -543,7 +548,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
 pub extern "C" fn cuMemsetD8Async_ptsz(dst: u64, value: u8, n: usize, h: *mut c_void) -> CUresult {
     driver(Api::cuMemsetD8Async_ptsz, || {
         let s = drv_stream(h, true)?;
-        stream::run_async(&s, set_job(dst as usize, value, n)?)
+        stream::run_async(&s, set_job(dst as usize, value, n, s.device)?)
     })
 }
 

@@ -14,12 +14,16 @@ pub const INVALID_DEVICE_POINTER: CUresult = 17;
 pub const INVALID_MEMCPY_DIRECTION: CUresult = 21;
 pub const NO_DEVICE: CUresult = 100;
 pub const INVALID_DEVICE: CUresult = 101;
+pub const PEER_ACCESS_UNSUPPORTED: CUresult = 217;
 pub const INVALID_CONTEXT: CUresult = 201;
 pub const MAP_FAILED: CUresult = 205;
 pub const INVALID_HANDLE: CUresult = 400;
 pub const ILLEGAL_STATE: CUresult = 401;
 pub const NOT_FOUND: CUresult = 500;
 pub const NOT_READY: CUresult = 600;
+pub const PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+pub const PEER_ACCESS_NOT_ENABLED: CUresult = 705;
+pub const ILLEGAL_ADDRESS: CUresult = 700;
 pub const NOT_PERMITTED: CUresult = 800;
 pub const NOT_SUPPORTED: CUresult = 801;
 pub const STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
@@ -108,6 +112,24 @@ const TABLE: &[(CUresult, &str, &str, &str)] = &[
         "CUDA_ERROR_NOT_FOUND",
         "cudaErrorSymbolNotFound",
         "named symbol not found",
+    ),
+    (
+        217,
+        "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+        "cudaErrorPeerAccessUnsupported",
+        "peer access is not supported between these two devices",
+    ),
+    (
+        704,
+        "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+        "cudaErrorPeerAccessAlreadyEnabled",
+        "peer access is already enabled",
+    ),
+    (
+        705,
+        "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+        "cudaErrorPeerAccessNotEnabled",
+        "peer access has not been enabled",
     ),
     (
         600,

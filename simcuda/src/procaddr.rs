@@ -158,6 +158,15 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuIpcOpenMemHandle", 4010, false, crate::ipc::cuIpcOpenMemHandle as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuIpcOpenMemHandle", 11000, false, crate::ipc::cuIpcOpenMemHandle_v2 as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuIpcCloseMemHandle", 4010, false, crate::ipc::cuIpcCloseMemHandle as extern "C" fn(_) -> _),
+        e!("cuDeviceCanAccessPeer", 4000, false, crate::peer::cuDeviceCanAccessPeer as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuCtxEnablePeerAccess", 4000, false, crate::peer::cuCtxEnablePeerAccess as extern "C" fn(_, _) -> _),
+        e!("cuCtxDisablePeerAccess", 4000, false, crate::peer::cuCtxDisablePeerAccess as extern "C" fn(_) -> _),
+        e!("cuMemcpyPeer", 4000, false, crate::peer::cuMemcpyPeer as extern "C" fn(_, _, _, _, _) -> _),
+        e!("cuMemExportToShareableHandle", 10020, false, crate::vmm_share::cuMemExportToShareableHandle as unsafe extern "C" fn(_, _, _, _) -> _),
+        e!("cuMemImportFromShareableHandle", 10020, false, crate::vmm_share::cuMemImportFromShareableHandle as unsafe extern "C" fn(_, _, _) -> _),
+        e!("cuMemRetainAllocationHandle", 11000, false, crate::vmm_share::cuMemRetainAllocationHandle as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemGetAllocationPropertiesFromHandle", 10020, false, crate::vmm_share::cuMemGetAllocationPropertiesFromHandle as unsafe extern "C" fn(_, _) -> _),
+        e!("cuMemGetAccess", 10020, false, crate::vmm_share::cuMemGetAccess as unsafe extern "C" fn(_, _, _) -> _),
     ]
 });
 

@@ -5,11 +5,11 @@
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::api::{last_error, out, runtime, Api};
+use crate::device_prop::DeviceProp;
 use crate::driver_api::{attribute, device_name, end_capture, write_name, HostFn};
 use crate::error::*;
 use crate::state::{self, runtime_device};
 use crate::stream::{self, Stream};
-use crate::types::{DevicePropHead, DEVICE_PROP_SIZE};
 use crate::{capture, event};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -62,29 +62,15 @@ fn device_props(prop: *mut c_void, dev: c_int) -> Result<(), CUresult> {
     runtime_device()?;
     let d = state::device(usize::try_from(dev).map_err(|_| INVALID_DEVICE)?)?;
     let a = |n| attribute(n, d.ordinal).ok().flatten().unwrap_or(0);
-    // SAFETY: the caller passes a `struct cudaDeviceProp` (CUDA 12 layout, DEVICE_PROP_SIZE
-    // bytes); we zero it and fill its leading fields.
+    // SAFETY: the caller passes a `struct cudaDeviceProp` (CUDA 12 layout, 1032 bytes,
+    // which `DeviceProp` is); we zero it and fill every field.
     unsafe {
-        std::ptr::write_bytes(prop as *mut u8, 0, DEVICE_PROP_SIZE);
-        let p = &mut *(prop as *mut DevicePropHead);
+        std::ptr::write_bytes(prop as *mut u8, 0, std::mem::size_of::<DeviceProp>());
+        let p = &mut *(prop as *mut DeviceProp);
         write_name(p.name.as_mut_ptr(), p.name.len(), &device_name(d.ordinal))?;
         p.uuid = crate::uuid::of(d.ordinal);
         p.total_global_mem = d.ledger.capacity as usize;
-        p.shared_mem_per_block = a(8) as usize;
-        p.regs_per_block = a(12);
-        p.warp_size = a(10);
-        p.mem_pitch = i32::MAX as usize;
-        p.max_threads_per_block = a(1);
-        p.max_threads_dim = [a(2), a(3), a(4)];
-        p.max_grid_size = [a(5), a(6), a(7)];
-        p.clock_rate = a(13);
-        p.total_const_mem = a(9) as usize;
-        p.major = a(75);
-        p.minor = a(76);
-        p.texture_alignment = a(14) as usize;
-        p.texture_pitch_alignment = 32;
-        p.device_overlap = 1;
-        p.multi_processor_count = a(16);
+        crate::device_prop::fill(p, a);
     }
     Ok(())
 }

@@ -157,7 +157,7 @@ pub(crate) fn memset_on(
     wait: bool,
 ) -> Result<(), CUresult> {
     let s = stream_of(h, d)?;
-    let job = set_job(dst as usize, value as u8, n)?;
+    let job = set_job(dst as usize, value as u8, n, s.device)?;
     if wait {
         stream::run_sync(&s, job)
     } else {

@@ -2,8 +2,14 @@
 //! physical allocations are memfds charged to their device, `cuMemMap` maps a memfd
 //! `MAP_FIXED` (still inaccessible), `cuMemSetAccess` `mprotect`s it, `cuMemUnmap` puts
 //! `PROT_NONE` anonymous memory back so touching the range faults. Granularity 2 MiB.
+//! Access is kept per device and granule (`cuMemSetAccess` sets the listed devices only, as
+//! CUDA does; `cuMemGetAccess` reads one device's); the host protection is the union over
+//! devices, so a range is device memory for copies when any device may read and write it;
+//! a memset (a kernel of its stream's device) needs that device's write access.
+//! A physical allocation counts references (`cuMemCreate`, `cuMemImportFromShareableHandle`
+//! and `cuMemRetainAllocationHandle` add one, `cuMemRelease` drops one).
 //! Invariant: every mapping lies inside one reservation and never overlaps another; a
-//! physical allocation's bytes stay charged until it is both released and unmapped everywhere.
+//! physical allocation's bytes stay charged until it has no reference and no mapping left.
 
 use crate::error::*;
 use crate::state::{device, Device};
@@ -19,13 +25,23 @@ pub const GRANULARITY: usize = 2 << 20;
 
 const ALLOCATION_TYPE_PINNED: i32 = 1;
 const LOCATION_TYPE_DEVICE: i32 = 1;
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+pub const HANDLE_TYPE_POSIX_FD: i32 = 1;
 
 struct Mapping {
     size: usize,
     handle: u64,
     device: usize,
-    /// Protection per granule.
-    prot: Vec<i32>,
+    /// Per granule: bit `d` of `.0` says device `d` may read, of `.1` that it may write.
+    access: Vec<(u64, u64)>,
+}
+
+impl Mapping {
+    /// The host protection of granule `i`: the union over devices.
+    fn prot(&self, i: usize) -> i32 {
+        let (r, w) = self.access[i];
+        (if r != 0 { libc::PROT_READ } else { 0 }) | (if w != 0 { libc::PROT_WRITE } else { 0 })
+    }
 }
 
 struct Reservation {
@@ -39,7 +55,12 @@ struct Physical {
     size: usize,
     device: usize,
     maps: usize,
-    released: bool,
+    /// References the program holds; the handle is dead at zero.
+    refs: usize,
+    /// `CUmemAllocationHandleType` bits requested at creation.
+    handle_types: i32,
+    /// Whether `size` is charged to the device (imported memory is the exporter's).
+    charged: bool,
 }
 
 #[derive(Default)]
@@ -187,13 +208,13 @@ fn unmapped(v: &mut Vmm, handle: u64) {
     let free = match v.handles.get_mut(&handle) {
         Some(p) => {
             p.maps -= 1;
-            p.released && p.maps == 0
+            p.refs == 0 && p.maps == 0
         }
         None => false,
     };
     if free {
         if let Some(p) = v.handles.remove(&handle) {
-            if let Ok(d) = device(p.device) {
+            if let (true, Ok(d)) = (p.charged, device(p.device)) {
                 d.ledger.release(p.size as u64);
             }
         }
@@ -211,8 +232,10 @@ pub fn create(size: usize, prop: *const MemAllocationProp, flags: u64) -> Result
     if !d.ledger.try_charge(size as u64) {
         return Err(OUT_OF_MEMORY);
     }
-    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"simcuda-physical".as_ptr(), libc::MFD_CLOEXEC) };
+    // The name carries the device, so an importer of the descriptor knows it.
+    let name = std::ffi::CString::new(format!("{MEMFD_PREFIX}{dev}")).map_err(|_| INVALID_VALUE)?;
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         d.ledger.release(size as u64);
         return Err(OUT_OF_MEMORY);
@@ -224,36 +247,174 @@ pub fn create(size: usize, prop: *const MemAllocationProp, flags: u64) -> Result
         d.ledger.release(size as u64);
         return Err(OUT_OF_MEMORY);
     }
+    // SAFETY: validate_prop checked that `prop` is non-NULL.
+    let handle_types = unsafe { (*prop).requested_handle_types };
+    Ok(insert(Physical {
+        fd,
+        size,
+        device: dev,
+        maps: 0,
+        refs: 1,
+        handle_types,
+        charged: true,
+    }))
+}
+
+/// Prefix of the memfd names (then the device ordinal).
+pub const MEMFD_PREFIX: &str = "simcuda-physical-dev";
+
+/// Record a new physical allocation holding one reference: its handle.
+fn insert(p: Physical) -> u64 {
+    let dev = p.device;
     let mut v = VMM.lock();
     let h = v.next_handle;
     v.next_handle += 1;
-    v.handles.insert(
-        h,
-        Physical {
-            fd,
-            size,
-            device: dev,
-            maps: 0,
-            released: false,
-        },
-    );
-    d.ledger
-        .live_physical_handles
-        .fetch_add(1, Ordering::Relaxed);
+    v.handles.insert(h, p);
+    drop(v);
+    if let Ok(d) = device(dev) {
+        d.ledger
+            .live_physical_handles
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    h
+}
+
+/// `cuMemExportToShareableHandle` for POSIX descriptors: a new descriptor of the memfd
+/// (the caller owns it). Only for allocations created with that handle type, as in CUDA.
+pub fn export_fd(handle: u64) -> Result<i32, CUresult> {
+    let v = VMM.lock();
+    let p = v
+        .handles
+        .get(&handle)
+        .filter(|p| p.refs > 0)
+        .ok_or(INVALID_VALUE)?;
+    if p.handle_types & HANDLE_TYPE_POSIX_FD == 0 {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: duplicating a descriptor we own; the result is checked.
+    let fd = unsafe { libc::fcntl(p.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(OUT_OF_MEMORY);
+    }
+    Ok(fd)
+}
+
+/// `cuMemImportFromShareableHandle` for POSIX descriptors: a new handle on the memory of
+/// `fd`, which must be a simcuda physical allocation (its device is in its name). The caller
+/// keeps `fd`. The memory stays charged to the exporter.
+pub fn import_fd(fd: i32) -> Result<u64, CUresult> {
+    supported()?;
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|_| INVALID_VALUE)?;
+    let link = link.to_string_lossy();
+    let dev: usize = link
+        .strip_prefix("/memfd:")
+        .and_then(|n| n.strip_prefix(MEMFD_PREFIX))
+        .and_then(|n| n.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .ok_or(INVALID_VALUE)?;
+    device(dev)?;
+    // SAFETY: fstat into a zeroed stat; the result is checked.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(INVALID_VALUE);
+    }
+    let size = usize::try_from(st.st_size).map_err(|_| INVALID_VALUE)?;
+    if size == 0 || !aligned(size) {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: duplicating the caller's descriptor; the result is checked.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(OUT_OF_MEMORY);
+    }
+    Ok(insert(Physical {
+        // SAFETY: `dup` is a fresh descriptor we own.
+        fd: unsafe { OwnedFd::from_raw_fd(dup) },
+        size,
+        device: dev,
+        maps: 0,
+        refs: 1,
+        handle_types: HANDLE_TYPE_POSIX_FD,
+        charged: false,
+    }))
+}
+
+/// `cuMemRetainAllocationHandle`: the handle mapped at `addr`, with one more reference.
+pub fn retain(addr: usize) -> Result<u64, CUresult> {
+    let mut v = VMM.lock();
+    let (&base, r) = v
+        .reservations
+        .range(..=addr)
+        .next_back()
+        .ok_or(INVALID_VALUE)?;
+    if addr >= base + r.size {
+        return Err(INVALID_VALUE);
+    }
+    let (&a, m) = r.mappings.range(..=addr).next_back().ok_or(INVALID_VALUE)?;
+    if addr >= a + m.size {
+        return Err(INVALID_VALUE);
+    }
+    let h = m.handle;
+    let p = v.handles.get_mut(&h).ok_or(INVALID_VALUE)?;
+    p.refs += 1;
+    let dev = p.device;
+    drop(v);
+    if let Ok(d) = device(dev) {
+        d.ledger
+            .live_physical_handles
+            .fetch_add(1, Ordering::Relaxed);
+    }
     Ok(h)
 }
 
-/// `cuMemRelease`: the handle dies now; the memory when its last mapping goes.
+/// `cuMemGetAllocationPropertiesFromHandle`: (device, requested handle types).
+pub fn properties(handle: u64) -> Result<(usize, i32), CUresult> {
+    let v = VMM.lock();
+    let p = v
+        .handles
+        .get(&handle)
+        .filter(|p| p.refs > 0)
+        .ok_or(INVALID_VALUE)?;
+    Ok((p.device, p.handle_types))
+}
+
+/// `cuMemGetAccess`: device `dev`'s access to the mapped granule at `addr` (0, 1 or 3).
+pub fn get_access(addr: usize, dev: usize) -> Result<u64, CUresult> {
+    device(dev)?;
+    let v = VMM.lock();
+    let (&base, r) = v
+        .reservations
+        .range(..=addr)
+        .next_back()
+        .ok_or(INVALID_VALUE)?;
+    if addr >= base + r.size {
+        return Err(INVALID_VALUE);
+    }
+    let (&a, m) = r.mappings.range(..=addr).next_back().ok_or(INVALID_VALUE)?;
+    if addr >= a + m.size {
+        return Err(INVALID_VALUE);
+    }
+    let (rd, wr) = m.access[(addr - a) / GRANULARITY];
+    let bit = 1u64 << dev;
+    Ok(match (rd & bit != 0, wr & bit != 0) {
+        (true, true) => 3,
+        (true, false) => 1,
+        _ => 0,
+    })
+}
+
+/// `cuMemRelease`: drops one reference; the handle dies with its last, the memory when its
+/// last mapping goes too.
 pub fn release(handle: u64) -> Result<(), CUresult> {
     let mut v = VMM.lock();
     let p = v
         .handles
         .get_mut(&handle)
-        .filter(|p| !p.released)
+        .filter(|p| p.refs > 0)
         .ok_or(INVALID_VALUE)?;
-    p.released = true;
-    let (dev, size, maps) = (p.device, p.size, p.maps);
-    if maps == 0 {
+    p.refs -= 1;
+    let (dev, size, gone, charged) = (p.device, p.size, p.refs == 0 && p.maps == 0, p.charged);
+    if gone {
         v.handles.remove(&handle);
     }
     drop(v);
@@ -261,7 +422,7 @@ pub fn release(handle: u64) -> Result<(), CUresult> {
         d.ledger
             .live_physical_handles
             .fetch_sub(1, Ordering::Relaxed);
-        if maps == 0 {
+        if gone && charged {
             d.ledger.release(size as u64);
         }
     }
@@ -294,7 +455,7 @@ pub fn map(
     }
     let mut v = VMM.lock();
     let (fd, psize, pdev) = match v.handles.get(&handle) {
-        Some(p) if !p.released => (p.fd.as_raw_fd(), p.size, p.device),
+        Some(p) if p.refs > 0 => (p.fd.as_raw_fd(), p.size, p.device),
         _ => return Err(INVALID_VALUE),
     };
     if size > psize {
@@ -329,7 +490,7 @@ pub fn map(
             size,
             handle,
             device: pdev,
-            prot: vec![libc::PROT_NONE; size / GRANULARITY],
+            access: vec![(0, 0); size / GRANULARITY],
         },
     );
     if let Some(p) = v.handles.get_mut(&handle) {
@@ -397,32 +558,39 @@ pub fn set_access(
     }
     // SAFETY: the caller passes `count` descriptors at `desc`.
     let descs = unsafe { std::slice::from_raw_parts(desc, count) };
-    let mut prot = libc::PROT_NONE;
+    // (device bit, may read, may write) per descriptor.
+    let mut set = Vec::with_capacity(count);
     for d in descs {
         if d.location.type_ != LOCATION_TYPE_DEVICE {
             return Err(INVALID_VALUE);
         }
-        device(usize::try_from(d.location.id).map_err(|_| INVALID_DEVICE)?)?;
-        prot |= match d.flags {
-            0 => libc::PROT_NONE,
-            1 => libc::PROT_READ,
-            3 => libc::PROT_READ | libc::PROT_WRITE,
+        let dev = device(usize::try_from(d.location.id).map_err(|_| INVALID_DEVICE)?)?;
+        let (rd, wr) = match d.flags {
+            0 => (false, false),
+            1 => (true, false),
+            3 => (true, true),
             _ => return Err(INVALID_VALUE),
         };
+        set.push((1u64 << dev.ordinal, rd, wr));
     }
     let mut v = VMM.lock();
     let r = reservation_of(&mut v, ptr, size)?;
     let starts = tiling(r, ptr, size, false)?;
-    // SAFETY: the range is fully mapped by our own memfd mappings.
-    if unsafe { libc::mprotect(ptr as *mut libc::c_void, size, prot) } != 0 {
-        return Err(INVALID_VALUE);
-    }
     for a in starts {
         if let Some(m) = r.mappings.get_mut(&a) {
-            for (i, p) in m.prot.iter_mut().enumerate() {
+            for i in 0..m.access.len() {
                 let g = a + i * GRANULARITY;
-                if g >= ptr && g < ptr + size {
-                    *p = prot;
+                if g < ptr || g >= ptr + size {
+                    continue;
+                }
+                for &(bit, rd, wr) in &set {
+                    let (r, w) = &mut m.access[i];
+                    *r = if rd { *r | bit } else { *r & !bit };
+                    *w = if wr { *w | bit } else { *w & !bit };
+                }
+                // SAFETY: the granule is mapped by our own memfd mapping.
+                if unsafe { libc::mprotect(g as *mut libc::c_void, GRANULARITY, m.prot(i)) } != 0 {
+                    return Err(INVALID_VALUE);
                 }
             }
         }
@@ -439,6 +607,29 @@ pub fn mapping_range(addr: usize) -> Option<(usize, usize)> {
     }
     let (&a, m) = r.mappings.range(..=addr).next_back()?;
     (addr < a + m.size).then_some((a, m.size))
+}
+
+/// Whether device `dev` may write all of `[addr, addr + len)`: true outside virtual-memory
+/// reservations (other memory is not governed by per-device access here).
+pub fn writable_by(addr: usize, len: usize, dev: usize) -> bool {
+    let v = VMM.lock();
+    let Some((&base, r)) = v.reservations.range(..=addr).next_back() else {
+        return true;
+    };
+    if addr >= base + r.size {
+        return true;
+    }
+    let end = addr.saturating_add(len.max(1));
+    let bit = 1u64 << dev.min(63);
+    r.mappings
+        .range(..end)
+        .rev()
+        .take_while(|(&a, m)| a + m.size > addr)
+        .all(|(&a, m)| {
+            let first = addr.saturating_sub(a) / GRANULARITY;
+            let last = (end.min(a + m.size) - 1 - a) / GRANULARITY;
+            (first..=last).all(|i| m.access[i].1 & bit != 0 && m.access[i].0 & bit != 0)
+        })
 }
 
 /// If `[addr, addr + len)` is mapped read-write, the device of its memory.
@@ -463,10 +654,7 @@ pub fn accessible(addr: usize, len: usize) -> Option<usize> {
         }
         let first = (at - a) / GRANULARITY;
         let last = (end.min(a + m.size) - 1 - a) / GRANULARITY;
-        if m.prot[first..=last]
-            .iter()
-            .any(|p| *p != libc::PROT_READ | libc::PROT_WRITE)
-        {
+        if (first..=last).any(|i| m.prot(i) != libc::PROT_READ | libc::PROT_WRITE) {
             return None;
         }
         dev = Some(m.device);

@@ -7,8 +7,10 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "sim_check.h"
@@ -33,8 +35,52 @@ static void from_hex(const char *s, CUipcMemHandle *h) {
 
 static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
 
+
+/* The record files cushim keeps in CUSHIM_IPC_DIR (names starting "cushim-ipc-"): with
+ * SIM_IPC_SHOW_RECORDS, print each one's mode and owner; with SIM_IPC_TAMPER=link|open,
+ * play a local attacker on each: replace it by a symbolic link to a copy of itself, or
+ * make it readable by everyone. */
+static void records(void) {
+    const char *dir = getenv("CUSHIM_IPC_DIR"), *tamper = getenv("SIM_IPC_TAMPER");
+    if (!dir || (!tamper && !getenv("SIM_IPC_SHOW_RECORDS")))
+        return;
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "cushim-ipc-", 11))
+            continue;
+        char path[4096], copy[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        REQUIRE(lstat(path, &st) == 0);
+        if (!tamper) {
+            printf("record %s mode %o uid %u\n", e->d_name, (unsigned)(st.st_mode & 07777),
+                   (unsigned)st.st_uid);
+        } else if (!strcmp(tamper, "link")) {
+            snprintf(copy, sizeof copy, "%s/planted-%s", dir, e->d_name);
+            REQUIRE(rename(path, copy) == 0 && symlink(copy, path) == 0);
+        } else if (!strcmp(tamper, "open")) {
+            REQUIRE(chmod(path, 0644) == 0);
+        }
+    }
+    closedir(d);
+}
+
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    REQUIRE(d != NULL);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
 static int import(const char *hex, size_t size) {
     init_ctx();
+    records();
+    int fds_before = open_fds();
     CUipcMemHandle h, zero;
     from_hex(hex, &h);
     memset(&zero, 0, sizeof zero);
@@ -56,6 +102,29 @@ static int import(const char *hex, size_t size) {
     EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(p));
     EXPECT(CUDA_SUCCESS, cuIpcCloseMemHandle(q));
     EXPECT(CUDA_ERROR_INVALID_VALUE, cuIpcCloseMemHandle(p));
+    printf("importer descriptors left %d\n", open_fds() - fds_before);
+    printf("imported ok\n");
+    return 0;
+}
+
+/* The same through the runtime alone (no driver call, no context made current first). */
+static int import_runtime(const char *hex, size_t size) {
+    CUipcMemHandle h;
+    cudaIpcMemHandle_t rh;
+    from_hex(hex, &h);
+    memcpy(&rh, &h, sizeof rh);
+    void *p = NULL, *q = NULL;
+    EXPECT(cudaSuccess, cudaIpcOpenMemHandle(&p, rh, cudaIpcMemLazyEnablePeerAccess));
+    EXPECT(cudaSuccess, cudaIpcOpenMemHandle(&q, rh, cudaIpcMemLazyEnablePeerAccess));
+    REQUIRE(p == q);
+    unsigned char *buf = malloc(size);
+    EXPECT(cudaSuccess, cudaMemcpy(buf, p, size, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < size; i++)
+        REQUIRE(buf[i] == pattern(i));
+    EXPECT(cudaSuccess, cudaMemset(p, 0xAB, 16));
+    EXPECT(cudaSuccess, cudaMemset((char *)p + size - 1, 0xCD, 1));
+    EXPECT(cudaSuccess, cudaIpcCloseMemHandle(p));
+    EXPECT(cudaSuccess, cudaIpcCloseMemHandle(q));
     printf("imported ok\n");
     return 0;
 }
@@ -64,6 +133,7 @@ static int import(const char *hex, size_t size) {
  * with CUDA's error, never a pointer to other memory. */
 static int import_refused(const char *hex) {
     init_ctx();
+    records();
     CUipcMemHandle h;
     from_hex(hex, &h);
     CUdeviceptr p = 0;
@@ -76,6 +146,8 @@ static int import_refused(const char *hex) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "import"))
         return import(argv[2], (size_t)strtoull(argv[3], NULL, 10));
+    if (argc == 4 && !strcmp(argv[1], "import-runtime"))
+        return import_runtime(argv[2], (size_t)strtoull(argv[3], NULL, 10));
     if (argc == 4 && !strcmp(argv[1], "import-refused"))
         return import_refused(argv[2]);
     if (argc < 2)
@@ -101,6 +173,13 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemcpyHtoD(b, buf, size));
         CUipcMemHandle h, h2;
         cudaIpcMemHandle_t rh;
+        if (getenv("SIM_IPC_EXPECT_EXPORT_REFUSED")) {
+            /* cushim cannot keep the handle's record private: refused, in both APIs */
+            EXPECT(CUDA_ERROR_NOT_SUPPORTED, cuIpcGetMemHandle(&h, b));
+            EXPECT(cudaErrorNotSupported, cudaIpcGetMemHandle(&rh, (void *)b));
+            printf("export refused\n");
+            return 0;
+        }
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
         REQUIRE(!memcmp(&h, &h2, sizeof h));
@@ -115,17 +194,27 @@ int main(int argc, char **argv) {
         char hex[2 * CU_IPC_HANDLE_SIZE + 1], sz[32];
         to_hex(&h, hex);
         snprintf(sz, sizeof sz, "%zu", size);
-        char *child_argv[] = {argv[0], refused ? "import-refused" : "import", hex, sz, NULL};
-        char **env = environ;
-        if (getenv("SIM_IPC_CHILD_NO_SHIM")) {
-            static char *clean[512];
-            int n = 0;
-            for (char **e = environ; *e && n < 510; e++)
-                if (strncmp(*e, "LD_PRELOAD=", 11))
-                    clean[n++] = *e;
-            clean[n] = NULL;
-            env = clean;
+        const char *mode = refused ? "import-refused"
+                           : getenv("SIM_IPC_RUNTIME_IMPORT") ? "import-runtime" : "import";
+        char *child_argv[] = {argv[0], (char *)mode, hex, sz, NULL};
+        /* The importer's environment: without LD_PRELOAD when SIM_IPC_CHILD_NO_SHIM is set,
+         * its own SIMCUDA_REPORT when SIM_IPC_CHILD_REPORT names one. */
+        static char *env[512];
+        static char child_report[4200];
+        const char *cr = getenv("SIM_IPC_CHILD_REPORT");
+        int n = 0;
+        for (char **e = environ; *e && n < 509; e++) {
+            if (getenv("SIM_IPC_CHILD_NO_SHIM") && !strncmp(*e, "LD_PRELOAD=", 11))
+                continue;
+            if (cr && !strncmp(*e, "SIMCUDA_REPORT=", 15))
+                continue;
+            env[n++] = *e;
         }
+        if (cr) {
+            snprintf(child_report, sizeof child_report, "SIMCUDA_REPORT=%s", cr);
+            env[n++] = child_report;
+        }
+        env[n] = NULL;
         pid_t pid;
         REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, child_argv, env) == 0);
         int status = 0;
@@ -143,6 +232,34 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < asize; i++)
             REQUIRE(na[i] == 0x11);
         printf("offset_in_pair=%lld\nPASS export\n", (long long)(b - a));
+    }
+    CASE("prune") {
+        /* Under the shim with expandable segments: the record (and descriptors) of a block
+         * the program freed go at the next export. Prints the record count after each step. */
+        init_ctx();
+        const char *dir = getenv("CUSHIM_IPC_DIR");
+        REQUIRE(dir != NULL);
+        CUdeviceptr a, b, c;
+        CUipcMemHandle h;
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&a, 2 * MiB));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&b, 3 * MiB));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
+        int n1 = 0, n2 = 0, n3 = 0;
+        struct dirent *e;
+        DIR *d = opendir(dir);
+        while ((e = readdir(d)) != NULL) n1 += !strncmp(e->d_name, "cushim-ipc-", 11);
+        closedir(d);
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, a));
+        d = opendir(dir);
+        while ((e = readdir(d)) != NULL) n2 += !strncmp(e->d_name, "cushim-ipc-", 11);
+        closedir(d);
+        EXPECT(CUDA_SUCCESS, cuMemFree(b));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&c, 1 * MiB));
+        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, c));
+        d = opendir(dir);
+        while ((e = readdir(d)) != NULL) n3 += !strncmp(e->d_name, "cushim-ipc-", 11);
+        closedir(d);
+        printf("records %d %d %d\nPASS prune\n", n1, n2, n3);
     }
     CASE("handles") {
         /* Not device memory: refused. A freed and reallocated allocation: a new handle. */
