@@ -88,9 +88,16 @@ fn records_are_created_0600_and_planted_links_in_the_directory_are_never_followe
 
 #[test]
 fn the_default_directory_is_the_users_own_mode_0700() {
-    let (out, _) = run(None, &[]);
+    let (out, _) = run(None, &[("SIM_IPC_SHOW_RECORDS", "1")]);
     assert!(
         out.contains("imported ok") && out.contains("offset_in_pair=2097152"),
+        "{out}"
+    );
+    // The exporter saw its record in the default directory while it shared the block (only
+    // the shim writes records, so this fails without it).
+    assert!(
+        out.lines().any(|l| l.starts_with("record cushim-ipc-")
+            && l.ends_with(&format!("mode 600 uid {}", euid()))),
         "{out}"
     );
     let parent = if Path::new("/dev/shm").is_dir() {

@@ -42,7 +42,12 @@ static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
  * make it readable by everyone. */
 static void records(void) {
     const char *dir = getenv("CUSHIM_IPC_DIR"), *tamper = getenv("SIM_IPC_TAMPER");
-    if (!dir || (!tamper && !getenv("SIM_IPC_SHOW_RECORDS")))
+    char default_dir[64];
+    if (!dir) { /* cushim's default: the user's own directory under /dev/shm */
+        snprintf(default_dir, sizeof default_dir, "/dev/shm/cushim-%u", (unsigned)geteuid());
+        dir = default_dir;
+    }
+    if (!tamper && !getenv("SIM_IPC_SHOW_RECORDS"))
         return;
     DIR *d = opendir(dir);
     REQUIRE(d != NULL);
