@@ -20,6 +20,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys as cu;
+
+use crate::driver_entry as drv;
 use engine::alloc::{AllocError, FreeError};
 
 use crate::exports_capture as cap;
@@ -59,8 +61,8 @@ fn alloc_code(e: AllocError) -> c_int {
 pub(crate) fn ctx_device() -> Option<i32> {
     let mut dev = 0;
     // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
-    let r = unsafe { cu::cuCtxGetDevice(&mut dev) };
-    (r == cu::CUresult::CUDA_SUCCESS).then_some(dev)
+    let r = unsafe { drv::cuCtxGetDevice(&mut dev) };
+    (r == drv::SUCCESS).then_some(dev)
 }
 
 /// The device the engine may allocate for: the current context's device when that context
@@ -68,7 +70,7 @@ pub(crate) fn ctx_device() -> Option<i32> {
 fn engine_device() -> Option<i32> {
     let mut ctx: cu::CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    if unsafe { cu::cuCtxGetCurrent(&mut ctx) } != cu::CUresult::CUDA_SUCCESS || ctx.is_null() {
+    if unsafe { drv::cuCtxGetCurrent(&mut ctx) } != drv::SUCCESS || ctx.is_null() {
         return None;
     }
     let key = ctx as usize;
@@ -85,14 +87,14 @@ fn engine_device() -> Option<i32> {
         // in a context of its own): never create it by retaining it here.
         let (mut flags, mut active) = (0u32, 0i32);
         // SAFETY: valid out-pointers and a device ordinal the driver just reported.
-        let r = unsafe { cu::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
-        if r != cu::CUresult::CUDA_SUCCESS || active == 0 {
+        let r = unsafe { drv::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+        if r != drv::SUCCESS || active == 0 {
             return None;
         }
         let mut prim: cu::CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointer and a device ordinal the driver just reported. The
         // engine retains the same primary context; one extra reference is kept for life.
-        if unsafe { cu::cuDevicePrimaryCtxRetain(&mut prim, dev) } != cu::CUresult::CUDA_SUCCESS {
+        if unsafe { drv::cuDevicePrimaryCtxRetain(&mut prim, dev) } != drv::SUCCESS {
             return None;
         }
         slot.store(prim as usize, Ordering::Relaxed);
@@ -240,6 +242,9 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
 }
 
 fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
+    if !crate::driver::pinned_supported() {
+        return None;
+    }
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
     }

@@ -176,6 +176,9 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
 
 fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
     let s = crate::intercept::runtime_state()?;
+    if !crate::driver::pinned_supported() {
+        return None;
+    }
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }

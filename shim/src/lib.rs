@@ -16,6 +16,7 @@ pub mod capture;
 pub mod dlclose;
 pub mod dlsym;
 pub mod driver;
+pub mod driver_entry;
 pub mod dump;
 pub mod exports_address;
 pub mod exports_capture;
