@@ -23,6 +23,7 @@ use cudarc::driver::sys as cu;
 
 use crate::driver_entry as drv;
 use engine::alloc::{AllocError, FreeError};
+use engine::trace::event::NO_STACK;
 
 use crate::exports_capture as cap;
 use crate::ffi::{
@@ -117,8 +118,8 @@ fn program_initialized_driver() -> bool {
 }
 
 /// Run a hook: `f` handles the call (`Some(code)`) or declines (`None`), in which case, or
-/// when the shim must not handle it at all, `real` forwards it. A panic becomes
-/// `CUDA_ERROR_UNKNOWN`.
+/// when the shim must not handle it at all, `real` forwards it. A failure inside `f` also
+/// goes to `real` (`failopen.rs`): a free's `real` serves the cache's own pointers itself.
 pub(crate) fn hook(
     what: &str,
     f: impl FnOnce(&'static Shim) -> Option<c_int>,
@@ -139,10 +140,25 @@ pub(crate) fn hook(
             real()
         }
         Err(_) => {
-            eprintln!("cushim: internal error in {what}; returning CUDA_ERROR_UNKNOWN");
-            ERR_UNKNOWN
+            // Fail open: the next definition, with the program's arguments.
+            crate::failopen::failed(what);
+            let _inside = Inside::enter();
+            catch_unwind(AssertUnwindSafe(real)).unwrap_or(ERR_UNKNOWN)
         }
     }
+}
+
+/// A driver free the shim does not serve itself (declined, or failed inside the shim): the
+/// cache's own pointers are still freed by the cache (`failopen.rs`), the rest by `real`.
+fn cached_or(ptr: DevPtr, stream: Option<u64>, real: impl FnOnce() -> c_int) -> c_int {
+    crate::failopen::free_fallback(
+        ptr,
+        |s| match stream {
+            None => s.alloc.free(ptr, 0, NO_STACK),
+            Some(st) => s.alloc.free_async(ptr, st, 0, NO_STACK),
+        },
+        real,
+    )
 }
 
 /// Store `v` through an out-pointer the caller checked.
@@ -181,6 +197,10 @@ fn forbidden_free() -> Option<c_int> {
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
+    if crate::failopen::caching_off() {
+        return None;
+    }
+    crate::failopen::inject(crate::failopen::Point::Driver);
     if out.is_null() || size == 0 {
         return Some(ERR_INVALID_VALUE);
     }
@@ -210,6 +230,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     if ptr == 0 {
         return None;
     }
+    crate::failopen::inject(crate::failopen::Point::Driver);
     // The device is only a hint (the allocator tries every device), so with one device
     // there is nothing to ask the driver (as `state::alloc_device` for the runtime layer).
     let dev = if s.alloc.device_count() == 1 {
@@ -242,9 +263,10 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
 }
 
 fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
-    if !crate::driver::pinned_supported() {
+    if !crate::driver::pinned_supported() || crate::failopen::caching_off() {
         return None;
     }
+    crate::failopen::inject(crate::failopen::Point::Pinned);
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
     }
@@ -304,7 +326,11 @@ pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
     hook(
         "cuMemFree_v2",
         |s| observing::free(s, dptr, None).or_else(|| device_free(s, "cuMemFree_v2", dptr, None)),
-        || forget_then(dptr, || call_driver!(REAL_MEM_FREE, FreeFn, (dptr))),
+        || {
+            cached_or(dptr, None, || {
+                forget_then(dptr, || call_driver!(REAL_MEM_FREE, FreeFn, (dptr)))
+            })
+        },
     )
 }
 
@@ -341,8 +367,10 @@ pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
                 .or_else(|| device_free(s, "cuMemFreeAsync", dptr, Some(h as u64)))
         },
         || {
-            forget_then(dptr, || {
-                call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h))
+            cached_or(dptr, Some(h as u64), || {
+                forget_then(dptr, || {
+                    call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h))
+                })
             })
         },
     )
@@ -363,8 +391,10 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
             })
         },
         || {
-            forget_then(dptr, || {
-                call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h))
+            cached_or(dptr, Some(capture::ptsz(h as u64)), || {
+                forget_then(dptr, || {
+                    call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h))
+                })
             })
         },
     )
@@ -402,15 +432,22 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
             if p.is_null() {
                 return None;
             }
+            crate::failopen::inject(crate::failopen::Point::Pinned);
             match s.alloc.host_free(p as u64, s.history.free_stack()) {
                 Ok(()) => Some(SUCCESS),
                 Err(e) => refused_free("cuMemFreeHost", p as u64, e),
             }
         },
         || {
-            forget_host_then(p as u64, || {
-                call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
-            })
+            crate::failopen::free_fallback(
+                p as u64,
+                |s| s.alloc.host_free(p as u64, NO_STACK),
+                || {
+                    forget_host_then(p as u64, || {
+                        call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
+                    })
+                },
+            )
         },
     )
 }

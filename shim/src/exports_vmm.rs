@@ -57,7 +57,12 @@ type UnregisterFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// succeeded (a failed call changed nothing, so nothing is recorded).
 fn noted(rc: c_int, note: impl FnOnce()) -> Option<c_int> {
     if rc == crate::ffi::SUCCESS {
-        note();
+        // A failure while recording leaves the real call's result standing (never a
+        // second real call).
+        crate::failopen::note("a VMM record", || {
+            crate::failopen::inject(crate::failopen::Point::Vmm);
+            note()
+        });
     }
     Some(rc)
 }

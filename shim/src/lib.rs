@@ -26,6 +26,7 @@ pub mod exports_ipc;
 pub mod exports_runtime;
 pub mod exports_stream;
 pub mod exports_vmm;
+pub mod failopen;
 pub mod ffi;
 pub mod fork;
 pub mod history;
