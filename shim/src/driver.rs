@@ -16,7 +16,7 @@ use std::ptr;
 
 use cudarc::driver::sys as cu;
 
-use crate::driver_entry as drv;
+use crate::driver_entry::{self as drv, Need};
 use engine::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
 use parking_lot::Mutex;
 
@@ -40,8 +40,6 @@ pub fn pinned_supported() -> bool {
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: c_uint = 2;
-
-type Need = &'static [(&'static str, fn() -> bool)];
 
 /// What caching needs at all: without one of these the shim passes every call through.
 const CORE: Need = &[

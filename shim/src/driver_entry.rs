@@ -236,7 +236,10 @@ driver_fns! {
     cuThreadExchangeStreamCaptureMode = "cuThreadExchangeStreamCaptureMode" @ 10010 (mode: *mut c_uint);
 }
 
-/// A feature's driver functions: the first one the driver lacks, if any.
-pub fn first_missing(fns: &[(&'static str, fn() -> bool)]) -> Option<&'static str> {
+/// A feature's driver functions: each name with its [`has`] check.
+pub type Need = &'static [(&'static str, fn() -> bool)];
+
+/// The first of a feature's driver functions that the driver lacks, if any.
+pub fn first_missing(fns: Need) -> Option<&'static str> {
     fns.iter().find(|(_, has)| !has()).map(|(n, _)| *n)
 }
