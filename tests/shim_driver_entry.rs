@@ -136,3 +136,83 @@ fn expandable_segments_map_memory_created_through_the_wrapper() {
     assert_eq!(common::num(&wrap, "creates"), creates, "{wrap:?}");
     assert_eq!(common::num(&wrap, "allocs"), 0, "{wrap:?}");
 }
+
+/// Run `shim_frag <mode>` under the shim with the wrapper hiding `hide` and `conf`:
+/// (bare output, shim output, shim stderr, wrapper counts).
+fn hiding(
+    tag: &str,
+    mode: &str,
+    conf: &str,
+    hide: &str,
+) -> (
+    String,
+    String,
+    String,
+    std::collections::HashMap<String, String>,
+) {
+    let exe = common::compile("shim_frag", &[]);
+    let bare_dir = common::scratch(&format!("{tag}-bare"));
+    let bare = common::run_ok(cmd(&exe, false, &bare_dir).arg(mode));
+    let dir = common::scratch(&format!("{tag}-shim"));
+    let out = common::run(
+        cmd(&exe, true, &dir)
+            .arg(mode)
+            .env("CUSHIM_ALLOC_CONF", conf)
+            .env("WRAP_HIDE", hide),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let wrap = std::fs::read_to_string(dir.join("wrap.txt")).expect("the wrapper's report");
+    (bare, stdout, stderr, common::kv(&wrap))
+}
+
+#[test]
+fn a_driver_without_the_vmm_functions_turns_expandable_segments_off_with_one_line() {
+    let (bare, shim, err, wrap) = hiding(
+        "gpa-novmm",
+        "reverse",
+        "expandable_segments:True",
+        "cuMemCreate",
+    );
+    assert_eq!(
+        common::kv(&shim)["used_after"],
+        common::kv(&bare)["used_after"],
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("cushim:").count(),
+        1,
+        "one line, and no other complaint: {err}"
+    );
+    assert!(
+        err.contains("expandable segments unavailable on device 0"),
+        "{err}"
+    );
+    // The cache served the program with plain segments, through the wrapper.
+    let cache_allocs = common::num(&common::kv(&shim), "device_allocs");
+    assert!(cache_allocs > 0, "{shim}");
+    assert_eq!(common::num(&wrap, "allocs"), cache_allocs, "{wrap:?}");
+    assert_eq!(common::num(&wrap, "creates"), 0, "{wrap:?}");
+}
+
+#[test]
+fn a_driver_without_a_core_function_leaves_every_call_to_cuda() {
+    let (bare, shim, err, _) = hiding("gpa-nocore", "reverse", "", "cuEventRecord");
+    assert_eq!(
+        common::kv(&shim)["used_after"],
+        common::kv(&bare)["used_after"],
+        "{err}"
+    );
+    assert!(
+        err.contains("has no cuEventRecord; passing every call through"),
+        "{err}"
+    );
+    assert_eq!(err.matches("cushim:").count(), 1, "{err}");
+    // Nothing was cached: the shim's statistics are not there.
+    assert_eq!(
+        common::num(&common::kv(&shim), "device_allocs"),
+        -1,
+        "{shim}"
+    );
+}

@@ -157,13 +157,9 @@ impl CudaDevice {
             check(drv::cuDeviceGetCount(&mut n)).map_err(|e| format!("cuDeviceGetCount: {e}"))?;
             n.max(0) as usize
         };
-        let vmm = match drv::first_missing(VMM) {
-            Some(f) => {
-                eprintln!("cushim: the CUDA driver has no {f}; expandable segments off");
-                false
-            }
-            None => true,
-        };
+        // Without them expandable segments are off: the engine says so in one line when they
+        // were asked for (the device does not support virtual memory management).
+        let vmm = drv::first_missing(VMM).is_none();
         if let Some(f) = drv::first_missing(CAPTURE) {
             // A driver without stream capture runs no capture: nothing captures.
             eprintln!("cushim: the CUDA driver has no {f}; stream-capture checks off");

@@ -2,7 +2,8 @@
  * exports only cuInit and cuGetProcAddress_v2 (all the CUDA runtime needs from a driver),
  * dlopens the real driver by path (WRAP_REAL_DRIVER) and forwards both to it. For
  * "cuMemAlloc" and "cuMemCreate" it hands out its own counting functions, so every device
- * allocation made through what it handed out is counted. At exit it writes
+ * allocation made through what it handed out is counted. WRAP_HIDE=name,... answers those
+ * base names as not found, as an older driver would. At exit it writes
  * "gpa=N allocs=A creates=C" to WRAP_REPORT. Build with -shared -fPIC
  * -Wl,-soname,libcuda.so.1. */
 #define _GNU_SOURCE
@@ -55,9 +56,30 @@ int cuInit(unsigned flags) {
     return real_init(flags);
 }
 
+/* Whether WRAP_HIDE (a comma-separated list of base names) hides `sym`, as a driver too old
+ * to have it would. */
+static int hidden(const char *sym) {
+    const char *list = getenv("WRAP_HIDE");
+    size_t n = strlen(sym);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, sym, n))
+            return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
     pthread_once(&once, open_real);
     __atomic_add_fetch(&gpa_calls, 1, __ATOMIC_RELAXED);
+    if (sym && pfn && hidden(sym)) {
+        *pfn = NULL;
+        if (status)
+            *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+        return 500;      /* CUDA_ERROR_NOT_FOUND */
+    }
     int rc = real_gpa(sym, pfn, ver, flags, status);
     if (rc == 0 && pfn && *pfn) {
         if (!strcmp(sym, "cuMemAlloc") && ver >= 3020) {
