@@ -197,10 +197,9 @@ fn forbidden_free() -> Option<c_int> {
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
-    if crate::failopen::caching_off() {
+    if crate::failopen::pass_through(crate::failopen::Point::Driver) {
         return None;
     }
-    crate::failopen::inject(crate::failopen::Point::Driver);
     if out.is_null() || size == 0 {
         return Some(ERR_INVALID_VALUE);
     }
@@ -263,10 +262,11 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
 }
 
 fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
-    if !crate::driver::pinned_supported() || crate::failopen::caching_off() {
+    if !crate::driver::pinned_supported()
+        || crate::failopen::pass_through(crate::failopen::Point::Pinned)
+    {
         return None;
     }
-    crate::failopen::inject(crate::failopen::Point::Pinned);
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
     }

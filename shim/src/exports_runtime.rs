@@ -73,10 +73,9 @@ fn forbidden_free() -> Option<c_int> {
 
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
     let s = crate::intercept::runtime_state()?;
-    if failopen::caching_off() {
+    if failopen::pass_through(Point::Runtime) {
         return None;
     }
-    failopen::inject(Point::Runtime);
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
@@ -218,10 +217,9 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
 
 fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
     let s = crate::intercept::runtime_state()?;
-    if !crate::driver::pinned_supported() || failopen::caching_off() {
+    if !crate::driver::pinned_supported() || failopen::pass_through(Point::Pinned) {
         return None;
     }
-    failopen::inject(Point::Pinned);
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }

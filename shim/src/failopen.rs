@@ -21,7 +21,7 @@
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use engine::alloc::FreeError;
 
@@ -45,10 +45,14 @@ const POINTS: [(&str, Point); 6] = [
     ("observe", Point::Observe),
 ];
 
-/// Bit per armed point; `UNREAD` until the variable was read (nonzero, so the first pass
-/// takes the slow path once).
-static ARMED: AtomicU32 = AtomicU32::new(UNREAD);
+/// One word for the hot paths: a bit per armed point, [`OFF`] once caching is off, and
+/// [`UNREAD`] until the variable was read (so the first pass takes the slow path once).
+/// Zero in a healthy process without the test switch: each point costs one relaxed load and
+/// a branch that is never taken.
+static HOT: AtomicU32 = AtomicU32::new(UNREAD);
 const UNREAD: u32 = 1 << 31;
+const OFF: u32 = 1 << 30;
+const ARMED_MASK: u32 = (1 << 6) - 1;
 /// The hit at which each point fails (1-based).
 static AT: [AtomicU64; 6] = [const { AtomicU64::new(1) }; 6];
 /// Hits so far per point.
@@ -101,8 +105,10 @@ fn read_armed() -> u32 {
             }
         },
     };
-    // Two threads may race here; both read the same environment.
-    ARMED.store(bits, Ordering::Release);
+    // Two threads may race here; both store the same bits, and an OFF set meanwhile stays.
+    let _ = HOT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        Some((v & OFF) | bits)
+    });
     bits
 }
 
@@ -110,19 +116,36 @@ fn read_armed() -> u32 {
 /// the panic hook, into the export's guard).
 #[inline]
 pub fn inject(p: Point) {
-    if ARMED.load(Ordering::Relaxed) != 0 {
+    if HOT.load(Ordering::Relaxed) != 0 {
         inject_slow(p);
     }
 }
 
+/// For an allocation path: `true` when caching is off (the call goes to CUDA), else fail
+/// here if the test switch says so. One relaxed load and an untaken branch when healthy.
+#[inline]
+pub fn pass_through(p: Point) -> bool {
+    if HOT.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    pass_through_slow(p)
+}
+
+#[cold]
+fn pass_through_slow(p: Point) -> bool {
+    inject_slow(p);
+    caching_off()
+}
+
 #[cold]
 fn inject_slow(p: Point) {
-    let mut armed = ARMED.load(Ordering::Acquire);
-    if armed == UNREAD {
-        armed = read_armed();
+    let mut hot = HOT.load(Ordering::Acquire);
+    if hot & UNREAD != 0 {
+        read_armed();
+        hot = HOT.load(Ordering::Acquire);
     }
     let i = p as usize;
-    if armed & (1 << i) == 0 {
+    if hot & ARMED_MASK & (1 << i) == 0 {
         return;
     }
     if HITS[i].fetch_add(1, Ordering::AcqRel) + 1 == AT[i].load(Ordering::Relaxed) {
@@ -130,18 +153,16 @@ fn inject_slow(p: Point) {
     }
 }
 
-static OFF: AtomicBool = AtomicBool::new(false);
-
 /// Whether caching is off for new allocations (after an internal failure).
 #[inline]
 pub fn caching_off() -> bool {
-    OFF.load(Ordering::Relaxed)
+    HOT.load(Ordering::Relaxed) & OFF != 0
 }
 
 /// Record an internal failure in `what`: caching off for new allocations, one line.
 #[cold]
 pub fn failed(what: &str) {
-    if !OFF.swap(true, Ordering::AcqRel) {
+    if HOT.fetch_or(OFF, Ordering::AcqRel) & OFF == 0 {
         eprintln!(
             "cushim: internal error in {what}; the call went to CUDA unchanged, and new allocations do from now on (the cache keeps serving what it handed out)"
         );
