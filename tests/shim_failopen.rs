@@ -49,6 +49,7 @@ fn a_fault_at_any_point_leaves_the_programs_results_as_without_the_shim() {
         ("observe@9", Some("observe")),
     ] {
         let (out, err) = with_fault(fault, mode);
+        // The same results, and with caching off the cache gave back what it held.
         assert_eq!(out, expect, "{fault}: the same results\n{err}");
         assert_eq!(
             err.matches("cushim: internal error in").count(),
@@ -78,7 +79,14 @@ fn without_a_fault_the_same_program_is_served_by_the_cache() {
             .env("SIMCUDA_REPORT", &report)
             .env("CUSHIM_TEST_FAULT", ""),
     );
-    assert_eq!(out, bare());
+    // The same results; the cache keeps what it holds (used_end is larger).
+    let results = |o: &str| -> Vec<String> {
+        o.lines()
+            .filter(|l| !l.starts_with("used_end="))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(results(&out), results(&bare()));
     // The cache made fewer device allocations than the program's 13 device allocations.
     let r = common::read_report(&report);
     let allocs = r["calls"]["cuMemAlloc_v2"].as_i64().unwrap_or(0)

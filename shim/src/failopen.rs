@@ -5,7 +5,9 @@
 //! export fails inside the shim (a panic, an injected fault, an initialization that cannot
 //! finish), that call goes to the next definition of the function with the program's own
 //! arguments, and caching is turned off for new allocations for the rest of the process,
-//! with one `cushim:` line: state that failed once is not trusted to serve more. Pointers
+//! with one `cushim:` line: state that failed once is not trusted to serve more. What the
+//! cache holds unused goes back to CUDA then, and each block freed later as soon as its
+//! segment is empty, so the program has the memory it would have without the shim. Pointers
 //! the cache already handed out keep being served by it (a free of one never reaches the
 //! driver, which does not know it as an allocation of its own). A free that fails inside
 //! the shim therefore falls back to the cache's plain free for the cache's pointers and to
@@ -159,10 +161,23 @@ pub fn caching_off() -> bool {
     HOT.load(Ordering::Relaxed) & OFF != 0
 }
 
-/// Record an internal failure in `what`: caching off for new allocations, one line.
+/// After a free served by the cache while caching is off: the memory the cache no longer
+/// needs goes back to CUDA, where the program's own allocations now come from (a cache
+/// that kept it would leave the program less memory than without the shim). `SUCCESS`.
+#[cold]
+pub fn drained(s: &crate::state::Shim) -> c_int {
+    let _ = catch_unwind(AssertUnwindSafe(|| s.alloc.empty_cache()));
+    crate::ffi::SUCCESS
+}
+
+/// Record an internal failure in `what`: caching off for new allocations (what the cache
+/// holds unused goes back to CUDA), one line.
 #[cold]
 pub fn failed(what: &str) {
     if HOT.fetch_or(OFF, Ordering::AcqRel) & OFF == 0 {
+        if let Some(s) = crate::state::get_if_ready() {
+            drained(s);
+        }
         eprintln!(
             "cushim: internal error in {what}; the call went to CUDA unchanged, and new allocations do from now on (the cache keeps serving what it handed out)"
         );
@@ -211,7 +226,7 @@ pub fn free_fallback(
     if ptr != 0 {
         if let Some(s) = crate::state::get_if_ready() {
             match cache_free(s) {
-                Ok(()) => return crate::ffi::SUCCESS,
+                Ok(()) => return drained(s),
                 Err(FreeError::NotOurs) => {}
                 Err(FreeError::InvalidValue) => return crate::ffi::ERR_INVALID_VALUE,
                 Err(FreeError::InvalidHandle) => return crate::ffi::ERR_INVALID_HANDLE,
