@@ -27,6 +27,8 @@ pub struct CudaDevice {
     primary: Mutex<Vec<usize>>,
     /// Whether the driver has every VMM function (expandable segments).
     vmm: bool,
+    /// Whether the driver has stream capture (without it nothing ever captures).
+    capture: bool,
 }
 
 static PINNED_OK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
@@ -160,10 +162,14 @@ impl CudaDevice {
         // Without them expandable segments are off: the engine says so in one line when they
         // were asked for (the device does not support virtual memory management).
         let vmm = drv::first_missing(VMM).is_none();
-        if let Some(f) = drv::first_missing(CAPTURE) {
-            // A driver without stream capture runs no capture: nothing captures.
-            eprintln!("cushim: the CUDA driver has no {f}; stream-capture checks off");
-        }
+        let capture = match drv::first_missing(CAPTURE) {
+            Some(f) => {
+                // A driver without stream capture runs no capture: nothing captures.
+                eprintln!("cushim: the CUDA driver has no {f}; stream-capture checks off");
+                false
+            }
+            None => true,
+        };
         if let Some(f) = drv::first_missing(PINNED) {
             eprintln!("cushim: the CUDA driver has no {f}; pinned host memory not cached");
             PINNED_OK.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -172,6 +178,7 @@ impl CudaDevice {
             count: n,
             primary: Mutex::new(vec![0; n]),
             vmm,
+            capture,
         })
     }
 
@@ -426,6 +433,9 @@ impl Device for CudaDevice {
     }
 
     fn stream_is_capturing(&self, dev: i32, stream: Stream) -> bool {
+        if !self.capture {
+            return false;
+        }
         let Ok(_s) = self.enter(dev) else {
             return false;
         };
