@@ -22,6 +22,8 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys as cu;
+
+use crate::driver_entry as drv;
 use parking_lot::Mutex;
 
 /// `cudaStreamCaptureModeGlobal` / `CU_STREAM_CAPTURE_MODE_GLOBAL`.
@@ -138,15 +140,15 @@ fn forbidden_slow() -> bool {
 
 /// The calling thread's capture interaction mode (read from the driver and put back).
 fn thread_mode() -> u32 {
-    let mut m = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    let mut m: std::ffi::c_uint = MODE_RELAXED;
     // SAFETY: valid pointer to a mode; the second call puts back what the first returned.
     unsafe {
-        if cu::cuThreadExchangeStreamCaptureMode(&mut m) != cu::CUresult::CUDA_SUCCESS {
+        if drv::cuThreadExchangeStreamCaptureMode(&mut m) != drv::SUCCESS {
             return MODE_GLOBAL;
         }
         let old = m;
-        let _ = cu::cuThreadExchangeStreamCaptureMode(&mut m);
-        old as u32
+        let _ = drv::cuThreadExchangeStreamCaptureMode(&mut m);
+        old
     }
 }
 
@@ -159,9 +161,8 @@ pub fn stream_capturing(stream: u64) -> bool {
 
 #[cold]
 fn stream_capturing_slow(stream: u64) -> bool {
-    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut st: std::ffi::c_uint = 0;
     // SAFETY: valid out-pointer; the handle is the program's own stream argument.
-    let r = unsafe { cu::cuStreamIsCapturing(stream as cu::CUstream, &mut st) };
-    r != cu::CUresult::CUDA_SUCCESS
-        || st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    let r = unsafe { drv::cuStreamIsCapturing(stream as cu::CUstream, &mut st) };
+    r != drv::SUCCESS || st != 0
 }

@@ -20,7 +20,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys as cu;
+
+use crate::driver_entry as drv;
 use engine::alloc::{AllocError, FreeError};
+use engine::trace::event::NO_STACK;
 
 use crate::exports_capture as cap;
 use crate::ffi::{
@@ -59,8 +62,8 @@ fn alloc_code(e: AllocError) -> c_int {
 pub(crate) fn ctx_device() -> Option<i32> {
     let mut dev = 0;
     // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
-    let r = unsafe { cu::cuCtxGetDevice(&mut dev) };
-    (r == cu::CUresult::CUDA_SUCCESS).then_some(dev)
+    let r = unsafe { drv::cuCtxGetDevice(&mut dev) };
+    (r == drv::SUCCESS).then_some(dev)
 }
 
 /// The device the engine may allocate for: the current context's device when that context
@@ -68,7 +71,7 @@ pub(crate) fn ctx_device() -> Option<i32> {
 fn engine_device() -> Option<i32> {
     let mut ctx: cu::CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    if unsafe { cu::cuCtxGetCurrent(&mut ctx) } != cu::CUresult::CUDA_SUCCESS || ctx.is_null() {
+    if unsafe { drv::cuCtxGetCurrent(&mut ctx) } != drv::SUCCESS || ctx.is_null() {
         return None;
     }
     let key = ctx as usize;
@@ -85,14 +88,14 @@ fn engine_device() -> Option<i32> {
         // in a context of its own): never create it by retaining it here.
         let (mut flags, mut active) = (0u32, 0i32);
         // SAFETY: valid out-pointers and a device ordinal the driver just reported.
-        let r = unsafe { cu::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
-        if r != cu::CUresult::CUDA_SUCCESS || active == 0 {
+        let r = unsafe { drv::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+        if r != drv::SUCCESS || active == 0 {
             return None;
         }
         let mut prim: cu::CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointer and a device ordinal the driver just reported. The
         // engine retains the same primary context; one extra reference is kept for life.
-        if unsafe { cu::cuDevicePrimaryCtxRetain(&mut prim, dev) } != cu::CUresult::CUDA_SUCCESS {
+        if unsafe { drv::cuDevicePrimaryCtxRetain(&mut prim, dev) } != drv::SUCCESS {
             return None;
         }
         slot.store(prim as usize, Ordering::Relaxed);
@@ -115,8 +118,8 @@ fn program_initialized_driver() -> bool {
 }
 
 /// Run a hook: `f` handles the call (`Some(code)`) or declines (`None`), in which case, or
-/// when the shim must not handle it at all, `real` forwards it. A panic becomes
-/// `CUDA_ERROR_UNKNOWN`.
+/// when the shim must not handle it at all, `real` forwards it. A failure inside `f` also
+/// goes to `real` (`failopen.rs`): a free's `real` serves the cache's own pointers itself.
 pub(crate) fn hook(
     what: &str,
     f: impl FnOnce(&'static Shim) -> Option<c_int>,
@@ -137,10 +140,25 @@ pub(crate) fn hook(
             real()
         }
         Err(_) => {
-            eprintln!("cushim: internal error in {what}; returning CUDA_ERROR_UNKNOWN");
-            ERR_UNKNOWN
+            // Fail open: the next definition, with the program's arguments.
+            crate::failopen::failed(what);
+            let _inside = Inside::enter();
+            catch_unwind(AssertUnwindSafe(real)).unwrap_or(ERR_UNKNOWN)
         }
     }
+}
+
+/// A driver free the shim does not serve itself (declined, or failed inside the shim): the
+/// cache's own pointers are still freed by the cache (`failopen.rs`), the rest by `real`.
+fn cached_or(ptr: DevPtr, stream: Option<u64>, real: impl FnOnce() -> c_int) -> c_int {
+    crate::failopen::free_fallback(
+        ptr,
+        |s| match stream {
+            None => s.alloc.free(ptr, 0, NO_STACK),
+            Some(st) => s.alloc.free_async(ptr, st, 0, NO_STACK),
+        },
+        real,
+    )
 }
 
 /// Store `v` through an out-pointer the caller checked.
@@ -179,6 +197,9 @@ fn forbidden_free() -> Option<c_int> {
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
+    if crate::failopen::pass_through(crate::failopen::Point::Driver) {
+        return None;
+    }
     if out.is_null() || size == 0 {
         return Some(ERR_INVALID_VALUE);
     }
@@ -208,6 +229,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     if ptr == 0 {
         return None;
     }
+    let degraded = crate::failopen::pass_through(crate::failopen::Point::Driver);
     // The device is only a hint (the allocator tries every device), so with one device
     // there is nothing to ask the driver (as `state::alloc_device` for the runtime layer).
     let dev = if s.alloc.device_count() == 1 {
@@ -234,12 +256,18 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
         Some(st) => s.alloc.free_async(ptr, st, dev, stack),
     };
     match r {
+        Ok(()) if degraded && stream.is_none() => Some(crate::failopen::drained(s)),
         Ok(()) => Some(SUCCESS),
         Err(e) => refused_free(what, ptr, e),
     }
 }
 
 fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
+    if !crate::driver::pinned_supported()
+        || crate::failopen::pass_through(crate::failopen::Point::Pinned)
+    {
+        return None;
+    }
     if out.is_null() {
         return Some(ERR_INVALID_VALUE);
     }
@@ -299,7 +327,11 @@ pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
     hook(
         "cuMemFree_v2",
         |s| observing::free(s, dptr, None).or_else(|| device_free(s, "cuMemFree_v2", dptr, None)),
-        || forget_then(dptr, || call_driver!(REAL_MEM_FREE, FreeFn, (dptr))),
+        || {
+            cached_or(dptr, None, || {
+                forget_then(dptr, || call_driver!(REAL_MEM_FREE, FreeFn, (dptr)))
+            })
+        },
     )
 }
 
@@ -336,8 +368,10 @@ pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
                 .or_else(|| device_free(s, "cuMemFreeAsync", dptr, Some(h as u64)))
         },
         || {
-            forget_then(dptr, || {
-                call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h))
+            cached_or(dptr, Some(h as u64), || {
+                forget_then(dptr, || {
+                    call_driver!(REAL_MEM_FREE_ASYNC, FreeAsyncFn, (dptr, h))
+                })
             })
         },
     )
@@ -358,8 +392,10 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
             })
         },
         || {
-            forget_then(dptr, || {
-                call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h))
+            cached_or(dptr, Some(capture::ptsz(h as u64)), || {
+                forget_then(dptr, || {
+                    call_driver!(REAL_MEM_FREE_ASYNC_PTSZ, FreeAsyncFn, (dptr, h))
+                })
             })
         },
     )
@@ -397,15 +433,22 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
             if p.is_null() {
                 return None;
             }
+            crate::failopen::inject(crate::failopen::Point::Pinned);
             match s.alloc.host_free(p as u64, s.history.free_stack()) {
                 Ok(()) => Some(SUCCESS),
                 Err(e) => refused_free("cuMemFreeHost", p as u64, e),
             }
         },
         || {
-            forget_host_then(p as u64, || {
-                call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
-            })
+            crate::failopen::free_fallback(
+                p as u64,
+                |s| s.alloc.host_free(p as u64, NO_STACK),
+                || {
+                    forget_host_then(p as u64, || {
+                        call_driver!(REAL_MEM_FREE_HOST, FreeHostFn, (p))
+                    })
+                },
+            )
         },
     )
 }

@@ -14,10 +14,12 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use engine::alloc::{AllocError, FreeError};
+use engine::trace::event::NO_STACK;
 
+use crate::failopen::{self, Point};
 use crate::ffi::{
     guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
-    SUCCESS,
+    ERR_UNKNOWN, SUCCESS,
 };
 use crate::observe_runtime as observing;
 use crate::real::Stream;
@@ -71,6 +73,9 @@ fn forbidden_free() -> Option<c_int> {
 
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
     let s = crate::intercept::runtime_state()?;
+    if failopen::pass_through(Point::Runtime) {
+        return None;
+    }
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
@@ -99,83 +104,123 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
 
 #[no_mangle]
 pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
-    guard("cudaMalloc", || {
-        observing::malloc(dev_ptr, size)
-            .or_else(|| malloc_on(dev_ptr, size, 0, false))
-            .unwrap_or_else(|| call_real!(cudaMalloc(dev_ptr, size)))
-    })
+    let real = || call_real!(cudaMalloc(dev_ptr, size));
+    failopen::guard_or(
+        "cudaMalloc",
+        ERR_UNKNOWN,
+        || {
+            observing::malloc(dev_ptr, size)
+                .or_else(|| malloc_on(dev_ptr, size, 0, false))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
-    guard("cudaMallocAsync", || {
-        observing::malloc_async(dev_ptr, size, stream)
-            .or_else(|| malloc_on(dev_ptr, size, stream as u64, true))
-            .unwrap_or_else(|| call_real!(cudaMallocAsync(dev_ptr, size, stream)))
-    })
+    let real = || call_real!(cudaMallocAsync(dev_ptr, size, stream));
+    failopen::guard_or(
+        "cudaMallocAsync",
+        ERR_UNKNOWN,
+        || {
+            observing::malloc_async(dev_ptr, size, stream)
+                .or_else(|| malloc_on(dev_ptr, size, stream as u64, true))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
-    guard("cudaFree", || {
-        if let Some(rc) = observing::free(ptr) {
-            return rc;
-        }
-        let real = || call_real!(cudaFree(ptr));
-        let Some(s) = crate::intercept::runtime_state() else {
-            return real();
-        };
-        if ptr.is_null() {
-            return real();
-        }
-        if capture::forbidden() {
-            if s.alloc.owner(ptr as u64).is_none() {
-                return real();
-            }
-            if let Some(rc) = forbidden_free() {
+    let real = || call_real!(cudaFree(ptr));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(p, |s| s.alloc.free(p, 0, NO_STACK), real)
+    };
+    failopen::guard_or(
+        "cudaFree",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free(ptr) {
                 return rc;
             }
-        }
-        let stack = s.history.free_stack();
-        let dev = state::alloc_device(s);
-        match s.alloc.free(ptr as u64, dev, stack) {
-            Ok(()) => SUCCESS,
-            Err(e) => refused_free("cudaFree", ptr, e, || {
-                observe::free(s, ptr as u64, dev, real)
-            }),
-        }
-    })
+            let Some(s) = crate::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            let degraded = failopen::pass_through(Point::Runtime);
+            if capture::forbidden() {
+                if s.alloc.owner(ptr as u64).is_none() {
+                    return real();
+                }
+                if let Some(rc) = forbidden_free() {
+                    return rc;
+                }
+            }
+            let stack = s.history.free_stack();
+            let dev = state::alloc_device(s);
+            match s.alloc.free(ptr as u64, dev, stack) {
+                Ok(()) if degraded => failopen::drained(s),
+                Ok(()) => SUCCESS,
+                Err(e) => refused_free("cudaFree", ptr, e, || {
+                    observe::free(s, ptr as u64, dev, real)
+                }),
+            }
+        },
+        fallback,
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
-    guard("cudaFreeAsync", || {
-        if let Some(rc) = observing::free_async(ptr, stream) {
-            return rc;
-        }
-        let real = || call_real!(cudaFreeAsync(ptr, stream));
-        let Some(s) = crate::intercept::runtime_state() else {
-            return real();
-        };
-        if ptr.is_null() {
-            return real();
-        }
-        if capture::stream_capturing(stream as u64) && s.alloc.owner(ptr as u64).is_some() {
-            return SUCCESS;
-        }
-        let stack = s.history.free_stack();
-        let dev = state::alloc_device(s);
-        match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
-            Ok(()) => SUCCESS,
-            Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
-                observe::free(s, ptr as u64, dev, real)
-            }),
-        }
-    })
+    let real = || call_real!(cudaFreeAsync(ptr, stream));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(
+            p,
+            |s| s.alloc.free_async(p, stream as u64, 0, NO_STACK),
+            real,
+        )
+    };
+    failopen::guard_or(
+        "cudaFreeAsync",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free_async(ptr, stream) {
+                return rc;
+            }
+            let Some(s) = crate::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            failopen::inject(Point::Runtime);
+            if capture::stream_capturing(stream as u64) && s.alloc.owner(ptr as u64).is_some() {
+                return SUCCESS;
+            }
+            let stack = s.history.free_stack();
+            let dev = state::alloc_device(s);
+            match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
+                Ok(()) => SUCCESS,
+                Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
+                    observe::free(s, ptr as u64, dev, real)
+                }),
+            }
+        },
+        fallback,
+    )
 }
 
 fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
     let s = crate::intercept::runtime_state()?;
+    if !crate::driver::pinned_supported() || failopen::pass_through(Point::Pinned) {
+        return None;
+    }
     if out.is_null() {
         return Some(lasterror::set(ERR_INVALID_VALUE));
     }
@@ -192,40 +237,62 @@ fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int
 
 #[no_mangle]
 pub extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    guard("cudaMallocHost", || {
-        observing::host_alloc(ptr, size, None)
-            .or_else(|| host_alloc(ptr, size, 0))
-            .unwrap_or_else(|| call_real!(cudaMallocHost(ptr, size)))
-    })
+    let real = || call_real!(cudaMallocHost(ptr, size));
+    failopen::guard_or(
+        "cudaMallocHost",
+        ERR_UNKNOWN,
+        || {
+            observing::host_alloc(ptr, size, None)
+                .or_else(|| host_alloc(ptr, size, 0))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    guard("cudaHostAlloc", || {
-        observing::host_alloc(ptr, size, Some(flags))
-            .or_else(|| host_alloc(ptr, size, flags))
-            .unwrap_or_else(|| call_real!(cudaHostAlloc(ptr, size, flags)))
-    })
+    let real = || call_real!(cudaHostAlloc(ptr, size, flags));
+    failopen::guard_or(
+        "cudaHostAlloc",
+        ERR_UNKNOWN,
+        || {
+            observing::host_alloc(ptr, size, Some(flags))
+                .or_else(|| host_alloc(ptr, size, flags))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
-    guard("cudaFreeHost", || {
-        if let Some(rc) = observing::free_host(ptr) {
-            return rc;
-        }
-        let real = || call_real!(cudaFreeHost(ptr));
-        let Some(s) = crate::intercept::runtime_state() else {
-            return real();
-        };
-        if ptr.is_null() {
-            return real();
-        }
-        match s.alloc.host_free(ptr as u64, s.history.free_stack()) {
-            Ok(()) => SUCCESS,
-            Err(e) => refused_free("cudaFreeHost", ptr, e, real),
-        }
-    })
+    let real = || call_real!(cudaFreeHost(ptr));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(p, |s| s.alloc.host_free(p, NO_STACK), real)
+    };
+    failopen::guard_or(
+        "cudaFreeHost",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free_host(ptr) {
+                return rc;
+            }
+            let Some(s) = crate::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            failopen::inject(Point::Pinned);
+            match s.alloc.host_free(ptr as u64, s.history.free_stack()) {
+                Ok(()) => SUCCESS,
+                Err(e) => refused_free("cudaFreeHost", ptr, e, real),
+            }
+        },
+        fallback,
+    )
 }
 
 #[no_mangle]

@@ -7,7 +7,8 @@
 //!
 //! Invariant: in both modes each call goes to the real driver function with the program's
 //! arguments and its result is returned unchanged; a success is recorded (`observe`). The
-//! shim's own VMM calls (expandable segments) go through `cudarc`, never through here.
+//! shim's own VMM calls (expandable segments) go through the driver's `cuGetProcAddress`
+//! (`driver_entry.rs`), never through here.
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -56,7 +57,12 @@ type UnregisterFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// succeeded (a failed call changed nothing, so nothing is recorded).
 fn noted(rc: c_int, note: impl FnOnce()) -> Option<c_int> {
     if rc == crate::ffi::SUCCESS {
-        note();
+        // A failure while recording leaves the real call's result standing (never a
+        // second real call).
+        crate::failopen::note("a VMM record", || {
+            crate::failopen::inject(crate::failopen::Point::Vmm);
+            note()
+        });
     }
     Some(rc)
 }

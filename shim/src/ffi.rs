@@ -35,6 +35,7 @@ pub fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
 
 #[cold]
 fn internal_error(what: &str) -> c_int {
+    crate::failopen::failed(what);
     eprintln!("cushim: internal error in {what}; returning cudaErrorUnknown");
     ERR_UNKNOWN
 }

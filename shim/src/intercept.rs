@@ -8,8 +8,8 @@
 //! calling into the real runtime, the shim's start-up), the driver hooks and the `dlsym` /
 //! `cuGetProcAddress` substitutions on that thread pass straight to the real driver: one
 //! program call is intercepted once, never twice, and the shim's own driver calls always
-//! reach the real driver (the engine's go through `cudarc`, whose `dlsym` calls come from
-//! inside libcushim.so and are never substituted). A runtime export's cached path touches no
+//! reach the real driver (the engine's go through the driver's own `cuGetProcAddress`,
+//! `driver_entry.rs`, which never hands out a shim function). A runtime export's cached path touches no
 //! thread-local state.
 
 use std::cell::Cell;

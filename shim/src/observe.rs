@@ -156,6 +156,7 @@ pub fn alloc_sized(
     real: impl FnOnce() -> c_int,
     addr_size: impl FnOnce() -> (u64, u64),
 ) -> c_int {
+    crate::failopen::inject(crate::failopen::Point::Observe);
     let stack = s.history.alloc_stack();
     let rc = real();
     if rc == SUCCESS {
@@ -180,6 +181,7 @@ pub fn free(s: &Shim, ptr: u64, hint: i32, real: impl FnOnce() -> c_int) -> c_in
     if ptr == 0 {
         return real();
     }
+    crate::failopen::inject(crate::failopen::Point::Observe);
     // A pointer nothing recorded (a free the cache passed on, or the runtime's own call into
     // a hooked driver free after this one already forgot it) costs no stack capture.
     let stack = if s.observed.holds(ptr, hint) {

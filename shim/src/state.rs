@@ -53,7 +53,13 @@ fn get_first() -> Option<&'static Shim> {
         return None;
     }
     INITIALIZING.with(|f| f.set(true));
-    let s = STATE.get_or_init(init);
+    // A start-up that fails inside the shim leaves a pass-through shim (fail open).
+    let s = STATE.get_or_init(|| {
+        std::panic::catch_unwind(init).unwrap_or_else(|_| {
+            eprintln!("cushim: internal error while starting; passing every call through to CUDA");
+            None
+        })
+    });
     INITIALIZING.with(|f| f.set(false));
     s.as_ref()
 }
@@ -100,6 +106,7 @@ fn init() -> Option<Shim> {
     // The shim's own start-up is never intercepted by the driver hooks when the runtime
     // layer is. It starts neither the runtime nor a context: see [`start_runtime`].
     let _inside = crate::intercept::Inside::enter_runtime();
+    crate::failopen::inject(crate::failopen::Point::Init);
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {

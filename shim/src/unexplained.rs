@@ -7,9 +7,11 @@
 //! Invariant: a device whose primary context is not active is not asked (asking would
 //! create a context, which itself takes device memory); its entry says so. Runs on the
 //! dumping thread, outside every allocator lock; the driver calls go straight to the real
-//! driver (`cudarc`).
+//! driver (`driver_entry.rs`).
 
 use cudarc::driver::sys as cu;
+
+use crate::driver_entry as drv;
 use serde_json::{json, Value};
 
 use crate::state::Shim;
@@ -18,27 +20,27 @@ use crate::state::Shim;
 fn driver_info(dev: i32) -> Option<(u64, u64)> {
     let (mut flags, mut active) = (0u32, 0i32);
     // SAFETY: valid out-pointers; `dev` is an ordinal below the device count.
-    let r = unsafe { cu::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
-    if r != cu::CUresult::CUDA_SUCCESS || active == 0 {
+    let r = unsafe { drv::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+    if r != drv::SUCCESS || active == 0 {
         return None;
     }
     let mut ctx: cu::CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer; the primary context exists (active), so retaining it
     // creates nothing; every push is popped and every retain released below.
     unsafe {
-        if cu::cuDevicePrimaryCtxRetain(&mut ctx, dev) != cu::CUresult::CUDA_SUCCESS {
+        if drv::cuDevicePrimaryCtxRetain(&mut ctx, dev) != drv::SUCCESS {
             return None;
         }
         let mut out = None;
-        if cu::cuCtxPushCurrent_v2(ctx) == cu::CUresult::CUDA_SUCCESS {
+        if drv::cuCtxPushCurrent_v2(ctx) == drv::SUCCESS {
             let (mut free, mut total) = (0usize, 0usize);
-            if cu::cuMemGetInfo_v2(&mut free, &mut total) == cu::CUresult::CUDA_SUCCESS {
+            if drv::cuMemGetInfo_v2(&mut free, &mut total) == drv::SUCCESS {
                 out = Some((free as u64, total as u64));
             }
             let mut old: cu::CUcontext = std::ptr::null_mut();
-            let _ = cu::cuCtxPopCurrent_v2(&mut old);
+            let _ = drv::cuCtxPopCurrent_v2(&mut old);
         }
-        let _ = cu::cuDevicePrimaryCtxRelease_v2(dev);
+        let _ = drv::cuDevicePrimaryCtxRelease_v2(dev);
         out
     }
 }

@@ -13,7 +13,6 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::ThreadId;
 
 pub const MODE_GLOBAL: u32 = 0;
 pub const MODE_THREAD_LOCAL: u32 = 1;
@@ -28,7 +27,8 @@ pub const STATUS_INVALIDATED: u32 = 2;
 #[derive(Debug)]
 pub struct Capture {
     pub mode: u32,
-    pub thread: ThreadId,
+    /// The capturing thread (`pthread_self`, valid also while the thread exits).
+    pub thread: usize,
     pub invalidated: bool,
     pub nodes: u64,
 }
@@ -42,6 +42,13 @@ pub struct Graph {
 static ACTIVE_ANY: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE_GLOBAL: AtomicUsize = AtomicUsize::new(0);
 static CAPTURING: Lazy<Mutex<Vec<Arc<Stream>>>> = Lazy::new(|| Mutex::new(Vec::new()));
+
+/// The calling thread's identity. `pthread_self` rather than `std::thread::current`, which
+/// is unavailable from thread-exit destructors and exit handlers.
+fn this_thread() -> usize {
+    // SAFETY: pthread_self has no preconditions and always succeeds.
+    unsafe { libc::pthread_self() as usize }
+}
 
 thread_local! {
     static MODE: Cell<u32> = const { Cell::new(MODE_GLOBAL) };
@@ -83,7 +90,7 @@ pub fn begin(s: &Arc<Stream>, mode: u32) -> Result<(), CUresult> {
     }
     g.capture = Some(Capture {
         mode,
-        thread: std::thread::current().id(),
+        thread: this_thread(),
         invalidated: false,
         nodes: 0,
     });
@@ -105,7 +112,7 @@ pub fn forget(c: &Capture) {
     if c.mode == MODE_GLOBAL {
         ACTIVE_GLOBAL.fetch_sub(1, Ordering::AcqRel);
     }
-    if c.mode != MODE_RELAXED && c.thread == std::thread::current().id() {
+    if c.mode != MODE_RELAXED && c.thread == this_thread() {
         OWN_STRICT.with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
@@ -117,7 +124,7 @@ pub fn end(s: &Arc<Stream>) -> Result<*mut Graph, (CUresult, bool)> {
     let Some(c) = g.capture.as_ref() else {
         return Err((ILLEGAL_STATE, false));
     };
-    if c.mode != MODE_RELAXED && c.thread != std::thread::current().id() {
+    if c.mode != MODE_RELAXED && c.thread != this_thread() {
         return Err((STREAM_CAPTURE_WRONG_THREAD, false));
     }
     let c = g.capture.take().ok_or((ILLEGAL_STATE, false))?;
@@ -168,7 +175,7 @@ pub fn check_unsafe_call() -> Result<(), CUresult> {
     }
     let mode = MODE.with(Cell::get);
     let own = OWN_STRICT.with(Cell::get);
-    let me = std::thread::current().id();
+    let me = this_thread();
     let prohibited = match mode {
         MODE_GLOBAL => ACTIVE_GLOBAL.load(Ordering::Acquire) > 0 || own > 0,
         MODE_THREAD_LOCAL => own > 0,

@@ -116,18 +116,61 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 thread_local! {
     static CURRENT: Cell<usize> = const { Cell::new(0) };
     static RUNTIME_DEVICE: Cell<usize> = const { Cell::new(0) };
-    static CTX_STACK: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The first [`STACK_SLOTS`] pushed contexts: plain values without a destructor, so
+    /// they answer from exit handlers and thread-exit destructors, as a driver does.
+    static CTX_STACK: Cell<[usize; STACK_SLOTS]> = const { Cell::new([0; STACK_SLOTS]) };
+    static CTX_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// Deeper pushes (a destructor-bearing Vec, reached with `try_with`).
+    static CTX_SPILL: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Context stack entries kept in destructor-free thread-local storage.
+const STACK_SLOTS: usize = 32;
+
 /// `cuCtxPushCurrent_v2`: make `ctx` current, remembering the previous one.
+///
+/// Policy: every per-thread value here lives in thread-local storage without a destructor
+/// (plain `Cell`s), so every entry point answers from exit handlers and thread-exit
+/// destructors; only a push deeper than [`STACK_SLOTS`] needs storage the C library may
+/// already have destroyed, and then fails with `CUDA_ERROR_OUT_OF_MEMORY` instead of
+/// panicking.
 pub fn push_current(ctx: *mut Ctx) -> Result<(), CUresult> {
     if ctx.is_null() {
         return Err(INVALID_CONTEXT);
     }
     let prev = CURRENT.with(Cell::get);
     set_current(ctx)?;
-    CTX_STACK.with(|s| s.borrow_mut().push(prev));
+    let depth = CTX_DEPTH.with(Cell::get);
+    if depth < STACK_SLOTS {
+        CTX_STACK.with(|s| {
+            let mut a = s.get();
+            a[depth] = prev;
+            s.set(a);
+        });
+    } else if CTX_SPILL.try_with(|s| s.borrow_mut().push(prev)).is_err() {
+        CURRENT.with(|c| c.set(prev));
+        return Err(OUT_OF_MEMORY);
+    }
+    CTX_DEPTH.with(|d| d.set(depth + 1));
     Ok(())
+}
+
+/// The context pushed over by the last push (0 when none).
+fn pop_pushed() -> usize {
+    let depth = CTX_DEPTH.with(Cell::get);
+    if depth == 0 {
+        return 0;
+    }
+    CTX_DEPTH.with(|d| d.set(depth - 1));
+    if depth - 1 < STACK_SLOTS {
+        CTX_STACK.with(|s| s.get()[depth - 1])
+    } else {
+        CTX_SPILL
+            .try_with(|s| s.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
 }
 
 /// `cuCtxPopCurrent_v2`: the current context, replaced by the one pushed over.
@@ -136,7 +179,7 @@ pub fn pop_current() -> Result<*mut Ctx, CUresult> {
     if cur.is_null() {
         return Err(INVALID_CONTEXT);
     }
-    let prev = CTX_STACK.with(|s| s.borrow_mut().pop()).unwrap_or(0);
+    let prev = pop_pushed();
     CURRENT.with(|c| c.set(prev));
     Ok(cur)
 }

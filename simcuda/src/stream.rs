@@ -235,9 +235,20 @@ thread_local! {
     static PER_THREAD: RefCell<Vec<Option<PerThreadSlot>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The calling thread's per-thread default stream on `d`.
+/// The calling thread's per-thread default stream on `d`. Once the thread's local storage
+/// is destroyed (an exit handler, a thread-exit destructor) it is the legacy stream: work
+/// queued there is ordered after everything, which is what a thread that is ending needs.
 pub fn per_thread(d: &Device) -> Result<Arc<Stream>, CUresult> {
-    PER_THREAD.with(|pt| {
+    PER_THREAD
+        .try_with(|pt| per_thread_in(pt, d))
+        .unwrap_or_else(|_| legacy(d))
+}
+
+fn per_thread_in(
+    pt: &RefCell<Vec<Option<PerThreadSlot>>>,
+    d: &Device,
+) -> Result<Arc<Stream>, CUresult> {
+    {
         let mut pt = pt.borrow_mut();
         if pt.len() <= d.ordinal {
             pt.resize_with(d.ordinal + 1, || None);
@@ -248,7 +259,7 @@ pub fn per_thread(d: &Device) -> Result<Arc<Stream>, CUresult> {
         let s = Stream::spawn(d, 0, 0, Kind::PerThread)?;
         pt[d.ordinal] = Some(PerThreadSlot(Arc::clone(&s)));
         Ok(s)
-    })
+    }
 }
 
 /// Create a user stream on `d`.

@@ -61,6 +61,11 @@ impl Launch {
             cmd.env("LD_PRELOAD", prepend("LD_PRELOAD", &shim));
         }
         if self.sim || !driver_present() {
+            if !self.sim {
+                eprintln!(
+                    "cushim: no CUDA driver (libcuda.so.1) found; running on simcuda, the simulated GPU"
+                );
+            }
             let layout = artifacts::sim_layout(&dir).map_err(|e| format!("simcuda: {e}"))?;
             cmd.env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &layout));
         }
@@ -70,6 +75,15 @@ impl Launch {
                 _ => "expandable_segments:True".to_string(),
             };
             cmd.env("CUSHIM_ALLOC_CONF", conf);
+        }
+        for var in ["CUSHIM_SNAPSHOT", "CUSHIM_LOG"] {
+            let from_option = (var == "CUSHIM_SNAPSHOT").then_some(self.snapshot.clone());
+            if let Some(p) = from_option
+                .flatten()
+                .or_else(|| std::env::var_os(var).map(PathBuf::from))
+            {
+                crate::run_checks::warn_unwritable_dir(var, &p);
+            }
         }
         if let Some(snap) = &self.snapshot {
             cmd.env("CUSHIM_SNAPSHOT", snap);

@@ -4,6 +4,7 @@ mod analyze;
 mod bench;
 mod demo;
 mod launch;
+mod run_checks;
 mod tools;
 
 use std::ffi::OsString;
@@ -169,8 +170,12 @@ fn main() -> ExitCode {
 fn run(launch: launch::Launch, program: Vec<OsString>) -> Result<i32, String> {
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let mut cmd = launch.command(prog, args)?;
-    let status = cmd
-        .status()
-        .map_err(|e| format!("starting {}: {e}", prog.to_string_lossy()))?;
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cushim: starting {}: {e}", prog.to_string_lossy());
+            return Ok(run_checks::spawn_failure_code(&e));
+        }
+    };
     Ok(launch::exit_code(status))
 }
