@@ -371,7 +371,7 @@ impl Device for CudaDevice {
             }
             // Devices with peer access to `dev` reach its expandable pages too.
             if let Err(code) = crate::peer::grant_new_mapping(dev, ptr, size) {
-                let _ = cu::cuMemUnmap(ptr, size as usize);
+                let _ = crate::driver_entry::cuMemUnmap(ptr, size as usize);
                 return Err(DeviceError::Driver(code));
             }
         }

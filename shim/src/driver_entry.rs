@@ -234,6 +234,10 @@ driver_fns! {
     cuStreamSynchronize = "cuStreamSynchronize" @ 2000 (stream: cu::CUstream);
     cuStreamIsCapturing = "cuStreamIsCapturing" @ 10000 (stream: cu::CUstream, status: *mut c_uint);
     cuThreadExchangeStreamCaptureMode = "cuThreadExchangeStreamCaptureMode" @ 10010 (mode: *mut c_uint);
+    cuMemGetAddressRange_v2 = "cuMemGetAddressRange" @ 3020 (base: *mut u64, size: *mut usize, p: u64);
+    cuMemRetainAllocationHandle = "cuMemRetainAllocationHandle" @ 11000 (h: *mut u64, p: *mut c_void);
+    cuMemExportToShareableHandle = "cuMemExportToShareableHandle" @ 10020 (out: *mut c_void, h: u64, kind: c_uint, flags: u64);
+    cuMemImportFromShareableHandle = "cuMemImportFromShareableHandle" @ 10020 (h: *mut u64, os: *mut c_void, kind: c_uint);
 }
 
 /// A feature's driver functions: each name with its [`has`] check.

@@ -38,6 +38,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use cudarc::driver::sys as cu;
+
+use crate::driver_entry as de;
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, as the driver's integer argument.
+const POSIX_FD_HANDLE: std::ffi::c_uint = 1;
+/// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`.
+const POSIX_FD_SUPPORTED_ATTRIBUTE: c_int = 103;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
@@ -140,14 +147,8 @@ impl Record {
 pub fn handle_types(dev: c_int) -> cu::CUmemAllocationHandleType {
     let mut v: c_int = 0;
     // SAFETY: valid out-pointer; an attribute every CUDA 12 driver defines.
-    let rc = unsafe {
-        cu::cuDeviceGetAttribute(
-            &mut v,
-            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-            dev,
-        )
-    };
-    if rc == cu::CUresult::CUDA_SUCCESS && v == 1 {
+    let rc = unsafe { de::cuDeviceGetAttribute(&mut v, POSIX_FD_SUPPORTED_ATTRIBUTE, dev) };
+    if rc == de::SUCCESS && v == 1 {
         cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
     } else {
         cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
@@ -189,11 +190,11 @@ extern "C" fn remove_records() {
     }
 }
 
-fn ok(r: cu::CUresult) -> Result<(), String> {
-    if r == cu::CUresult::CUDA_SUCCESS {
+fn ok(r: c_int) -> Result<(), String> {
+    if r == de::SUCCESS {
         Ok(())
     } else {
-        Err(format!("{r:?}"))
+        Err(format!("CUresult {r}"))
     }
 }
 
@@ -209,9 +210,9 @@ fn mappings(block: u64, size: u64) -> Result<Vec<(u64, u64, u64)>, String> {
             let mut h: cu::CUmemGenericAllocationHandle = 0;
             // SAFETY: valid out-pointers; `at` lies in a range the cache mapped.
             unsafe {
-                ok(cu::cuMemGetAddressRange_v2(&mut base, &mut len, at))
+                ok(de::cuMemGetAddressRange_v2(&mut base, &mut len, at))
                     .map_err(|e| format!("cuMemGetAddressRange at {at:#x}: {e}"))?;
-                ok(cu::cuMemRetainAllocationHandle(&mut h, at as *mut c_void))
+                ok(de::cuMemRetainAllocationHandle(&mut h, at as *mut c_void))
                     .map_err(|e| format!("cuMemRetainAllocationHandle at {at:#x}: {e}"))?;
             }
             out.push((base, len as u64, h));
@@ -232,7 +233,7 @@ fn mappings(block: u64, size: u64) -> Result<Vec<(u64, u64, u64)>, String> {
 fn release_all(maps: &[(u64, u64, u64)]) {
     for (_, _, h) in maps {
         // SAFETY: a handle retained by `mappings`.
-        let _ = unsafe { cu::cuMemRelease(*h) };
+        let _ = unsafe { de::cuMemRelease(*h) };
     }
 }
 
@@ -301,10 +302,10 @@ fn export_inner(block: u64, size: u64) -> Result<IpcHandle, String> {
             // SAFETY: a retained handle of ours; the out-pointer is an int, as the POSIX
             // descriptor handle type requires.
             unsafe {
-                ok(cu::cuMemExportToShareableHandle(
+                ok(de::cuMemExportToShareableHandle(
                     &mut fd as *mut c_int as *mut c_void,
                     *h,
-                    cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    POSIX_FD_HANDLE,
                     0,
                 ))
                 .map_err(|e| format!("cuMemExportToShareableHandle: {e}"))?;
@@ -443,12 +444,12 @@ fn map_pages(rec: &Record, fds: &[OwnedFd]) -> Result<Import, String> {
     if rec.offset.checked_add(rec.size).map_or(true, |e| e > span) {
         return Err("the record's block lies outside its pages".into());
     }
-    let mut dev: cu::CUdevice = 0;
+    let mut dev: c_int = 0;
     let mut base: cu::CUdeviceptr = 0;
     // SAFETY: valid out-pointers.
     unsafe {
-        ok(cu::cuCtxGetDevice(&mut dev)).map_err(|e| format!("cuCtxGetDevice: {e}"))?;
-        ok(cu::cuMemAddressReserve(&mut base, span as usize, 0, 0, 0))
+        ok(de::cuCtxGetDevice(&mut dev)).map_err(|e| format!("cuCtxGetDevice: {e}"))?;
+        ok(de::cuMemAddressReserve(&mut base, span as usize, 0, 0, 0))
             .map_err(|e| format!("cuMemAddressReserve: {e}"))?;
     }
     let mut mapped = 0u64;
@@ -458,14 +459,14 @@ fn map_pages(rec: &Record, fds: &[OwnedFd]) -> Result<Import, String> {
             // SAFETY: the descriptor travels in the pointer's bits, as the POSIX handle
             // type says; the mapping lies inside our fresh reservation.
             unsafe {
-                ok(cu::cuMemImportFromShareableHandle(
+                ok(de::cuMemImportFromShareableHandle(
                     &mut h,
                     fd.as_raw_fd() as usize as *mut c_void,
-                    cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    POSIX_FD_HANDLE,
                 ))
                 .map_err(|e| format!("cuMemImportFromShareableHandle: {e}"))?;
-                let m = ok(cu::cuMemMap(base + mapped, *size as usize, 0, h, 0));
-                let _ = cu::cuMemRelease(h);
+                let m = ok(de::cuMemMap(base + mapped, *size as usize, 0, h, 0));
+                let _ = de::cuMemRelease(h);
                 m.map_err(|e| format!("cuMemMap: {e}"))?;
             }
             mapped += size;
@@ -476,7 +477,7 @@ fn map_pages(rec: &Record, fds: &[OwnedFd]) -> Result<Import, String> {
         desc.location.id = dev;
         desc.flags = cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         // SAFETY: the whole span was mapped just above.
-        unsafe { ok(cu::cuMemSetAccess(base, span as usize, &desc, 1)) }
+        unsafe { ok(de::cuMemSetAccess(base, span as usize, &desc, 1)) }
             .map_err(|e| format!("cuMemSetAccess: {e}"))
     })();
     if let Err(e) = result {
@@ -495,9 +496,9 @@ fn unmap(base: u64, mapped: u64, span: u64) {
     // SAFETY: the range was reserved (and its first `mapped` bytes mapped) by `map_pages`.
     unsafe {
         if mapped > 0 {
-            let _ = cu::cuMemUnmap(base, mapped as usize);
+            let _ = de::cuMemUnmap(base, mapped as usize);
         }
-        let _ = cu::cuMemAddressFree(base, span as usize);
+        let _ = de::cuMemAddressFree(base, span as usize);
     }
 }
 

@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys as cu;
 
+use crate::driver_entry as de;
+
 use crate::call_driver;
 use crate::call_real;
 use crate::exports_driver::Hook;
@@ -64,11 +66,11 @@ pub fn grant_new_mapping(dev: i32, ptr: u64, size: u64) -> Result<(), i32> {
         .map(|d| access_desc(d, cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
         .collect();
     // SAFETY: a range the caller just mapped, descriptors of ours.
-    let rc = unsafe { cu::cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len()) };
-    if rc == cu::CUresult::CUDA_SUCCESS {
+    let rc = unsafe { de::cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len()) };
+    if rc == de::SUCCESS {
         Ok(())
     } else {
-        Err(rc as i32)
+        Err(rc)
     }
 }
 
@@ -99,16 +101,16 @@ fn changed(from: i32, to: i32, enable: bool) {
     for seg in s.alloc.segments(to).iter().filter(|g| g.is_expandable) {
         // SAFETY: a range the cache has mapped (or, racing a release, had mapped: the
         // driver then refuses and nothing changes); one descriptor of ours.
-        let _ = unsafe { cu::cuMemSetAccess(seg.address, seg.total_size as usize, &desc, 1) };
+        let _ = unsafe { de::cuMemSetAccess(seg.address, seg.total_size as usize, &desc, 1) };
     }
 }
 
 /// The device of the calling thread's current context.
 fn current_device() -> Option<i32> {
-    let mut d: cu::CUdevice = 0;
+    let mut d: c_int = 0;
     // SAFETY: valid out-pointer.
-    let rc = unsafe { cu::cuCtxGetDevice(&mut d) };
-    (rc == cu::CUresult::CUDA_SUCCESS).then_some(d)
+    let rc = unsafe { de::cuCtxGetDevice(&mut d) };
+    (rc == de::SUCCESS).then_some(d)
 }
 
 /// The device of context `ctx`.
@@ -116,12 +118,12 @@ fn ctx_device(ctx: *mut c_void) -> Option<i32> {
     // SAFETY: pushing the program's own context (the driver checks it), reading its device,
     // popping it again.
     unsafe {
-        if cu::cuCtxPushCurrent_v2(ctx as cu::CUcontext) != cu::CUresult::CUDA_SUCCESS {
+        if de::cuCtxPushCurrent_v2(ctx as cu::CUcontext) != de::SUCCESS {
             return None;
         }
         let d = current_device();
         let mut old: cu::CUcontext = std::ptr::null_mut();
-        let _ = cu::cuCtxPopCurrent_v2(&mut old);
+        let _ = de::cuCtxPopCurrent_v2(&mut old);
         d
     }
 }
