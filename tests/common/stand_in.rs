@@ -30,7 +30,9 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_cache_cap",
     "shim_capture",
     "shim_cuda13",
+    "shim_driver_entry",
     "shim_expandable",
+    "shim_failopen",
     "shim_fork",
     "shim_ipc",
     "shim_ipc_expandable",
@@ -47,6 +49,7 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_streams",
     "shim_stress",
     "simcuda_clients",
+    "simcuda_exit",
     "smoke_build",
     "trace_dlclose",
 ];
