@@ -132,7 +132,7 @@ impl Locked {
         }
     }
 
-    fn prog(&self) -> &mut libc::sigaction {
+    fn prog(&mut self) -> &mut libc::sigaction {
         // SAFETY: we hold the slot's lock (module invariant), and the reference does not
         // outlive `self`.
         unsafe { &mut *self.slot.prog.get() }
@@ -162,7 +162,7 @@ fn kernel_action(prog: &libc::sigaction) -> libc::sigaction {
 /// after the shim's part. Fails when libc's `sigaction` does.
 pub fn arm(sig: c_int, role: Role) -> Result<(), String> {
     let s = slot(sig).ok_or_else(|| format!("signal {sig} out of range"))?;
-    let held = Locked::take(s);
+    let mut held = Locked::take(s);
     if s.role.load(Ordering::Acquire) != Role::None as u8 {
         s.role.store(role as u8, Ordering::Release);
         return Ok(());
@@ -191,7 +191,7 @@ pub fn arm(sig: c_int, role: Role) -> Result<(), String> {
 /// shim re-raises an ending signal: the signal then does what the program asked for).
 pub fn disarm(sig: c_int) {
     let Some(s) = slot(sig) else { return };
-    let held = Locked::take(s);
+    let mut held = Locked::take(s);
     if s.role.swap(Role::None as u8, Ordering::AcqRel) == Role::None as u8 {
         return;
     }
@@ -274,7 +274,7 @@ pub extern "C" fn sigaction(
         // SAFETY: the caller's arguments, passed on unchanged.
         return unsafe { real_sigaction(sig, act, old) };
     };
-    let held = Locked::take(s);
+    let mut held = Locked::take(s);
     if !old.is_null() {
         // SAFETY: the caller passed a valid out-pointer (sigaction's contract).
         unsafe { *old = *held.prog() };

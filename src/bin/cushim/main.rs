@@ -3,6 +3,7 @@
 mod analyze;
 mod bench;
 mod demo;
+mod forward;
 mod launch;
 mod tools;
 
@@ -114,12 +115,14 @@ enum Cmd {
     },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert { input: PathBuf, output: PathBuf },
-    /// Ask a running process to write a live snapshot (sends CUSHIM_DUMP_SIGNAL, default USR1).
+    /// Ask a running process under the shim to write a live snapshot: sends its dump signal
+    /// (the process's CUSHIM_DUMP_SIGNAL, else this one's, else USR1); refuses a process that
+    /// has not loaded the shim.
     Dump {
         pid: i32,
-        /// Signal number to send.
-        #[arg(long, default_value_t = libc::SIGUSR1)]
-        signal: i32,
+        /// The signal to send: a name (USR2, SIGUSR2) or a number.
+        #[arg(long)]
+        signal: Option<String>,
     },
 }
 
@@ -155,7 +158,7 @@ fn main() -> ExitCode {
         Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
-        Cmd::Dump { pid, signal } => tools::dump(pid, signal),
+        Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -169,8 +172,13 @@ fn main() -> ExitCode {
 fn run(launch: launch::Launch, program: Vec<OsString>) -> Result<i32, String> {
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let mut cmd = launch.command(prog, args)?;
-    let status = cmd
-        .status()
+    forward::install();
+    let mut child = cmd
+        .spawn()
         .map_err(|e| format!("starting {}: {e}", prog.to_string_lossy()))?;
-    Ok(launch::exit_code(status))
+    forward::started(child.id());
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", prog.to_string_lossy()))?;
+    Ok(forward::end_like(status))
 }
