@@ -207,6 +207,7 @@ pub fn after_fork_in_child() {
     // A dump the parent's dump thread was writing will never finish here.
     DUMPING.store(false, Ordering::Release);
     crate::ending::after_fork_in_child();
+    crate::log_writer::after_fork_in_child();
     let (rfd, wfd) = (
         READ_FD.load(Ordering::Relaxed),
         WRITE_FD.load(Ordering::Relaxed),

@@ -61,8 +61,14 @@ pub fn wait_for_end() -> ! {
     }
 }
 
-/// Arm the ending signals and start the ending thread.
+/// Arm the ending signals and start the ending thread (once; for the snapshot, the log or
+/// both).
 pub fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install_once);
+}
+
+fn install_once() {
     if let Err(e) = start_thread() {
         eprintln!("cushim: no snapshot on SIGTERM/SIGINT/SIGHUP/SIGQUIT: {e}");
         return;
@@ -140,6 +146,7 @@ fn ending_thread(rfd: c_int) {
     }
     let sig = PENDING.load(Ordering::Acquire);
     crate::dump::final_dumps(&format!("on {}", engine::config::signal::name(sig)));
+    crate::log_writer::finish();
     reraise(sig);
 }
 

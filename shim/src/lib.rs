@@ -32,6 +32,7 @@ pub mod history;
 pub mod intercept;
 pub mod ipc;
 pub mod lasterror;
+pub mod log_writer;
 pub mod observe;
 pub mod observe_driver;
 pub mod observe_runtime;

@@ -36,6 +36,22 @@ pub enum Role {
     Dump = 1,
     /// An ending signal: with `SIG_DFL`, the exit snapshot and then the default action.
     End = 2,
+    /// A crash (SEGV, BUS, ABRT): the event log's queue is written out first; with
+    /// `SIG_DFL`, the default action follows (the faulting instruction runs again, or a
+    /// signal sent by a process is raised again).
+    Fatal = 3,
+}
+
+/// The crash signals whose last events the log keeps.
+pub const FATAL: [c_int; 3] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT];
+
+/// Arm the crash signals (when the event log is on).
+pub fn arm_fatal() {
+    for sig in FATAL {
+        if let Err(e) = arm(sig, Role::Fatal) {
+            eprintln!("cushim: the event log will not be flushed on signal {sig}: {e}");
+        }
+    }
 }
 
 struct Slot {
@@ -240,6 +256,9 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     if role == Role::Dump as u8 {
         crate::dump::request_from_signal();
     }
+    if role == Role::Fatal as u8 {
+        crate::log_writer::flush_from_signal();
+    }
     match disposition {
         Disposition::Handler { addr, siginfo } => {
             // SAFETY: the program installed this function for this signal with these flags;
@@ -256,6 +275,17 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
             }
         }
         Disposition::Default if role == Role::End as u8 => crate::ending::request_from_signal(sig),
+        Disposition::Default if role == Role::Fatal as u8 => {
+            disarm(sig);
+            // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+            let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+            if sent {
+                // Sent by a process (or raise/abort): raise it again; it is delivered, with
+                // the default action, when this handler returns.
+                // SAFETY: raise(3) is async-signal safe.
+                unsafe { libc::raise(sig) };
+            }
+        }
         _ => {}
     }
     // SAFETY: as above.
