@@ -15,6 +15,7 @@ pub mod convert;
 pub mod events;
 pub mod json;
 pub mod kinds;
+pub mod log_reader;
 mod memo;
 pub mod model;
 pub mod msgpack;

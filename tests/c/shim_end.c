@@ -17,6 +17,8 @@
  *   segv:         dereferences NULL.
  *   abort:        calls abort().
  *   _exit:        calls _exit(4).
+ *   loop:         SIGNAL is a count N: N cudaMalloc+cudaFree pairs of 1 KiB, printing "half"
+ *                 after N/2 and "made" at the end, then waits for signals for ever.
  */
 #include <signal.h>
 #include <unistd.h>
@@ -106,6 +108,20 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(c, "wait")) {
         printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
+    if (!strcmp(c, "loop")) {
+        long n = atol(argv[1]);
+        for (long i = 0; i < n; i++) {
+            void *p = alloc(1024);
+            CHECK(cudaFree(p));
+            if (i == n / 2) {
+                printf("half\n");
+                fflush(stdout);
+            }
+        }
+        printf("made\n");
         fflush(stdout);
         for (;;) pause();
     }
