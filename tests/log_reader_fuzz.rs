@@ -90,7 +90,10 @@ fn every_truncation_reads_a_clean_prefix_or_fails_in_the_header() {
                 // reported.
                 assert!(!info.ended, "cut {cut}");
                 assert_eq!(&c.0[..], &all[..c.0.len()], "cut {cut}: a prefix");
-                assert!(c.0.len() >= last, "cut {cut}: a longer file never gives fewer events");
+                assert!(
+                    c.0.len() >= last,
+                    "cut {cut}: a longer file never gives fewer events"
+                );
                 last = c.0.len();
             }
             Err(e) => assert!(c.0.is_empty() && !e.is_empty(), "cut {cut}"),

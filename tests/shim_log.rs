@@ -243,3 +243,53 @@ fn summary_and_replay_read_a_log() {
         );
     }
 }
+
+#[test]
+fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
+    let dir = common::scratch("log-moment");
+    let out = run_case(libc::SIGTERM, "flag_after", false, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let log = the_log(&dir);
+    let (_, c) = read(&log);
+    let allocs = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .count();
+    for (args, live, events) in [
+        (vec!["--end"], 16u64 << 20, c.events.len()),
+        (vec!["--peak"], 16 << 20, c.events.len()),
+        (vec!["--at", "0"], 0, 0),
+        (vec!["--end", "--events", "2"], 16 << 20, 2),
+    ] {
+        let out_path = dir.join("moment.pickle");
+        let out = Command::new(common::cushim_bin())
+            .arg("snapshot")
+            .arg(&log)
+            .args(&args)
+            .arg("-o")
+            .arg(&out_path)
+            .output()
+            .expect("running cushim snapshot");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let v = common::load_snapshot(&out_path);
+        let segs = v["segments"].as_array().expect("segments");
+        let mut allocated = 0;
+        for s in segs {
+            let blocks = s["blocks"].as_array().expect("blocks");
+            let tiled: u64 = blocks.iter().map(|b| b["size"].as_u64().unwrap_or(0)).sum();
+            assert_eq!(
+                Some(tiled),
+                s["total_size"].as_u64(),
+                "{args:?}: blocks tile {s}"
+            );
+            allocated += s["allocated_size"].as_u64().unwrap_or(0);
+        }
+        assert_eq!(allocated, live, "{args:?}");
+        let traced = v["device_traces"].as_array().map_or(0, |t| {
+            t.iter().map(|d| d.as_array().map_or(0, Vec::len)).sum()
+        });
+        assert_eq!(traced, events, "{args:?}");
+    }
+    assert_eq!(allocs, 3);
+}

@@ -13,6 +13,7 @@
 pub mod build;
 pub mod convert;
 pub mod events;
+pub mod from_log;
 pub mod json;
 pub mod kinds;
 pub mod log_reader;

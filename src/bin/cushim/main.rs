@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod forward;
 mod launch;
+mod snapshot_cmd;
 mod tools;
 
 use std::ffi::OsString;
@@ -34,7 +35,10 @@ enum Cmd {
         /// Write a snapshot at exit (and on SIGUSR1) to this path template.
         #[arg(long)]
         snapshot: Option<PathBuf>,
-        /// CUSHIM_HISTORY settings (default with --snapshot: enabled=all,stacks=native).
+        /// Stream every event to this whole-run log (path template, as --snapshot).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// CUSHIM_HISTORY settings (default with --snapshot or --log: enabled=all,stacks=native).
         #[arg(long)]
         history: Option<String>,
         /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).
@@ -113,6 +117,26 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         top: usize,
     },
+    /// Write a snapshot (memory_viz opens it) of one moment of a whole-run event log
+    /// (`CUSHIM_LOG`, `cushim run --log`).
+    Snapshot {
+        log: PathBuf,
+        /// The moment SECONDS after the run's start.
+        #[arg(long, conflicts_with_all = ["peak", "end"])]
+        at: Option<f64>,
+        /// The moment the most bytes were allocated.
+        #[arg(long, conflicts_with = "end")]
+        peak: bool,
+        /// The end of the log (the default).
+        #[arg(long)]
+        end: bool,
+        /// Trace events kept before the moment, per device.
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        /// The snapshot to write (format by extension: .pickle, .msgpack, .json).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert { input: PathBuf, output: PathBuf },
     /// Ask a running process under the shim to write a live snapshot: sends its dump signal
@@ -132,6 +156,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             expandable,
             snapshot,
+            log,
             history,
             sim,
             observe,
@@ -140,6 +165,7 @@ fn main() -> ExitCode {
             launch::Launch {
                 expandable,
                 snapshot,
+                log,
                 history,
                 sim,
                 observe,
@@ -157,6 +183,21 @@ fn main() -> ExitCode {
         Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
         Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
+        Cmd::Snapshot {
+            log,
+            at,
+            peak,
+            end: _,
+            events,
+            output,
+        } => {
+            let moment = match (at, peak) {
+                (Some(s), _) => cushim::snapshot::from_log::Moment::At(s),
+                (None, true) => cushim::snapshot::from_log::Moment::Peak,
+                (None, false) => cushim::snapshot::from_log::Moment::End,
+            };
+            snapshot_cmd::snapshot(&log, moment, events, &output)
+        }
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
     };
