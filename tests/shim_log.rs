@@ -178,7 +178,7 @@ fn after_sigkill_the_log_holds_every_event_the_writer_had_time_to_write() {
     let line = lines.next().expect("a line").expect("reading");
     assert_eq!(line, "half");
     let line = lines.next().expect("a line").expect("reading");
-    assert_eq!(line, "made");
+    assert!(line.starts_with("made"), "{line}");
     let log = dir.join("run.log");
     // The program is idle now: the writer flushes on its own. Poll the file until it holds
     // every allocation, then kill.
