@@ -89,7 +89,8 @@ fn the_log(dir: &Path) -> PathBuf {
 #[test]
 fn every_way_to_end_leaves_a_log_with_the_programs_events() {
     // (signal argument, case, status code, terminating signal, closed cleanly)
-    let cases: &[(i32, &str, Option<i32>, Option<i32>, bool)] = &[
+    type Case = (i32, &'static str, Option<i32>, Option<i32>, bool);
+    let cases: &[Case] = &[
         (libc::SIGTERM, "default", None, Some(libc::SIGTERM), true),
         (libc::SIGINT, "default", None, Some(libc::SIGINT), true),
         (libc::SIGHUP, "default", None, Some(libc::SIGHUP), true),

@@ -107,14 +107,9 @@ fn push(ev: TraceEvent) {
     let mut ev = ev;
     loop {
         match q.push(ev) {
-            Ok(()) => {
-                if q.len() == q.capacity() / 2 {
-                    if let Some(t) = THREAD.get() {
-                        t.unpark();
-                    }
-                }
-                return;
-            }
+            // The writer wakes on its own every FLUSH_MS (the queue holds far more than a
+            // program records in that time); only a full queue wakes it early.
+            Ok(()) => return,
             Err(back) => {
                 if !DRAINING.load(Ordering::Acquire) {
                     DROPPED.fetch_add(1, Ordering::Relaxed);
