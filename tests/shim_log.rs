@@ -129,6 +129,21 @@ fn every_way_to_end_leaves_a_log_with_the_programs_events() {
 }
 
 #[test]
+fn a_free_made_by_an_atexit_handler_of_the_program_is_in_the_log() {
+    let dir = common::scratch("log-atexit");
+    let out = run_case(0, "atexit_free", true, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let (info, c) = read(&the_log(&dir));
+    assert!(info.ended);
+    let freed = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::FreeRequested && e.size == 8 << 20)
+        .count();
+    assert_eq!(freed, 1, "the free made after main returned");
+}
+
+#[test]
 fn the_header_records_the_process_and_its_settings() {
     let dir = common::scratch("log-header");
     let out = run_case(libc::SIGTERM, "flag_after", false, &dir);

@@ -14,7 +14,8 @@
 //!   disk does. Only when no writer can ever drain the queue (it failed to start, or the log
 //!   was closed at exit) are events dropped instead, counted, and the count written to the
 //!   log (a `DROPPED` chunk) so nothing is lost silently.
-//! - At exit and on an ending signal, [`finish`] drains the queue and writes an `END` chunk.
+//! - At exit (from the library's destructor, after every `atexit` handler) and on an ending
+//!   signal, [`finish`] drains the queue and writes an `END` chunk.
 //!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
 //!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
 //!   proceeds. Events the writer thread had taken but not yet written (at most one chunk,
@@ -148,8 +149,6 @@ pub fn start(s: &Shim) {
         eprintln!("cushim: no event log: {e}");
         return;
     }
-    // SAFETY: registering a plain extern "C" function with no preconditions.
-    unsafe { libc::atexit(at_exit) };
     crate::ending::install();
     crate::sigchain::arm_fatal();
 }
@@ -411,12 +410,19 @@ pub fn finish() {
     w.ended = true;
 }
 
-extern "C" fn at_exit() {
+/// The log is closed by the library's destructor, which `exit` runs after every `atexit`
+/// handler (the program's, whenever registered, and the exit snapshot's), so the events
+/// those make are in the log too.
+extern "C" fn at_unload() {
     if crate::ending::pending() {
         crate::ending::wait_for_end();
     }
     finish();
 }
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
 
 /// In a `fork` child: the writer thread does not exist and the file is the parent's.
 pub fn after_fork_in_child() {

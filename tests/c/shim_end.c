@@ -17,6 +17,8 @@
  *   segv:         dereferences NULL.
  *   abort:        calls abort().
  *   _exit:        calls _exit(4).
+ *   atexit_free:  an atexit handler registered before the first CUDA call frees the 8 MiB
+ *                 block after main returns.
  *   loop:         SIGNAL is a count N: N cudaMalloc+cudaFree pairs of 1 KiB, printing "half"
  *                 after N/2 and "made ns_per_pair=X" at the end, then waits for signals for
  *                 ever (returns instead when SHIM_END_EXIT is set).
@@ -30,6 +32,9 @@ static volatile sig_atomic_t flag;
 static int the_sig;
 
 static void set_flag(int sig) { flag = sig; }
+
+static void *exit_block;
+static void free_at_exit(void) { CHECK(cudaFree(exit_block)); }
 
 static void reraise(int sig) {
     static const char msg[] = "cleanup\n";
@@ -59,10 +64,15 @@ int main(int argc, char **argv) {
         act.sa_handler = set_flag;
         sigaction(the_sig, &act, NULL);
     }
+    if (!strcmp(c, "atexit_free")) atexit(free_at_exit);
     void *a = alloc(8 * MiB);
     void *b = alloc(5 * MiB);
     (void)a;
     (void)b;
+    if (!strcmp(c, "atexit_free")) {
+        exit_block = a;
+        return 0;
+    }
     if (!strcmp(c, "default")) {
         kill(getpid(), the_sig);
         exit(0);
