@@ -27,6 +27,7 @@ use crate::sigchain::{self, Role};
 pub const ENDING: [c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
+static READ_FD: AtomicI32 = AtomicI32::new(-1);
 /// The ending signal being served (0: none).
 static PENDING: AtomicI32 = AtomicI32::new(0);
 
@@ -99,6 +100,7 @@ fn start_thread() -> Result<(), String> {
         }
         return Err(e);
     }
+    READ_FD.store(rfd, Ordering::Release);
     WRITE_FD.store(wfd, Ordering::Release);
     Ok(())
 }
@@ -106,12 +108,16 @@ fn start_thread() -> Result<(), String> {
 /// In a `fork` child: the ending thread does not exist there; start the child's own.
 pub fn after_fork_in_child() {
     let wfd = WRITE_FD.swap(-1, Ordering::AcqRel);
+    let rfd = READ_FD.swap(-1, Ordering::AcqRel);
     if wfd < 0 {
         return;
     }
-    // SAFETY: closing our own inherited write end (the read end is closed by the new
-    // thread's creation failing or left to exec's O_CLOEXEC; it is never read here).
-    unsafe { libc::close(wfd) };
+    // SAFETY: the inherited pipe is ours (made by `start_thread`), and its only reader, the
+    // parent's ending thread, does not exist in the child.
+    unsafe {
+        libc::close(wfd);
+        libc::close(rfd);
+    }
     PENDING.store(0, Ordering::Release);
     if let Err(e) = start_thread() {
         eprintln!("cushim: no snapshot on ending signals in the forked child: {e}");

@@ -241,18 +241,28 @@ fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
 fn writer_thread() {
     let _ = THREAD.set(std::thread::current());
     loop {
-        let wrote = match WRITER.get() {
+        let step = std::panic::catch_unwind(|| match WRITER.get() {
             Some(w) => {
                 let mut w = w.lock();
                 if w.ended {
-                    return;
+                    None
+                } else {
+                    Some(w.drain())
                 }
-                w.drain()
             }
-            None => return,
-        };
-        if wrote == 0 {
-            std::thread::park_timeout(Duration::from_millis(FLUSH_MS));
+            None => None,
+        });
+        match step {
+            Ok(Some(0)) => std::thread::park_timeout(Duration::from_millis(FLUSH_MS)),
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(_) => {
+                // Nobody drains the queue any more: the allocating threads must not wait
+                // for room; what they record from now on is counted as dropped.
+                DRAINING.store(false, Ordering::Release);
+                eprintln!("cushim: internal error in the event log's writer; the log stops here");
+                return;
+            }
         }
     }
 }
