@@ -113,13 +113,34 @@ fn run_forwards_each_ending_signal_to_the_program_and_ends_with_it() {
     }
 }
 
-// The dump signal goes first and has the lower number, so it is delivered first wherever
-// both wait (Linux delivers pending signals lowest number first).
 #[test]
 fn run_forwards_the_dump_signal() {
     let dir = common::scratch("cli-forward-usr1");
     let mut child = start_ready(&mut wrapped(&dir));
     kill(child.id(), libc::SIGUSR1);
+    wait_for_files(&dir, 1);
+    kill(child.id(), libc::SIGTERM);
+    let status = child.wait().expect("waiting for cushim run");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    assert_eq!(
+        snapshots(&dir).len(),
+        2,
+        "the live dump and the exit snapshot"
+    );
+}
+
+#[test]
+fn dump_of_the_run_wrappers_pid_reaches_its_program() {
+    let dir = common::scratch("cli-dump-wrapper");
+    let mut child = start_ready(&mut wrapped(&dir));
+    let out = Command::new(common::cushim_bin())
+        .env_remove("CUSHIM_DUMP_SIGNAL")
+        .arg("dump")
+        .arg(child.id().to_string())
+        .output()
+        .expect("running cushim dump");
+    assert!(out.status.success(), "{out:?}");
+    wait_for_files(&dir, 1);
     kill(child.id(), libc::SIGTERM);
     let status = child.wait().expect("waiting for cushim run");
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");

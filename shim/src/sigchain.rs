@@ -228,6 +228,10 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     let errno = unsafe { *libc::__errno_location() };
     let Some(s) = slot(sig) else { return };
     let role = s.role.load(Ordering::Acquire);
+    // The request first, so that an ending signal arriving in this handler finds it.
+    if role == Role::Dump as u8 {
+        crate::dump::request_from_signal();
+    }
     let disposition = {
         // Signals are blocked by the kernel for this handler only partly; the lock holder on
         // another thread finishes quickly, and this thread never holds it here (module
@@ -253,9 +257,6 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         s.lock.store(false, Ordering::Release);
         d
     };
-    if role == Role::Dump as u8 {
-        crate::dump::request_from_signal();
-    }
     if role == Role::Fatal as u8 {
         crate::log_writer::flush_from_signal();
     }

@@ -55,15 +55,22 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut c_voi
 }
 
 /// Catch the forwarded signals (before the program is started).
+///
+/// Each handler runs with every forwarded signal blocked, so one cannot overtake another
+/// inside the wrapper: they reach the program in the order the wrapper took them.
 pub fn install() {
-    for sig in forwarded() {
-        // SAFETY: a zero-initialised action filled in with our handler; sigaction(2) with
-        // valid pointers.
+    let sigs = forwarded();
+    for &sig in &sigs {
+        // SAFETY: a zero-initialised action filled in with our handler and a mask built
+        // with sigemptyset/sigaddset; sigaction(2) with valid pointers.
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_signal as *const () as usize;
             act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigemptyset(&mut act.sa_mask);
+            for &other in &sigs {
+                libc::sigaddset(&mut act.sa_mask, other);
+            }
             libc::sigaction(sig, &act, std::ptr::null_mut());
         }
     }

@@ -36,12 +36,34 @@ fn environ_var(pid: i32, name: &str) -> Option<Option<String>> {
     )
 }
 
+/// The one child of `pid` (a `cushim run` wrapper) that loaded the shim.
+fn child_with_shim(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    let with: Vec<i32> = text
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/maps"))
+                .is_ok_and(|m| m.contains(cushim::artifacts::SHIM_LIB))
+        })
+        .collect();
+    match with[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
 /// `cushim dump PID [--signal S]`: only a process that loaded the shim is signalled; the
 /// signal is `--signal`, else the process's own `CUSHIM_DUMP_SIGNAL`, else ours, else USR1.
 pub fn dump(pid: i32, signal: Option<&str>) -> Result<i32, String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| format!("process {pid}: cannot read /proc/{pid}/maps: {e}"))?;
     if !maps.contains(cushim::artifacts::SHIM_LIB) {
+        // `cushim run`'s pid is the one a user sees: its program is the child that loaded
+        // the shim.
+        if let Some(child) = child_with_shim(pid) {
+            return dump(child, signal);
+        }
         return Err(format!(
             "process {pid} has not loaded {}; not sending it a signal",
             cushim::artifacts::SHIM_LIB
