@@ -18,13 +18,13 @@
 //!   signal, [`finish`] drains the queue and writes an `END` chunk.
 //!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
 //!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
-//!   proceeds. Events the writer thread had taken but not yet written (at most one chunk,
-//!   younger than [`FLUSH_MS`]) and stacks first seen in that last moment are not in the
-//!   log after a crash (the events are, with their stack ids unresolved).
+//!   proceeds; a batch the writer thread had taken out of the queue but not yet written is
+//!   taken over and written too (`GATE`). Stacks first seen in that last moment are not in
+//!   the log after a crash (their events are, with their stack ids unresolved).
 //! - A `fork` child does not write to its parent's log: logging stops in the child.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -274,39 +274,71 @@ impl Writer {
         let fd = FD.load(Ordering::Acquire);
         let mut total = 0;
         loop {
+            // Take a batch out of the queue through the gate (see `Gate`): a crash on
+            // another thread can take it over until it is written.
+            if GATE
+                .compare_exchange(IDLE, HOLDING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                break;
+            }
+            let mut n = 0;
+            while n < BATCH {
+                if GATE
+                    .compare_exchange(HOLDING, POPPING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return total;
+                }
+                let got = q.pop();
+                if let Some(ev) = got {
+                    // SAFETY: slots are written only by this thread while the gate is POPPING,
+                    // and read by the crash path only after it took the gate from HOLDING.
+                    unsafe { (*HELD.0.get())[n] = ev };
+                    n += 1;
+                    HELD_LEN.store(n, Ordering::Release);
+                }
+                GATE.store(HOLDING, Ordering::Release);
+                if got.is_none() {
+                    break;
+                }
+            }
+            if GATE
+                .compare_exchange(HOLDING, WRITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return total;
+            }
+            if n == 0 {
+                GATE.store(IDLE, Ordering::Release);
+                break;
+            }
             let mut enc = EventEncoder::new();
             let mut pos = 0;
-            let mut n = 0u64;
             self.stack_ids.clear();
-            while let Some(ev) = q.pop() {
-                match enc.put(&ev, &mut self.payload, pos) {
-                    Some(p) => {
-                        pos = p;
-                        n += 1;
-                        if ev.stack != NO_STACK {
-                            self.stack_ids.push(ev.stack);
-                        }
-                    }
+            for i in 0..n {
+                // SAFETY: the gate is WRITING: only this thread touches the batch.
+                let ev = unsafe { (*HELD.0.get())[i] };
+                let p = match enc.put(&ev, &mut self.payload, pos) {
+                    Some(p) => p,
                     None => {
                         // The chunk is full: this event starts the next one.
                         self.flush_events(fd, pos);
                         enc = EventEncoder::new();
-                        pos = enc.put(&ev, &mut self.payload, 0).unwrap_or(0);
-                        n += 1;
-                        if ev.stack != NO_STACK {
-                            self.stack_ids.push(ev.stack);
-                        }
+                        enc.put(&ev, &mut self.payload, 0).unwrap_or(0)
                     }
-                }
-                if pos > CHUNK_BYTES - 4096 {
-                    break;
+                };
+                pos = p;
+                if ev.stack != NO_STACK {
+                    self.stack_ids.push(ev.stack);
                 }
             }
-            if pos == 0 {
-                break;
+            if pos > 0 {
+                self.flush_events(fd, pos);
             }
-            self.flush_events(fd, pos);
-            total += n;
+            HELD_LEN.store(0, Ordering::Release);
+            GATE.store(IDLE, Ordering::Release);
+            total += n as u64;
         }
         let dropped = DROPPED.load(Ordering::Relaxed);
         if dropped != self.dropped_written {
@@ -440,6 +472,37 @@ pub fn after_fork_in_child() {
     DRAINING.store(false, Ordering::Release);
 }
 
+/// The gate between the writer thread and the crash path over the batch the writer has
+/// taken out of the queue but not yet written: IDLE (no batch), HOLDING (a batch, the
+/// writer between pops), POPPING (the writer inside one pop), WRITING (the writer is
+/// writing it out), STOLEN (the crash path took the batch and writes it itself). The crash
+/// path waits out POPPING and WRITING (the writer runs on, on its own thread, and leaves
+/// them within a pop or a write), takes the batch from HOLDING, or the gate from IDLE, and
+/// opens it again when done (a handler of the program's may keep the program running).
+const IDLE: u8 = 0;
+const HOLDING: u8 = 1;
+const POPPING: u8 = 2;
+const WRITING: u8 = 3;
+const STOLEN: u8 = 4;
+static GATE: AtomicU8 = AtomicU8::new(IDLE);
+/// Events in a batch.
+const BATCH: usize = 2048;
+struct Held(std::cell::UnsafeCell<[TraceEvent; BATCH]>);
+// SAFETY: accessed only under the gate's protocol (above).
+unsafe impl Sync for Held {}
+const NO_EVENT: TraceEvent = TraceEvent {
+    action: engine::trace::event::Action::Alloc,
+    device: 0,
+    addr: 0,
+    size: 0,
+    stream: 0,
+    time_us: 0,
+    stack: NO_STACK,
+    device_free: 0,
+};
+static HELD: Held = Held(std::cell::UnsafeCell::new([NO_EVENT; BATCH]));
+static HELD_LEN: AtomicUsize = AtomicUsize::new(0);
+
 /// Serializes the fatal-signal flushes (taken with a compare-exchange: a second crashing
 /// thread does not wait in its handler).
 static FATAL_BUSY: AtomicBool = AtomicBool::new(false);
@@ -459,17 +522,62 @@ pub fn flush_from_signal() {
         return;
     }
     let fd = FD.load(Ordering::Acquire);
+    // Take the writer's batch (or close the gate), waiting out a pop or a write in progress;
+    // bounded, in case the crash is on the writer thread itself.
+    let mut stolen = false;
+    let mut held = 0;
+    for _ in 0..50_000_000u64 {
+        match GATE.compare_exchange(HOLDING, STOLEN, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                stolen = true;
+                held = HELD_LEN.load(Ordering::Acquire);
+                break;
+            }
+            Err(IDLE) => {
+                if GATE
+                    .compare_exchange(IDLE, STOLEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    stolen = true;
+                    break;
+                }
+            }
+            Err(STOLEN) => break,
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
+    let mut i = 0;
+    // SAFETY: with the gate STOLEN the writer does not touch the batch.
+    let mut from_batch = || {
+        if i < held {
+            i += 1;
+            Some(unsafe { (*HELD.0.get())[i - 1] })
+        } else {
+            None
+        }
+    };
+    write_from_signal(fd, &mut from_batch);
+    write_from_signal(fd, &mut || q.pop());
+    if stolen {
+        HELD_LEN.store(0, Ordering::Release);
+        GATE.store(IDLE, Ordering::Release);
+    }
+    FATAL_BUSY.store(false, Ordering::Release);
+}
+
+/// Encode the events `next` gives into chunks in the static buffer and `write(2)` them.
+fn write_from_signal(fd: c_int, next: &mut dyn FnMut() -> Option<TraceEvent>) {
     // SAFETY: FATAL_BUSY gives this thread sole use of the static buffer.
     let buf = unsafe { &mut *std::ptr::addr_of_mut!(FATAL_CHUNK) };
     loop {
         let (head, payload) = buf.split_at_mut(CHUNK_HEAD);
         let mut enc = EventEncoder::new();
         let mut pos = 0;
+        // MAX_EVENT_BYTES is far below the 4096 bytes left: `put` always succeeds.
         while pos < CHUNK_BYTES - 4096 {
-            let Some(ev) = q.pop() else { break };
-            match enc.put(&ev, payload, pos) {
-                Some(p) => pos = p,
-                None => break,
+            let Some(ev) = next() else { break };
+            if let Some(p) = enc.put(&ev, payload, pos) {
+                pos = p;
             }
         }
         if pos == 0 {
@@ -490,5 +598,4 @@ pub fn flush_from_signal() {
             off += n as usize;
         }
     }
-    FATAL_BUSY.store(false, Ordering::Release);
 }

@@ -233,12 +233,10 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         crate::dump::request_from_signal();
     }
     let disposition = {
-        // Signals are blocked by the kernel for this handler only partly; the lock holder on
-        // another thread finishes quickly, and this thread never holds it here (module
-        // invariant), so spinning is safe.
-        Locked::spin(s);
-        // SAFETY: we hold the slot's lock.
-        let prog = unsafe { &mut *s.prog.get() };
+        // With every signal blocked while the lock is held (as everywhere), a nested
+        // delivery (SA_NODEFER) never spins on a lock its own thread holds.
+        let mut held = Locked::take(s);
+        let prog = held.prog();
         let h = prog.sa_sigaction;
         let d = if h == libc::SIG_DFL {
             Disposition::Default
@@ -254,7 +252,6 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
             prog.sa_sigaction = libc::SIG_DFL;
             prog.sa_flags &= !(libc::SA_RESETHAND as c_int);
         }
-        s.lock.store(false, Ordering::Release);
         d
     };
     if role == Role::Fatal as u8 {
