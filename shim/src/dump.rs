@@ -1,11 +1,13 @@
 //! Snapshot triggers: at normal exit, live on a signal, on demand (`cushim_dump_snapshot`)
 //! and on out-of-memory (`CUSHIM_DUMP_ON_OOM=1`).
 //!
-//! Invariants: the signal handler only writes one byte to a non-blocking pipe (async-signal
-//! safe: no unwinding, allocation or lock) and then chains to the handler the program had
-//! installed before; a dedicated thread reads the pipe and writes the snapshot, coalescing
-//! signals that arrived while it was busy. Allocations stop only while the allocator's state
-//! is copied, never while the file is formatted or written.
+//! Invariants: the signal handler (`sigchain.rs`, which then runs the program's own handler)
+//! only counts a request and writes one byte to a non-blocking pipe (async-signal safe: no
+//! unwinding, allocation or lock); a dedicated thread reads the pipe and writes one snapshot
+//! per counted request. Requests are counted, never merged: a request still open when the
+//! program ends is served by the exit path before the exit snapshot, so two signals just
+//! before the end give three files. Dumps are written one at a time. Allocations stop only
+//! while the allocator's state is copied, never while the file is formatted or written.
 
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
@@ -18,7 +20,6 @@ use crate::state::{self, Shim};
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 static READ_FD: AtomicI32 = AtomicI32::new(-1);
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-static PREV: OnceCell<libc::sigaction> = OnceCell::new();
 static TEMPLATE: OnceCell<Option<String>> = OnceCell::new();
 
 fn template() -> Option<&'static str> {
@@ -42,58 +43,104 @@ pub fn dump_on_oom() -> bool {
 
 /// The signal that asks for a live dump: `CUSHIM_DUMP_SIGNAL` (a number or a name such as
 /// `USR2`/`SIGUSR2`), default `SIGUSR1`; `0`/`none` disables it.
-fn dump_signal() -> Option<c_int> {
-    let Ok(v) = std::env::var("CUSHIM_DUMP_SIGNAL") else {
-        return Some(libc::SIGUSR1);
-    };
-    let name = v.trim().trim_start_matches("SIG").to_ascii_uppercase();
-    let sig = match name.as_str() {
-        "" | "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "HUP" => libc::SIGHUP,
-        "0" | "NONE" => return None,
-        other => match other.parse::<c_int>() {
-            Ok(n) if n > 0 && n < 65 && n != libc::SIGKILL && n != libc::SIGSTOP => n,
-            _ => {
-                eprintln!("cushim: CUSHIM_DUMP_SIGNAL={v} is not a signal (use USR1, USR2, HUP or a number); using SIGUSR1");
-                libc::SIGUSR1
-            }
-        },
-    };
-    Some(sig)
+pub fn dump_signal() -> Option<c_int> {
+    static SIG: OnceCell<Option<c_int>> = OnceCell::new();
+    *SIG.get_or_init(|| {
+        let Ok(v) = std::env::var("CUSHIM_DUMP_SIGNAL") else {
+            return Some(libc::SIGUSR1);
+        };
+        engine::config::signal::parse_dump_signal(&v).unwrap_or_else(|e| {
+            eprintln!("cushim: CUSHIM_DUMP_SIGNAL: {e}; using SIGUSR1");
+            Some(libc::SIGUSR1)
+        })
+    })
 }
 
-extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    // SAFETY: only async-signal-safe calls: errno access, write(2) and the previous handler.
-    unsafe {
-        let errno = *libc::__errno_location();
-        let fd = WRITE_FD.load(Ordering::Relaxed);
-        if fd >= 0 {
-            let _ = libc::write(fd, b"d".as_ptr() as *const c_void, 1);
+/// Dump requests made by the signal, and those a writer has taken on. Each request gives
+/// one snapshot: requests are counted, never merged, so none is lost near exit (the exit
+/// handler serves the ones still open before the exit snapshot).
+static REQUESTED: AtomicU64 = AtomicU64::new(0);
+static CLAIMED: AtomicU64 = AtomicU64::new(0);
+
+/// From the signal handler (`sigchain.rs`): count one request and wake the dump thread.
+pub fn request_from_signal() {
+    REQUESTED.fetch_add(1, Ordering::AcqRel);
+    let fd = WRITE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) of one byte from a static: async-signal safe. A full pipe loses
+        // only the wake-up, not the request (the thread serves every counted request).
+        let _ = unsafe { libc::write(fd, b"d".as_ptr() as *const c_void, 1) };
+    }
+}
+
+/// Take on one open request, if any.
+fn claim() -> bool {
+    let mut c = CLAIMED.load(Ordering::Acquire);
+    loop {
+        if c >= REQUESTED.load(Ordering::Acquire) {
+            return false;
         }
-        if let Some(prev) = PREV.get() {
-            let h = prev.sa_sigaction;
-            if h != libc::SIG_DFL && h != libc::SIG_IGN {
-                if prev.sa_flags & libc::SA_SIGINFO != 0 {
-                    let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-                        std::mem::transmute(h);
-                    f(sig, info, ctx);
-                } else {
-                    let f: extern "C" fn(c_int) = std::mem::transmute(h);
-                    f(sig);
-                }
-            }
+        match CLAIMED.compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => c = now,
         }
-        *libc::__errno_location() = errno;
+    }
+}
+
+/// Write one snapshot for each open request, in turn with every other dump.
+fn serve_requests(s: &Shim) {
+    loop {
+        let turn = DumpTurn::take();
+        if !claim() {
+            return;
+        }
+        if let Err(e) = dump_with_turn(s, None, &turn) {
+            eprintln!("cushim: live snapshot not written: {e}");
+        }
+    }
+}
+
+/// The snapshots owed at the end of the program (`when`: "at exit", "on SIGTERM"): one for
+/// each open dump request, then the exit snapshot.
+pub fn final_dumps(when: &str) {
+    let Some(s) = state::get_if_ready() else {
+        return;
+    };
+    if template().is_none() {
+        return;
+    }
+    serve_requests(s);
+    let turn = DumpTurn::take();
+    if let Err(e) = dump_with_turn(s, None, &turn) {
+        eprintln!("cushim: snapshot {when} not written: {e}");
     }
 }
 
 extern "C" fn at_exit() {
-    if let Some(s) = state::get_if_ready() {
-        if let Err(e) = dump_now(s, None) {
-            eprintln!("cushim: snapshot at exit not written: {e}");
-        }
+    if crate::ending::pending() {
+        // The ending thread writes the snapshot and ends the process with the signal.
+        crate::ending::wait_for_end();
     }
+    final_dumps("at exit");
+}
+
+/// Spawn a shim thread with every signal blocked, so that the program's signals are always
+/// delivered to the program's own threads (the thread's creator keeps its mask).
+pub fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    // SAFETY: sigset operations on local sets; the creator's mask is restored below.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    // SAFETY: restoring the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    spawned
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the {name} thread: {e}"))
 }
 
 /// After an allocation failed for lack of memory: a snapshot, when `CUSHIM_DUMP_ON_OOM=1`.
@@ -108,13 +155,15 @@ pub fn on_oom(s: &Shim) {
     }
 }
 
-/// Arm the exit dump and the signal dumper thread, when `CUSHIM_SNAPSHOT` names a path.
+/// Arm the exit dump, the ending signals and the signal dumper thread, when
+/// `CUSHIM_SNAPSHOT` names a path.
 pub fn install() {
     if template().is_none() {
         return;
     }
     // SAFETY: registering a plain extern "C" function with no preconditions.
     unsafe { libc::atexit(at_exit) };
+    crate::ending::install();
     let Some(sig) = dump_signal() else {
         return;
     };
@@ -122,23 +171,8 @@ pub fn install() {
         eprintln!("cushim: no live dumps: {e}");
         return;
     }
-    // SAFETY: plain sigaction calls on zero-initialised structs. The program's previous
-    // action is read first (NULL new action) and stored in PREV before ours is installed,
-    // so the handler never runs without knowing what to chain to.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old);
-        let _ = PREV.set(old);
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_signal as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
-        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
-            eprintln!(
-                "cushim: no live dumps: sigaction failed: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(e) = crate::sigchain::arm(sig, crate::sigchain::Role::Dump) {
+        eprintln!("cushim: no live dumps: {e}");
     }
 }
 
@@ -152,16 +186,14 @@ fn start_dumper() -> Result<(), String> {
     let (rfd, wfd) = (fds[0], fds[1]);
     // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
     unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    let spawned = std::thread::Builder::new()
-        .name("cushim-dump".into())
-        .spawn(move || dumper(rfd));
+    let spawned = spawn_quiet("cushim-dump", move || dumper(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {
             libc::close(rfd);
             libc::close(wfd);
         }
-        return Err(format!("cannot start the dump thread: {e}"));
+        return Err(e);
     }
     READ_FD.store(rfd, Ordering::Relaxed);
     WRITE_FD.store(wfd, Ordering::Relaxed);
@@ -174,6 +206,8 @@ fn start_dumper() -> Result<(), String> {
 pub fn after_fork_in_child() {
     // A dump the parent's dump thread was writing will never finish here.
     DUMPING.store(false, Ordering::Release);
+    crate::ending::after_fork_in_child();
+    crate::log_writer::after_fork_in_child();
     let (rfd, wfd) = (
         READ_FD.load(Ordering::Relaxed),
         WRITE_FD.load(Ordering::Relaxed),
@@ -208,26 +242,8 @@ fn dumper(rfd: c_int) {
         if n == 0 {
             return;
         }
-        // Coalesce: drain whatever else arrived, then write one snapshot.
-        loop {
-            let mut p = libc::pollfd {
-                fd: rfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, zero timeout.
-            if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
-                break;
-            }
-            // SAFETY: as above.
-            if unsafe { libc::read(rfd, buf.as_mut_ptr() as *mut c_void, buf.len()) } <= 0 {
-                break;
-            }
-        }
         if let Some(s) = state::get_if_ready() {
-            if let Err(e) = dump_now(s, None) {
-                eprintln!("cushim: live snapshot not written: {e}");
-            }
+            serve_requests(s);
         }
     }
 }
@@ -242,7 +258,16 @@ pub fn dump_now(s: &Shim, path: Option<&str>) -> Result<PathBuf, String> {
         Some(p) => p,
         None => template().ok_or("no path given and CUSHIM_SNAPSHOT is unset")?,
     };
-    let _one_at_a_time = DumpTurn::take();
+    let turn = DumpTurn::take();
+    dump_with_turn(s, Some(template), &turn)
+}
+
+/// Write a snapshot while holding the dump turn.
+fn dump_with_turn(s: &Shim, path: Option<&str>, _turn: &DumpTurn) -> Result<PathBuf, String> {
+    let template = match path {
+        Some(p) => p,
+        None => template().ok_or("no path given and CUSHIM_SNAPSHOT is unset")?,
+    };
     let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     crate::snapshot::write(s, template, seq)
 }

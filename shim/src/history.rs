@@ -29,8 +29,13 @@ impl History {
         }
     }
 
-    /// The event sink for device `dev` (`-1`: pinned host memory).
+    /// The event sink for device `dev` (`-1`: pinned host memory), logging every event
+    /// when `CUSHIM_LOG` is set.
     pub fn make_sink(&self, dev: i32) -> Box<dyn EventSink> {
+        crate::log_writer::wrap(self.ring_sink(dev))
+    }
+
+    fn ring_sink(&self, dev: i32) -> Box<dyn EventSink> {
         let c = &self.conf;
         if dev < 0 {
             if c.record_host && c.records_history() {

@@ -124,6 +124,7 @@ fn init() -> Option<Shim> {
         observed,
     };
     crate::dump::install();
+    crate::log_writer::start(&shim);
     crate::fork::install();
     Some(shim)
 }

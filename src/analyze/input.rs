@@ -1,5 +1,5 @@
 //! Any input file to the [`Snapshot`] model: snapshots (ours in pickle, msgpack or JSON, and
-//! PyTorch's pickles), RMM's logging CSV, and plain `alloc_time free_time size` logs.
+//! PyTorch's pickles), the shim's whole-run event log (`analyze::log_model`), RMM's logging CSV, and plain `alloc_time free_time size` logs.
 //!
 //! Invariant: the kind is decided from the content, never the name; every error names the
 //! file and says what is wrong (`FILE: line 7: ...`); logs give events only (no end state),
@@ -33,6 +33,9 @@ pub fn read(path: &Path) -> R<Snapshot> {
 
 /// Model input bytes of any supported kind.
 pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
+    if crate::snapshot::log_reader::is_log(bytes) {
+        return crate::analyze::log_model::from_log(bytes);
+    }
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err("empty file".into());
     }

@@ -13,6 +13,7 @@ pub mod diff;
 pub mod frames;
 pub mod input;
 pub mod load;
+pub mod log_model;
 pub mod model;
 pub mod replay;
 pub mod report;

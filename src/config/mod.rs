@@ -4,3 +4,4 @@
 
 pub mod alloc;
 pub mod history;
+pub mod signal;

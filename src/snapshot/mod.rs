@@ -13,8 +13,10 @@
 pub mod build;
 pub mod convert;
 pub mod events;
+pub mod from_log;
 pub mod json;
 pub mod kinds;
+pub mod log_reader;
 mod memo;
 pub mod model;
 pub mod msgpack;

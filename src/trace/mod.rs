@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod event;
 pub mod intern;
+pub mod log;
 pub mod module_epochs;
 pub mod python;
 pub mod ring;

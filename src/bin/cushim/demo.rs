@@ -71,6 +71,7 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
     let src = artifacts::source_root().join("examples").join("demo.c");
     artifacts::compile_c(&src, &exe, &layout, &[]).map_err(|e| e.to_string())?;
     let snapshot = snapshot.unwrap_or_else(|| PathBuf::from("cushim-demo.pickle"));
+    let log = snapshot.with_extension("log");
 
     let plain = Launch {
         sim: true,
@@ -81,6 +82,7 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
         preload: true,
         expandable,
         snapshot: Some(snapshot.clone()),
+        log: Some(log.clone()),
         ..Launch::default()
     };
     let base = run_once(&exe, &plain, &work.join("report-plain.json"), steps)?;
@@ -141,6 +143,12 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
         "snapshot: {} (open it at https://pytorch.org/memory_viz, or `cushim summary {}`)",
         snapshot.display(),
         snapshot.display()
+    );
+    println!(
+        "log: {} (every event of the run; `cushim summary {}`, `cushim snapshot {} --peak -o peak.pickle`)",
+        log.display(),
+        log.display(),
+        log.display()
     );
     Ok(0)
 }

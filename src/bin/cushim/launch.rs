@@ -15,6 +15,8 @@ use cushim::artifacts;
 pub struct Launch {
     pub expandable: bool,
     pub snapshot: Option<PathBuf>,
+    /// `CUSHIM_LOG`: the whole-run event log's path template.
+    pub log: Option<PathBuf>,
     pub history: Option<String>,
     pub sim: bool,
     /// `CUSHIM_MODE=observe`.
@@ -87,9 +89,15 @@ impl Launch {
         }
         if let Some(snap) = &self.snapshot {
             cmd.env("CUSHIM_SNAPSHOT", snap);
-            if std::env::var_os("CUSHIM_HISTORY").is_none() && self.history.is_none() {
-                cmd.env("CUSHIM_HISTORY", "enabled=all,stacks=native");
-            }
+        }
+        if let Some(log) = &self.log {
+            cmd.env("CUSHIM_LOG", log);
+        }
+        if (self.snapshot.is_some() || self.log.is_some())
+            && std::env::var_os("CUSHIM_HISTORY").is_none()
+            && self.history.is_none()
+        {
+            cmd.env("CUSHIM_HISTORY", "enabled=all,stacks=native");
         }
         if self.observe {
             cmd.env("CUSHIM_MODE", "observe");

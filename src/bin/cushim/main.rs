@@ -3,8 +3,10 @@
 mod analyze;
 mod bench;
 mod demo;
+mod forward;
 mod launch;
 mod run_checks;
+mod snapshot_cmd;
 mod tools;
 
 use std::ffi::OsString;
@@ -34,7 +36,10 @@ enum Cmd {
         /// Write a snapshot at exit (and on SIGUSR1) to this path template.
         #[arg(long)]
         snapshot: Option<PathBuf>,
-        /// CUSHIM_HISTORY settings (default with --snapshot: enabled=all,stacks=native).
+        /// Stream every event to this whole-run log (path template, as --snapshot).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// CUSHIM_HISTORY settings (default with --snapshot or --log: enabled=all,stacks=native).
         #[arg(long)]
         history: Option<String>,
         /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).
@@ -113,14 +118,36 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         top: usize,
     },
+    /// Write a snapshot (memory_viz opens it) of one moment of a whole-run event log
+    /// (`CUSHIM_LOG`, `cushim run --log`).
+    Snapshot {
+        log: PathBuf,
+        /// The moment SECONDS after the run's start.
+        #[arg(long, conflicts_with_all = ["peak", "end"])]
+        at: Option<f64>,
+        /// The moment the most bytes were allocated.
+        #[arg(long, conflicts_with = "end")]
+        peak: bool,
+        /// The end of the log (the default).
+        #[arg(long)]
+        end: bool,
+        /// Trace events kept before the moment, per device.
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        /// The snapshot to write (format by extension: .pickle, .msgpack, .json).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert { input: PathBuf, output: PathBuf },
-    /// Ask a running process to write a live snapshot (sends CUSHIM_DUMP_SIGNAL, default USR1).
+    /// Ask a running process under the shim to write a live snapshot: sends its dump signal
+    /// (the process's CUSHIM_DUMP_SIGNAL, else this one's, else USR1); refuses a process that
+    /// has not loaded the shim.
     Dump {
         pid: i32,
-        /// Signal number to send.
-        #[arg(long, default_value_t = libc::SIGUSR1)]
-        signal: i32,
+        /// The signal to send: a name (USR2, SIGUSR2) or a number.
+        #[arg(long)]
+        signal: Option<String>,
     },
 }
 
@@ -130,6 +157,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             expandable,
             snapshot,
+            log,
             history,
             sim,
             observe,
@@ -138,6 +166,7 @@ fn main() -> ExitCode {
             launch::Launch {
                 expandable,
                 snapshot,
+                log,
                 history,
                 sim,
                 observe,
@@ -155,8 +184,23 @@ fn main() -> ExitCode {
         Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
         Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
+        Cmd::Snapshot {
+            log,
+            at,
+            peak,
+            end: _,
+            events,
+            output,
+        } => {
+            let moment = match (at, peak) {
+                (Some(s), _) => cushim::snapshot::from_log::Moment::At(s),
+                (None, true) => cushim::snapshot::from_log::Moment::Peak,
+                (None, false) => cushim::snapshot::from_log::Moment::End,
+            };
+            snapshot_cmd::snapshot(&log, moment, events, &output)
+        }
         Cmd::Convert { input, output } => tools::convert(&input, &output),
-        Cmd::Dump { pid, signal } => tools::dump(pid, signal),
+        Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -170,12 +214,17 @@ fn main() -> ExitCode {
 fn run(launch: launch::Launch, program: Vec<OsString>) -> Result<i32, String> {
     let (prog, args) = program.split_first().ok_or("no program given")?;
     let mut cmd = launch.command(prog, args)?;
-    let status = match cmd.status() {
-        Ok(s) => s,
+    forward::install();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("cushim: starting {}: {e}", prog.to_string_lossy());
             return Ok(run_checks::spawn_failure_code(&e));
         }
     };
-    Ok(launch::exit_code(status))
+    forward::started(child.id());
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", prog.to_string_lossy()))?;
+    Ok(forward::end_like(status))
 }

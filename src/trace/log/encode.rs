@@ -1,0 +1,175 @@
+//! Event records, delta and varint encoded (`format.rs` for the framing).
+//!
+//! A record: one byte (action in the low 4 bits, `format::flag` bits above), then the
+//! optional device (zigzag varint), stream (varint) and stack (varint) the flags announce,
+//! then the time (zigzag varint, microseconds after the previous event of the chunk; the
+//! first is after 0), the address (zigzag varint, the difference from the previous event's
+//! address), the size (varint: `size / 512 * 2` when a multiple of 512, else
+//! `size * 2 + 1`), and the free device bytes when `flag::DEVICE_FREE` says so. The delta
+//! base (time, address, device 0, stream 0) resets at each chunk.
+//!
+//! Invariant: encoding writes into a caller's fixed buffer and never allocates, so the
+//! fatal-signal path can use it.
+
+use crate::trace::event::{Action, TraceEvent, NO_STACK};
+use crate::trace::log::format::{flag, put_varint, zigzag, MAX_EVENT_BYTES};
+
+/// The delta base of one chunk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EventEncoder {
+    time: i64,
+    addr: u64,
+    device: i32,
+    stream: u64,
+}
+
+/// Encode a size (see the module docs).
+#[inline]
+pub fn size_code(size: u64) -> u64 {
+    if size % 512 == 0 {
+        (size / 512) << 1
+    } else {
+        (size << 1) | 1
+    }
+}
+
+/// Decode a size code.
+#[inline]
+pub fn size_of_code(code: u64) -> u64 {
+    if code & 1 == 0 {
+        (code >> 1).wrapping_mul(512)
+    } else {
+        code >> 1
+    }
+}
+
+impl EventEncoder {
+    /// Start a chunk.
+    pub fn new() -> EventEncoder {
+        EventEncoder::default()
+    }
+
+    /// Append `ev` to `out` at `pos` when [`MAX_EVENT_BYTES`] fit; returns the new position,
+    /// or `None` when the buffer is full (the event is not written).
+    #[inline]
+    pub fn put(&mut self, ev: &TraceEvent, out: &mut [u8], pos: usize) -> Option<usize> {
+        if out.len().saturating_sub(pos) < MAX_EVENT_BYTES {
+            return None;
+        }
+        let mut head = ev.action as u8;
+        if ev.device != self.device {
+            head |= flag::DEVICE;
+        }
+        if ev.stream != self.stream {
+            head |= flag::STREAM;
+        }
+        if ev.stack != NO_STACK {
+            head |= flag::STACK;
+        }
+        if ev.action == Action::Oom {
+            head |= flag::DEVICE_FREE;
+        }
+        out[pos] = head;
+        let mut p = pos + 1;
+        if head & flag::DEVICE != 0 {
+            p = put_varint(out, p, zigzag(ev.device as i64));
+        }
+        if head & flag::STREAM != 0 {
+            p = put_varint(out, p, ev.stream);
+        }
+        if head & flag::STACK != 0 {
+            p = put_varint(out, p, ev.stack as u64);
+        }
+        p = put_varint(out, p, zigzag(ev.time_us.wrapping_sub(self.time)));
+        p = put_varint(out, p, zigzag(ev.addr.wrapping_sub(self.addr) as i64));
+        p = put_varint(out, p, size_code(ev.size));
+        if head & flag::DEVICE_FREE != 0 {
+            p = put_varint(out, p, ev.device_free);
+        }
+        self.time = ev.time_us;
+        self.addr = ev.addr;
+        self.device = ev.device;
+        self.stream = ev.stream;
+        Some(p)
+    }
+}
+
+/// Decode the events of one chunk's payload (records up to its end), calling `each`.
+/// Returns the number of events. Errors name the record; events decoded before an error
+/// were passed to `each`.
+pub fn decode_events(payload: &[u8], mut each: impl FnMut(TraceEvent)) -> Result<u64, String> {
+    use crate::trace::log::format::{unzigzag, Cursor};
+    let mut c = Cursor::new(payload);
+    let (mut time, mut addr, mut device, mut stream) = (0i64, 0u64, 0i32, 0u64);
+    let mut i = 0u64;
+    while !c.at_end() {
+        let at = |e: String| format!("event {i} of the chunk: {e}");
+        let head = c.u8().map_err(at)?;
+        let action = *Action::ALL
+            .get((head & 0x0f) as usize)
+            .ok_or_else(|| at(format!("unknown action {}", head & 0x0f)))?;
+        if head & flag::DEVICE != 0 {
+            let d = unzigzag(c.varint().map_err(at)?);
+            device = i32::try_from(d).map_err(|_| at(format!("device {d} out of range")))?;
+        }
+        if head & flag::STREAM != 0 {
+            stream = c.varint().map_err(at)?;
+        }
+        let stack = if head & flag::STACK != 0 {
+            let s = c.varint().map_err(at)?;
+            u32::try_from(s).map_err(|_| at(format!("stack {s} out of range")))?
+        } else {
+            NO_STACK
+        };
+        time = time.wrapping_add(unzigzag(c.varint().map_err(at)?));
+        addr = addr.wrapping_add(unzigzag(c.varint().map_err(at)?) as u64);
+        let size = size_of_code(c.varint().map_err(at)?);
+        let device_free = if head & flag::DEVICE_FREE != 0 {
+            c.varint().map_err(at)?
+        } else {
+            0
+        };
+        each(TraceEvent {
+            action,
+            device,
+            addr,
+            size,
+            stream,
+            time_us: time,
+            stack,
+            device_free,
+        });
+        i += 1;
+    }
+    Ok(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_a_chunk() {
+        let evs: Vec<TraceEvent> = (0..100u64)
+            .map(|i| TraceEvent {
+                action: Action::ALL[(i % 9) as usize],
+                device: (i % 3) as i32 - 1,
+                addr: 0x7f00_0000_0000 + (i * 7919 % 1000) * 512,
+                size: if i % 2 == 0 { i * 512 } else { i * 3 + 1 },
+                stream: i % 4,
+                time_us: 1_700_000_000_000_000 + (i as i64) * 13 - (i as i64 % 5),
+                stack: (i % 5) as u32,
+                device_free: if i % 9 == 7 { 12345 } else { 0 },
+            })
+            .collect();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut enc = EventEncoder::new();
+        let mut pos = 0;
+        for e in &evs {
+            pos = enc.put(e, &mut buf, pos).expect("room");
+        }
+        let mut back = Vec::new();
+        decode_events(&buf[..pos], |e| back.push(e)).expect("decodes");
+        assert_eq!(back, evs);
+    }
+}

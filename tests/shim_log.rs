@@ -1,0 +1,311 @@
+//! The whole-run event log (`CUSHIM_LOG`): every way to end leaves a log that reads, with
+//! the program's events up to the end; a SIGKILL leaves every event written before it (the
+//! writer flushes while the program runs); the readers take a log.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cushim::snapshot::log_reader::{read_log, LogFrame, LogInfo, LogVisitor};
+use cushim::trace::event::{Action, TraceEvent};
+
+fn prog() -> PathBuf {
+    common::compile("shim_end", &[])
+}
+
+#[derive(Default)]
+struct Collect {
+    events: Vec<TraceEvent>,
+    frames: usize,
+    stacks: usize,
+}
+
+impl LogVisitor for Collect {
+    fn event(&mut self, ev: TraceEvent) {
+        self.events.push(ev);
+    }
+    fn frame(&mut self, _id: u64, _f: LogFrame) {
+        self.frames += 1;
+    }
+    fn stack(&mut self, _id: u32, _frames: Vec<u64>) {
+        self.stacks += 1;
+    }
+}
+
+fn read(path: &Path) -> (LogInfo, Collect) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut c = Collect::default();
+    let info = read_log(&bytes, &mut c).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (info, c)
+}
+
+fn allocs_of(c: &Collect, size: u64) -> usize {
+    c.events
+        .iter()
+        .filter(|e| e.action == Action::Alloc && e.device == 0 && e.size == size)
+        .count()
+}
+
+fn no_core(cmd: &mut Command) -> &mut Command {
+    // SAFETY: setrlimit is async-signal safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let zero = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            Ok(())
+        })
+    }
+}
+
+/// Run a `shim_end` case with the log (and the snapshot when `snapshot`).
+fn run_case(sig: i32, case: &str, snapshot: bool, dir: &Path) -> std::process::Output {
+    let mut cmd = common::shim_cmd(&prog());
+    cmd.arg(sig.to_string())
+        .arg(case)
+        .env("CUSHIM_LOG", dir.join("run-%p.log"))
+        .env("CUSHIM_HISTORY", "enabled=all,stacks=native");
+    if snapshot {
+        cmd.env("CUSHIM_SNAPSHOT", dir.join("snap-%n.pickle"));
+    }
+    common::run(no_core(&mut cmd))
+}
+
+fn the_log(dir: &Path) -> PathBuf {
+    let logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("reading the scratch directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "one log: {logs:?}");
+    logs[0].clone()
+}
+
+#[test]
+fn every_way_to_end_leaves_a_log_with_the_programs_events() {
+    // (signal argument, case, status code, terminating signal, closed cleanly)
+    type Case = (i32, &'static str, Option<i32>, Option<i32>, bool);
+    let cases: &[Case] = &[
+        (libc::SIGTERM, "default", None, Some(libc::SIGTERM), true),
+        (libc::SIGINT, "default", None, Some(libc::SIGINT), true),
+        (libc::SIGHUP, "default", None, Some(libc::SIGHUP), true),
+        (libc::SIGQUIT, "default", None, Some(libc::SIGQUIT), true),
+        (libc::SIGTERM, "flag_after", Some(0), None, true),
+        (libc::SIGTERM, "flag_before", Some(0), None, true),
+        (libc::SIGTERM, "reraise", None, Some(libc::SIGTERM), true),
+        (libc::SIGTERM, "exit_handler", Some(3), None, true),
+        (libc::SIGTERM, "segv", None, Some(libc::SIGSEGV), false),
+        (libc::SIGTERM, "abort", None, Some(libc::SIGABRT), false),
+    ];
+    for &(sig, case, code, signal, ended) in cases {
+        for snapshot in [false, true] {
+            let dir = common::scratch(&format!("log-{sig}-{case}-{snapshot}"));
+            let out = run_case(sig, case, snapshot, &dir);
+            let what = format!(
+                "{case} {sig} snapshot={snapshot}: stderr {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                (out.status.code(), out.status.signal()),
+                (code, signal),
+                "{what}"
+            );
+            let (info, c) = read(&the_log(&dir));
+            assert_eq!(info.problem, None, "{what}");
+            assert_eq!(info.ended, ended, "{what}");
+            assert_eq!(allocs_of(&c, 8 << 20), 1, "{what}");
+            assert_eq!(allocs_of(&c, 5 << 20), 1, "{what}");
+            assert!(c.stacks > 0 || !ended, "stacks are written: {what}");
+            if snapshot {
+                assert!(dir.join("snap-0.pickle").exists() || !ended, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_free_made_by_an_atexit_handler_of_the_program_is_in_the_log() {
+    let dir = common::scratch("log-atexit");
+    let out = run_case(0, "atexit_free", true, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let (info, c) = read(&the_log(&dir));
+    assert!(info.ended);
+    let freed = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::FreeRequested && e.size == 8 << 20)
+        .count();
+    assert_eq!(freed, 1, "the free made after main returned");
+}
+
+#[test]
+fn the_header_records_the_process_and_its_settings() {
+    let dir = common::scratch("log-header");
+    let out = run_case(libc::SIGTERM, "flag_after", false, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let (info, c) = read(&the_log(&dir));
+    let h = &info.header;
+    assert_eq!(h["version"], 1);
+    assert!(h["pid"].as_u64().is_some_and(|p| p > 0), "{h}");
+    assert!(
+        h["allocator_settings"]["expandable_segments"].is_boolean(),
+        "{h}"
+    );
+    assert!(h["clock_origin_us"].as_i64().is_some(), "{h}");
+    assert_eq!(
+        allocs_of(&c, 3 << 20),
+        1,
+        "the allocation after the handled signal"
+    );
+    assert!(c.frames > 0);
+}
+
+/// Start the loop case with the log; returns the child and its stdout lines.
+fn start_loop(
+    n: u64,
+    dir: &Path,
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut cmd = common::shim_cmd(&prog());
+    let mut child = cmd
+        .arg(n.to_string())
+        .arg("loop")
+        .env("CUSHIM_LOG", dir.join("run.log"))
+        .env("CUSHIM_HISTORY", "enabled=all,stacks=none")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the loop");
+    let out = child.stdout.take().expect("stdout");
+    (child, BufReader::new(out).lines())
+}
+
+#[test]
+fn after_sigkill_the_log_holds_every_event_the_writer_had_time_to_write() {
+    let n = 500_000u64; // a million alloc/free events, and more
+    let dir = common::scratch("log-kill");
+    let (mut child, mut lines) = start_loop(n, &dir);
+    let line = lines.next().expect("a line").expect("reading");
+    assert_eq!(line, "half");
+    let line = lines.next().expect("a line").expect("reading");
+    assert!(line.starts_with("made"), "{line}");
+    let log = dir.join("run.log");
+    // The program is idle now: the writer flushes on its own. Poll the file until it holds
+    // every allocation, then kill.
+    let mut polls = 0u64;
+    loop {
+        let (_, c) = read(&log);
+        if allocs_of(&c, 1024) as u64 == n {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < 12_000,
+            "the writer never flushed all {n} allocations"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let (info, c) = read(&log);
+    assert!(!info.ended, "no clean end after SIGKILL");
+    assert_eq!(info.problem, None);
+    assert_eq!(allocs_of(&c, 1024) as u64, n);
+    let frees = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::FreeRequested && e.size == 1024)
+        .count() as u64;
+    assert_eq!(frees, n);
+}
+
+#[test]
+fn a_sigkill_in_the_middle_of_a_run_leaves_a_log_that_reads() {
+    let dir = common::scratch("log-kill-mid");
+    let (mut child, mut lines) = start_loop(2_000_000, &dir);
+    let line = lines.next().expect("a line").expect("reading");
+    assert_eq!(line, "half");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let (info, c) = read(&dir.join("run.log"));
+    assert!(!info.ended);
+    let allocs = allocs_of(&c, 1024);
+    assert!(allocs <= 2_000_000, "{allocs}");
+}
+
+#[test]
+fn summary_and_replay_read_a_log() {
+    let dir = common::scratch("log-summary");
+    let out = run_case(libc::SIGTERM, "flag_after", false, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let log = the_log(&dir);
+    for cmd in ["summary", "replay"] {
+        let out = Command::new(common::cushim_bin())
+            .arg(cmd)
+            .arg(&log)
+            .output()
+            .expect("running cushim");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{cmd}: {out:?}");
+        assert!(
+            text.contains("16.00 MiB") || text.contains("16.0 MiB"),
+            "{cmd}: {text}"
+        );
+    }
+}
+
+#[test]
+fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
+    let dir = common::scratch("log-moment");
+    let out = run_case(libc::SIGTERM, "flag_after", false, &dir);
+    assert!(out.status.success(), "{out:?}");
+    let log = the_log(&dir);
+    let (_, c) = read(&log);
+    let allocs = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .count();
+    for (args, live, events) in [
+        (vec!["--end"], 16u64 << 20, c.events.len()),
+        (vec!["--peak"], 16 << 20, c.events.len()),
+        (vec!["--at", "0"], 0, 0),
+        (vec!["--end", "--events", "2"], 16 << 20, 2),
+    ] {
+        let out_path = dir.join("moment.pickle");
+        let out = Command::new(common::cushim_bin())
+            .arg("snapshot")
+            .arg(&log)
+            .args(&args)
+            .arg("-o")
+            .arg(&out_path)
+            .output()
+            .expect("running cushim snapshot");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let v = common::load_snapshot(&out_path);
+        let segs = v["segments"].as_array().expect("segments");
+        let mut allocated = 0;
+        for s in segs {
+            let blocks = s["blocks"].as_array().expect("blocks");
+            let tiled: u64 = blocks.iter().map(|b| b["size"].as_u64().unwrap_or(0)).sum();
+            assert_eq!(
+                Some(tiled),
+                s["total_size"].as_u64(),
+                "{args:?}: blocks tile {s}"
+            );
+            allocated += s["allocated_size"].as_u64().unwrap_or(0);
+        }
+        assert_eq!(allocated, live, "{args:?}");
+        let traced = v["device_traces"].as_array().map_or(0, |t| {
+            t.iter().map(|d| d.as_array().map_or(0, Vec::len)).sum()
+        });
+        assert_eq!(traced, events, "{args:?}");
+    }
+    assert_eq!(allocs, 3);
+}
