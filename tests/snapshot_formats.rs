@@ -6,8 +6,9 @@ mod support;
 
 use cushim::snapshot::build::build;
 use cushim::snapshot::value::Value;
-use cushim::snapshot::{encode, reader, Format};
+use cushim::snapshot::{encode, Format};
 use cushim::trace::intern::StackTable;
+use cushim_tools::snapshot::reader;
 use std::process::Command;
 use std::sync::Arc;
 use support::*;

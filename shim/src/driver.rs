@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use std::ptr;
 
 use cudarc::driver::sys as cu;
-use engine::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
+use cushim::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
 use parking_lot::Mutex;
 
 /// The real driver, as the engine sees it.

@@ -20,7 +20,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys as cu;
-use engine::alloc::{AllocError, FreeError};
+use cushim::alloc::{AllocError, FreeError};
 
 use crate::exports_capture as cap;
 use crate::ffi::{

@@ -13,7 +13,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use engine::alloc::{AllocError, FreeError};
+use cushim::alloc::{AllocError, FreeError};
 
 use crate::ffi::{
     guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,

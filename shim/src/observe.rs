@@ -19,8 +19,8 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use engine::alloc::observed::{Kind, Record};
-use engine::trace::event::NO_STACK;
+use cushim::alloc::observed::{Kind, Record};
+use cushim::trace::event::NO_STACK;
 
 use crate::ffi::SUCCESS;
 use crate::state::Shim;

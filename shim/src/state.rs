@@ -10,9 +10,9 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use engine::alloc::observed::ObservedTable;
-use engine::alloc::CachingAllocator;
-use engine::config::alloc::AllocConf;
+use cushim::alloc::observed::ObservedTable;
+use cushim::alloc::CachingAllocator;
+use cushim::config::alloc::AllocConf;
 use once_cell::sync::OnceCell;
 
 use crate::driver::CudaDevice;

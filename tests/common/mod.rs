@@ -24,7 +24,7 @@ pub fn build_dir() -> &'static Path {
             "-p",
             "simcuda",
             "-p",
-            "cushim",
+            "cushim-tools",
         ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");

@@ -11,7 +11,7 @@
 //! Events that contradict the state (a free of an unknown block) are counted, not fatal.
 
 use crate::analyze::model::{BlockState, Device, Event, Snapshot};
-use crate::trace::event::Action;
+use cushim::trace::event::Action;
 use std::collections::HashMap;
 
 /// One live block.

@@ -6,7 +6,7 @@
 //! piece not built, a program that failed) is a row saying why, never a number. Targets
 //! are reported as met / not met, never asserted.
 
-#[path = "../../../benches/workloads/mod.rs"]
+#[path = "../../../../benches/workloads/mod.rs"]
 mod workloads;
 
 #[path = "bench_observe.rs"]

@@ -1,9 +1,9 @@
-//! `cushim summary`, `replay` and `diff`: the analyses of `cushim::analyze` on files.
+//! `cushim summary`, `replay` and `diff`: the analyses of `cushim_tools::analyze` on files.
 
 use std::path::{Path, PathBuf};
 
-use cushim::analyze::{diff, input, replay, report};
-use cushim::snapshot::summary::{ranks, render, render_summaries, summaries, Options};
+use cushim_tools::analyze::summary::{ranks, render, render_summaries, summaries, Options};
+use cushim_tools::analyze::{diff, input, replay, report};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
     let opts = Options {

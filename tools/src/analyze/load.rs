@@ -10,8 +10,8 @@
 //! (cheap in pickle's memo) is refused instead of multiplied.
 
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
-use crate::snapshot::value::Value;
-use crate::trace::event::Action;
+use cushim::snapshot::value::Value;
+use cushim::trace::event::Action;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use cushim::snapshot::{json, reader};
+use cushim::snapshot::json;
+use cushim_tools::snapshot::reader;
 use serde_json::Value;
 
 /// Read a snapshot in any supported format as JSON data.
@@ -14,7 +15,7 @@ pub fn read_snapshot_json(path: &Path) -> Result<Value, String> {
 }
 
 pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {
-    cushim::snapshot::convert::convert(input, output, None).map_err(|e| {
+    cushim_tools::snapshot::convert::convert(input, output, None).map_err(|e| {
         format!(
             "converting {} to {}: {e}",
             input.display(),

@@ -6,8 +6,8 @@
 //! Invariant: only the snapshot is read; a snapshot without these keys (PyTorch's own, or
 //! an older cushim's) prints nothing here.
 
-use crate::snapshot::summary::mib;
-use crate::snapshot::value::Value;
+use crate::analyze::summary::mib;
+use cushim::snapshot::value::Value;
 use std::fmt::Write;
 
 fn u(v: Option<&Value>) -> u64 {
@@ -87,7 +87,7 @@ mod tests {
     use super::*;
 
     fn seg(kind: Option<&str>, size: u64) -> Value {
-        let s = &mut crate::snapshot::value::Strings::default();
+        let s = &mut cushim::snapshot::value::Strings::default();
         let mut e = vec![(s.get("total_size"), Value::uint(size))];
         if let Some(k) = kind {
             e.push((s.get("kind"), s.get(k)));

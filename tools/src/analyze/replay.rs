@@ -16,13 +16,13 @@
 //! ([`Replay::notes`]): which blocks existed before the trace, when pending frees would
 //! have completed under other settings, and memory the program reserved outside the cache.
 
-use crate::alloc::fake_device::FakeDevice;
-use crate::alloc::rounding::round_size;
-use crate::alloc::CachingAllocator;
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::timeline::{peaks, start_of, Start};
-use crate::config::alloc::parse;
-use crate::trace::event::{Action, NullSink};
+use cushim::alloc::fake_device::FakeDevice;
+use cushim::alloc::rounding::round_size;
+use cushim::alloc::CachingAllocator;
+use cushim::config::alloc::parse;
+use cushim::trace::event::{Action, NullSink};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -153,7 +153,7 @@ fn replay_device(
     // or crafted input) never reach the engine.
     let malloc = |size: u64, stream: u64| {
         if size > capacity {
-            Err(crate::alloc::AllocError::OutOfMemory)
+            Err(cushim::alloc::AllocError::OutOfMemory)
         } else {
             a.malloc(0, size, stream, 0)
         }

@@ -6,9 +6,9 @@
 //! real snapshot of its length reaches (a crafted "billion laughs" of memo references) is
 //! refused before anything is written.
 
-use crate::snapshot::output::write_atomic_with;
 use crate::snapshot::reader::{expanded_nodes, read_file};
-use crate::snapshot::{encode_to, Format};
+use cushim::snapshot::output::write_atomic_with;
+use cushim::snapshot::{encode_to, Format};
 use std::path::Path;
 
 /// Convert `input` to `output` in `format` (`None`: from `output`'s extension, else pickle).

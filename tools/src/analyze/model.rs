@@ -5,7 +5,7 @@
 //! and every frame index in a list indexes `frames`. `devices` holds only the ordinals the
 //! input names, in ascending order.
 
-use crate::trace::event::Action;
+use cushim::trace::event::Action;
 use std::sync::Arc;
 
 /// One stack frame (innermost first within a stack).
@@ -120,7 +120,7 @@ pub struct Snapshot {
     pub stacks: Stacks,
     /// The snapshot's `cushim` section (version, command line, stats, observed memory), as
     /// read; small, kept for the lines that read it (`snapshot::kinds`).
-    pub cushim: Option<crate::snapshot::value::Value>,
+    pub cushim: Option<cushim::snapshot::value::Value>,
 }
 
 impl Snapshot {

@@ -15,8 +15,8 @@
 //! with shared nodes written out (the check before writing JSON or msgpack).
 
 use crate::snapshot::memo::{Memo, Slot};
-use crate::snapshot::value::Value;
-use crate::snapshot::Format;
+use cushim::snapshot::value::Value;
+use cushim::snapshot::Format;
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;

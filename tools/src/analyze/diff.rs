@@ -8,8 +8,8 @@
 
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::{by_site, SiteRow};
+use crate::analyze::summary::mib;
 use crate::analyze::timeline::{peaks, start_of, state_after, Peaks};
-use crate::snapshot::summary::mib;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

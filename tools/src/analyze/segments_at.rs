@@ -10,7 +10,7 @@
 
 use crate::analyze::model::Device;
 use crate::analyze::timeline::State;
-use crate::trace::event::Action;
+use cushim::trace::event::Action;
 use std::collections::BTreeMap;
 
 /// One segment at a moment.

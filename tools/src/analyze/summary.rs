@@ -10,13 +10,13 @@
 //!
 //! Structure: [`device_summary`] computes one [`DeviceSummary`]; [`write_device`] prints
 //! it section by section (add a section there); [`ranks`] prints the per-rank table;
-//! `snapshot::kinds` adds the observed kinds and the unexplained memory after each device.
+//! `analyze::kinds` adds the observed kinds and the unexplained memory after each device.
 
 use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
 use crate::analyze::sites::{by_site, tree, Node};
 use crate::analyze::timeline::{end_state, peaks, start_of, State};
-use crate::snapshot::value::Value;
+use cushim::snapshot::value::Value;
 use std::fmt::Write;
 
 /// How much to show.
@@ -235,13 +235,13 @@ pub fn render_summaries(snap: &Snapshot, devs: &[(i64, DeviceSummary)], opts: &O
     out
 }
 
-/// The part of the snapshot tree `snapshot::kinds` reads: its `cushim` section.
+/// The part of the snapshot tree `analyze::kinds` reads: its `cushim` section.
 fn kinds_tree(snap: &Snapshot) -> Value {
     let cushim = snap.cushim.clone().map(|c| (Value::str("cushim"), c));
     Value::dict(cushim.into_iter().collect())
 }
 
-/// `snapshot::kinds`' lines for one device, given its segments' kinds and sizes.
+/// `analyze::kinds`' lines for one device, given its segments' kinds and sizes.
 fn write_kinds(out: &mut String, top: &Value, dev: &Device, ordinal: i64) {
     let segs: Vec<Value> = dev
         .segments
@@ -255,7 +255,7 @@ fn write_kinds(out: &mut String, top: &Value, dev: &Device, ordinal: i64) {
         })
         .collect();
     let refs: Vec<&Value> = segs.iter().collect();
-    crate::snapshot::kinds::write_extra(out, top, &refs, ordinal);
+    crate::analyze::kinds::write_extra(out, top, &refs, ordinal);
 }
 
 /// The per-rank table of several inputs (one per rank, with its [`summaries`]): per file and

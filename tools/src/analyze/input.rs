@@ -8,8 +8,8 @@
 use crate::analyze::load::{from_value_sized, Loader};
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::snapshot::reader::{detect, read_bytes, read_pickle_file_with, read_pickle_with};
-use crate::snapshot::Format;
-use crate::trace::event::Action;
+use cushim::snapshot::Format;
+use cushim::trace::event::Action;
 use std::path::Path;
 
 type R<T> = Result<T, String>;

@@ -16,7 +16,7 @@
 //! Invariant: `parts[i + 1].start() == parts[i].start() + parts[i].len()`, `parts[0]`
 //! starts at 0, and a slot in a `Slots` part that holds a value has no entry in `sparse`.
 
-use crate::snapshot::value::Value;
+use cushim::snapshot::value::Value;
 use std::collections::HashMap;
 
 /// What a memo slot names: a finished object (with its nesting depth), or a container
