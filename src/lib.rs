@@ -7,9 +7,7 @@
 
 pub mod action;
 pub mod alloc;
-pub mod artifacts;
 pub mod config;
 pub mod device;
-pub mod sim13;
 pub mod snapshot;
 pub mod trace;

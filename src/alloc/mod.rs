@@ -12,7 +12,6 @@ mod cap;
 mod deferred;
 pub mod devlock;
 pub mod expandable;
-pub mod fake_device;
 pub mod host;
 pub mod info;
 mod listing;

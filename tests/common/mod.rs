@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-pub use cushim::artifacts;
+pub use cushim_testsupport::artifacts;
 
 /// The cargo output directory with `libcushim.so` and `libsimcuda.so` in it, built on first
 /// use (same profile as the test binary) by a nested `cargo build`.

@@ -18,11 +18,11 @@
 
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::timeline::{peaks, start_of, Start};
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
 use cushim::trace::event::{Action, NullSink};
+use cushim_testsupport::fake_device::FakeDevice;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -2,12 +2,9 @@
 //! Markdown table (quick mode: under two minutes; `--full`: more repeats).
 //!
 //! Invariant: each figure in the table was measured in this run by the workloads shared with
-//! the criterion benches (`benches/workloads`); a figure that cannot be measured here (a
-//! piece not built, a program that failed) is a row saying why, never a number. Targets
+//! the criterion benches (`cushim_testsupport::workloads`); a figure that cannot be measured
+//! here (a piece not built, a program that failed) is a row saying why, never a number. Targets
 //! are reported as met / not met, never asserted.
-
-#[path = "../../../../benches/workloads/mod.rs"]
-mod workloads;
 
 #[path = "bench_observe.rs"]
 mod bench_observe;
@@ -15,9 +12,10 @@ mod bench_observe;
 use std::path::Path;
 use std::time::Duration;
 
-use cushim::artifacts;
 use cushim::config::history::Unwinder;
 use cushim::snapshot::Format;
+use cushim_testsupport::artifacts;
+use cushim_testsupport::workloads;
 use workloads::procs::{self, ProcEnv};
 use workloads::table::{markdown, Row};
 use workloads::{engine, snapshot, timing, trace};

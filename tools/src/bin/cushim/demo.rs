@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cushim::artifacts;
+use cushim_testsupport::artifacts;
 use serde_json::Value;
 
 use crate::launch::{exit_code, Launch};

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cushim::artifacts;
+use cushim_testsupport::artifacts;
 
 /// What to set up around the program.
 #[derive(Debug, Default, Clone)]

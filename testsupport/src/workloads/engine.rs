@@ -4,7 +4,7 @@
 //! Invariant: the allocator is cushim's real `CachingAllocator` with a configuration parsed
 //! from the same `CUSHIM_ALLOC_CONF` syntax users write; peaks come from its own statistics.
 
-use cushim::alloc::fake_device::FakeDevice;
+use crate::fake_device::FakeDevice;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse as parse_alloc;
 use cushim::config::history::parse as parse_history;

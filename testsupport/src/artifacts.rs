@@ -22,9 +22,10 @@ pub const SIM_NAMES: [&str; 4] = [
     "libcudart.so",
 ];
 
-/// The repository root this crate was built from.
+/// The repository root this crate was built from (the folder above `testsupport/`).
 pub fn source_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
 }
 
 /// simcuda's C headers (`cuda.h`, `cuda_runtime_api.h`, `cuda_runtime.h`).

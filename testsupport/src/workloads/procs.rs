@@ -5,7 +5,7 @@
 //! `LD_PRELOAD`), simcuda first on `LD_LIBRARY_PATH`, a deadline after which it is killed,
 //! and its figures are parsed from what the program printed, never assumed.
 
-use cushim::artifacts;
+use crate::artifacts;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

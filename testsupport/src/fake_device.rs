@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use parking_lot::Mutex;
 
-use crate::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
+use cushim::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
 
 /// Calls that fault injection can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
