@@ -11,3 +11,4 @@ pub mod config;
 pub mod device;
 pub mod snapshot;
 pub mod trace;
+pub mod version;

@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cushim",
-    version,
+    version = cushim::version::LONG,
     about = "A PyTorch-compatible CUDA caching allocator, preloaded into unmodified programs"
 )]
 struct Cli {
