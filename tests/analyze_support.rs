@@ -65,7 +65,7 @@ pub fn engine_snapshot(
     encode(&build(&input, StackTable::global()), format).unwrap()
 }
 
-/// The seed scenario (DESIGN.md): 8 x 16 MiB, free all, 4 x 32 MiB.
+/// The design reference's seed scenario: 8 x 16 MiB, free all, 4 x 32 MiB.
 pub fn seed_scenario(conf: &str, format: Format) -> Vec<u8> {
     engine_snapshot(conf, format, |a| {
         let p: Vec<u64> = (0..8)

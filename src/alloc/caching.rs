@@ -358,8 +358,9 @@ impl DeviceState {
             // A few quick polls first (a device signals completion by itself), then yield
             // between polls rather than spin: whatever completes the events may need this CPU
             // (a simulated stream's worker thread, on a machine with few cores). With spinning
-            // only, a loop of 64 MiB pairs with one idle stream grew the cache to 18-82
-            // segments on the 2-core VM; with the yields, to 1-2 (bench_alloc -s 67108864 -S 1).
+            // only, a loop of 64 MiB pairs with one idle stream grew the cache by tens of
+            // segments; with the yields it stays at one or two (BENCHMARKS.md, "Measurements
+            // behind design choices").
             if polls < FRESH_BATCH_SPINS {
                 std::hint::spin_loop();
             } else {

@@ -1,4 +1,4 @@
-//! `cushim bench` rows for issue 12: the observing mode's table operation, and the cost of
+//! `cushim bench` rows for the observing mode: its table operation, and the cost of
 //! recording Python frames.
 //!
 //! Invariant: each figure is measured next to its baseline in the same run (the same work
