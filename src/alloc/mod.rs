@@ -21,6 +21,7 @@ pub mod pending;
 pub mod pool;
 mod release;
 mod release_retry;
+mod request;
 pub mod rounding;
 pub mod stats;
 
