@@ -2,12 +2,9 @@
 //! 1 MiB and 64 MiB against glibc's pair of the same size; the same with history on (no
 //! stacks); two threads against one.
 
-#[path = "workloads/mod.rs"]
-mod workloads;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use cushim_testsupport::workloads::engine;
 use std::time::Instant;
-use workloads::engine;
 
 const SIZES: [u64; 3] = [512, 1 << 20, 64 << 20];
 

@@ -2,13 +2,10 @@
 //! with 32-frame stacks (1,000,000 as pickle only: the inline formats take tens of seconds
 //! per dump there); prints the bytes on disk of each.
 
-#[path = "workloads/mod.rs"]
-mod workloads;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cushim::snapshot::Format;
+use cushim_testsupport::workloads::snapshot;
 use std::time::{Duration, Instant};
-use workloads::snapshot;
 
 fn snapshot_dump(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("cushim-bench-{}", std::process::id()));

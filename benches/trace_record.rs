@@ -2,13 +2,10 @@
 //! and with native stacks through the DWARF and frame-pointer unwinders at depths 8/32/64.
 //! `cushim bench` prints the same figures as one table with ratios and targets.
 
-#[path = "workloads/mod.rs"]
-mod workloads;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cushim::config::history::Unwinder;
+use cushim_testsupport::workloads::trace;
 use std::time::Instant;
-use workloads::trace;
 
 fn event_record(c: &mut Criterion) {
     let mut g = c.benchmark_group("event_record");

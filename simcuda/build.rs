@@ -9,7 +9,8 @@
 //!   interposer (cushim) would be handed back its own hooks as "the driver's functions",
 //!   and a hook forwarding to them would recurse.
 //! - `cudart.map`: a version node `libcudart.so.12` in `.gnu.version_d`, which the CUDA 13
-//!   install renames and puts on the `cuda*` exports (see `src/sim13.rs` in the workspace root).
+//!   install renames and puts on the `cuda*` exports (see the workspace's
+//!   `testsupport/src/sim13.rs`).
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudart.so.12");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");

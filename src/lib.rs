@@ -5,11 +5,10 @@
 //! Capture stays cheap (raw instruction pointers, interned stacks, a bounded ring under the
 //! allocator's own lock); symbolization and formatting happen at dump time.
 
+pub mod action;
 pub mod alloc;
-pub mod analyze;
-pub mod artifacts;
 pub mod config;
 pub mod device;
-pub mod sim13;
 pub mod snapshot;
 pub mod trace;
+pub mod version;

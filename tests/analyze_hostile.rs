@@ -8,11 +8,11 @@
 #[path = "analyze_support.rs"]
 mod support;
 
-use cushim::analyze::{diff, input, replay, report};
-use cushim::snapshot::reader::{expanded_nodes, read_bytes};
-use cushim::snapshot::summary::{render, Options};
 use cushim::snapshot::value::Value;
 use cushim::snapshot::{encode, pickle, Format};
+use cushim_tools::analyze::summary::{render, Options};
+use cushim_tools::analyze::{diff, input, replay, report};
+use cushim_tools::snapshot::reader::{expanded_nodes, read_bytes};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use support::*;

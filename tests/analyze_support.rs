@@ -3,7 +3,6 @@
 //! pickle written by python3's own pickle module, an RMM log and an alloc/free log.
 #![allow(dead_code)]
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
 use cushim::config::history::HistoryConf;
@@ -12,6 +11,7 @@ use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::snapshot::{encode, Format};
 use cushim::trace::event::NullSink;
 use cushim::trace::intern::StackTable;
+use cushim_testsupport::fake_device::FakeDevice;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
@@ -65,7 +65,7 @@ pub fn engine_snapshot(
     encode(&build(&input, StackTable::global()), format).unwrap()
 }
 
-/// The seed scenario (DESIGN.md): 8 x 16 MiB, free all, 4 x 32 MiB.
+/// The design reference's seed scenario: 8 x 16 MiB, free all, 4 x 32 MiB.
 pub fn seed_scenario(conf: &str, format: Format) -> Vec<u8> {
     engine_snapshot(conf, format, |a| {
         let p: Vec<u64> = (0..8)

@@ -7,7 +7,7 @@
 mod engine_support;
 use engine_support::{freed_behind_a_stream, pending_blocks, setup};
 
-use cushim::alloc::fake_device::{FakeDevice, Op};
+use cushim_testsupport::fake_device::{FakeDevice, Op};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -6,10 +6,10 @@ mod engine_support;
 use engine_support::{setup, stat, VecSink};
 use std::sync::Arc;
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::{AllocError, CachingAllocator, FreeError};
 use cushim::trace::event::{Action, EventSink, NullSink, TraceEvent};
+use cushim_testsupport::fake_device::FakeDevice;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -385,7 +385,7 @@ fn mem_get_info_can_count_cached_bytes_as_free() {
 #[test]
 fn device_errors_other_than_oom_are_reported_as_such() {
     let (dev, a) = setup("", GIB);
-    dev.fail_nth(cushim::alloc::fake_device::Op::Malloc, 1);
+    dev.fail_nth(cushim_testsupport::fake_device::Op::Malloc, 1);
     // The fake reports an injected malloc fault as out of memory: the retry succeeds.
     assert!(a.malloc(0, 4 * MIB, 0, 0).is_ok());
     assert_eq!(stat(&a, "num_alloc_retries"), 1);

@@ -7,10 +7,10 @@ mod engine_support;
 use engine_support::VecSink;
 use std::sync::Arc;
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
 use cushim::trace::event::{EventSink, TraceEvent};
+use cushim_testsupport::fake_device::FakeDevice;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -5,9 +5,9 @@
 mod engine_support;
 use engine_support::{setup, stat};
 
-use cushim::alloc::fake_device::{FakeDevice, Op};
 use cushim::alloc::info::{BlockState, SegmentInfo};
 use cushim::alloc::{AllocError, CachingAllocator};
+use cushim_testsupport::fake_device::{FakeDevice, Op};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -4,8 +4,8 @@
 mod engine_support;
 use std::sync::Arc;
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::{CachingAllocator, FreeError};
+use cushim_testsupport::fake_device::FakeDevice;
 
 /// An allocator over a 1 GiB fake device.
 fn setup(conf: &str) -> (Arc<FakeDevice>, CachingAllocator) {

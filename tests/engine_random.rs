@@ -7,10 +7,10 @@ use engine_support::{setup_devices as setup, VecSink};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
+use cushim_testsupport::fake_device::FakeDevice;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -232,7 +232,7 @@ fn four_threads_on_two_devices_never_share_bytes() {
 
 #[test]
 fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
-    use cushim::alloc::fake_device::Op;
+    use cushim_testsupport::fake_device::Op;
     for conf in [
         "expandable_segments:True",
         "",

@@ -2,7 +2,7 @@
 //! the engine level over the fake device: never leaked, never released twice.
 mod engine_support;
 
-use cushim::alloc::fake_device::Op;
+use cushim_testsupport::fake_device::Op;
 use engine_support::{setup, stat};
 
 const GIB: u64 = 1 << 30;

@@ -2,10 +2,10 @@
 //! the header, one error), every corruption gives a clean prefix or one error; never a
 //! panic, never an event that was not written.
 
-use cushim::snapshot::log_reader::{read_log, LogFrame, LogVisitor};
 use cushim::trace::event::{Action, TraceEvent};
 use cushim::trace::log::encode::EventEncoder;
 use cushim::trace::log::format::{self, kind, put_varint, MAGIC};
+use cushim_tools::snapshot::log_reader::{read_log, LogFrame, LogVisitor};
 
 #[derive(Default)]
 struct Collect(Vec<TraceEvent>);

@@ -13,7 +13,8 @@ const MIB: u64 = 1 << 20;
 fn layout13() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        cushim::sim13::sim_layout_13(common::build_dir()).expect("laying out simcuda as CUDA 13")
+        cushim_testsupport::sim13::sim_layout_13(common::build_dir())
+            .expect("laying out simcuda as CUDA 13")
     })
 }
 

@@ -43,7 +43,7 @@ fn forks_leave_no_child_hung(mode: &str, name: &str, history: &str, cushim_mode:
         assert!(snap.exists(), "no snapshot {}", snap.display());
         // Every child's file parses (cushim's reader); one also through Python, as the
         // viewer reads it (Python's start-up per file would dominate the test's time).
-        if let Err(e) = cushim::snapshot::reader::read_file(&snap) {
+        if let Err(e) = cushim_tools::snapshot::reader::read_file(&snap) {
             panic!("{}: {e}", snap.display());
         }
         if i == 0 {

@@ -9,8 +9,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cushim::snapshot::log_reader::{read_log, LogFrame, LogInfo, LogVisitor};
 use cushim::trace::event::{Action, TraceEvent};
+use cushim_tools::snapshot::log_reader::{read_log, LogFrame, LogInfo, LogVisitor};
 
 fn prog() -> PathBuf {
     common::compile("shim_end", &[])

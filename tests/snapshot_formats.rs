@@ -6,8 +6,9 @@ mod support;
 
 use cushim::snapshot::build::build;
 use cushim::snapshot::value::Value;
-use cushim::snapshot::{encode, reader, Format};
+use cushim::snapshot::{encode, Format};
 use cushim::trace::intern::StackTable;
+use cushim_tools::snapshot::reader;
 use std::process::Command;
 use std::sync::Arc;
 use support::*;
@@ -214,6 +215,11 @@ fn top_level_carries_settings_and_cushim_metadata() {
     );
     let c = v.get("cushim").unwrap();
     assert!(c.get("version").unwrap().as_str().is_some());
+    assert_eq!(
+        c.get("commit").unwrap().as_str(),
+        Some(cushim::version::COMMIT),
+        "the snapshot names the commit the engine was built from"
+    );
     assert_eq!(c.get("cmdline").unwrap().as_seq().unwrap().len(), 2);
     assert_eq!(
         c.get("stats").unwrap().get("num_ooms").unwrap().as_i64(),

@@ -6,8 +6,9 @@ mod support;
 
 use cushim::snapshot::build::build;
 use cushim::snapshot::output::{expand, rank_from_env, write_atomic, write_snapshot, TemplateVars};
-use cushim::snapshot::{reader, Format};
+use cushim::snapshot::Format;
 use cushim::trace::intern::StackTable;
+use cushim_tools::snapshot::reader;
 use std::os::unix::fs::PermissionsExt;
 use support::*;
 

@@ -4,9 +4,9 @@
 #[path = "snapshot_support.rs"]
 mod support;
 
-use cushim::snapshot::reader::{read_bytes, read_pickle};
 use cushim::snapshot::value::Value;
 use cushim::snapshot::{encode, Format};
+use cushim_tools::snapshot::reader::{read_bytes, read_pickle};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -148,7 +148,7 @@ fn msgpack_with_bytes_after_its_value_is_refused_not_read_as_a_number() {
 /// its run.
 struct Taker(i64);
 
-impl cushim::snapshot::reader::Hook for Taker {
+impl cushim_tools::snapshot::reader::Hook for Taker {
     fn dict(&mut self, v: Value) -> Value {
         if v.get("a").is_none() {
             return v;
@@ -181,7 +181,7 @@ fn a_list_of_taken_entries_is_kept_as_one_run_and_anything_else_as_what_it_holds
     p.extend_from_slice(b"\x8c\x01w]q\xc8(");
     entry(&mut p);
     p.extend_from_slice(b"eh\xc8as.");
-    let v = cushim::snapshot::reader::read_pickle_with(&p, &mut Taker(0)).expect("reads");
+    let v = cushim_tools::snapshot::reader::read_pickle_with(&p, &mut Taker(0)).expect("reads");
     assert_eq!(v.get("x").and_then(Value::as_str), Some("run 0+5"));
     assert_eq!(v.get("y").and_then(Value::as_str), Some("run 0+5"));
     let z: Vec<i64> = v

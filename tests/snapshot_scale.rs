@@ -115,7 +115,7 @@ fn measure_one_million_events_with_32_frame_stacks() {
     );
     let bytes = std::fs::read(&path).unwrap();
     let t = Instant::now();
-    let back = cushim::snapshot::reader::read_bytes(&bytes).unwrap();
+    let back = cushim_tools::snapshot::reader::read_bytes(&bytes).unwrap();
     println!("read back in {:.2}s", t.elapsed().as_secs_f64());
     assert_eq!(
         back.get("device_traces").unwrap().as_seq().unwrap()[0]

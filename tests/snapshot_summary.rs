@@ -5,12 +5,12 @@
 mod support;
 
 use cushim::snapshot::build::build;
-use cushim::snapshot::convert::convert;
-use cushim::snapshot::reader::{read_bytes, read_file};
-use cushim::snapshot::summary::{devices, summary};
 use cushim::snapshot::value::Value;
 use cushim::snapshot::{encode, Format};
 use cushim::trace::intern::StackTable;
+use cushim_tools::analyze::summary::{devices, summary};
+use cushim_tools::snapshot::convert::convert;
+use cushim_tools::snapshot::reader::{read_bytes, read_file};
 use std::sync::Arc;
 use support::*;
 

@@ -9,13 +9,13 @@ use std::path::Path;
 use std::process::Command;
 
 fn build_lib(dir: &Path, name: &str, func: &str) -> std::path::PathBuf {
-    let src = cushim::artifacts::source_root().join("tests/c/dlclose_lib.c");
+    let src = cushim_testsupport::artifacts::source_root().join("tests/c/dlclose_lib.c");
     let out = dir.join(name);
     let st = Command::new("cc")
         .args(["-shared", "-fPIC", "-g", "-O1", "-fno-omit-frame-pointer"])
         .arg(format!("-DFN={func}"))
         .arg("-I")
-        .arg(cushim::artifacts::simcuda_include_dir())
+        .arg(cushim_testsupport::artifacts::simcuda_include_dir())
         .arg("-o")
         .arg(&out)
         .arg(&src)

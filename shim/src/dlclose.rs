@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use engine::trace::module_epochs;
+use cushim::trace::module_epochs;
 
 use crate::real_driver::real_dlsym;
 

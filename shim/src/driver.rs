@@ -17,7 +17,7 @@ use std::ptr;
 use cudarc::driver::sys as cu;
 
 use crate::driver_entry::{self as drv, Need};
-use engine::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
+use cushim::device::{DevPtr, DevResult, Device, DeviceError, Event, PhysHandle, Stream};
 use parking_lot::Mutex;
 
 /// The real driver, as the engine sees it.

@@ -49,7 +49,7 @@ pub fn dump_signal() -> Option<c_int> {
         let Ok(v) = std::env::var("CUSHIM_DUMP_SIGNAL") else {
             return Some(libc::SIGUSR1);
         };
-        engine::config::signal::parse_dump_signal(&v).unwrap_or_else(|e| {
+        cushim::config::signal::parse_dump_signal(&v).unwrap_or_else(|e| {
             eprintln!("cushim: CUSHIM_DUMP_SIGNAL: {e}; using SIGUSR1");
             Some(libc::SIGUSR1)
         })

@@ -151,7 +151,7 @@ fn ending_thread(rfd: c_int) {
         }
     }
     let sig = PENDING.load(Ordering::Acquire);
-    crate::dump::final_dumps(&format!("on {}", engine::config::signal::name(sig)));
+    crate::dump::final_dumps(&format!("on {}", cushim::config::signal::name(sig)));
     crate::log_writer::finish();
     reraise(sig);
 }

@@ -13,7 +13,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use engine::alloc::AddressRange;
+use cushim::alloc::AddressRange;
 
 use crate::call_driver;
 use crate::exports_driver::{hook, put, DevPtr, Hook};

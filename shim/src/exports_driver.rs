@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use cudarc::driver::sys as cu;
 
 use crate::driver_entry as drv;
-use engine::alloc::{AllocError, FreeError};
-use engine::trace::event::NO_STACK;
+use cushim::alloc::{AllocError, FreeError};
+use cushim::trace::event::NO_STACK;
 
 use crate::exports_capture as cap;
 use crate::ffi::{

@@ -10,7 +10,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use engine::alloc::observed::Kind;
+use cushim::alloc::observed::Kind;
 
 use crate::call_real;
 use crate::ffi::guard;

@@ -13,8 +13,8 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use engine::alloc::{AllocError, FreeError};
-use engine::trace::event::NO_STACK;
+use cushim::alloc::{AllocError, FreeError};
+use cushim::trace::event::NO_STACK;
 
 use crate::failopen::{self, Point};
 use crate::ffi::{

@@ -25,7 +25,7 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use engine::alloc::FreeError;
+use cushim::alloc::FreeError;
 
 /// A place where a fault can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

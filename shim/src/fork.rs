@@ -21,10 +21,10 @@
 
 use std::cell::RefCell;
 
-use engine::alloc::observed::ObservedHold;
-use engine::alloc::ForkHold;
-use engine::trace::intern::{StackTable, TableHold};
-use engine::trace::{module_epochs, unwind_dwarf};
+use cushim::alloc::observed::ObservedHold;
+use cushim::alloc::ForkHold;
+use cushim::trace::intern::{StackTable, TableHold};
+use cushim::trace::{module_epochs, unwind_dwarf};
 
 use crate::state;
 

@@ -5,12 +5,12 @@
 //! is captured before the allocator's lock is taken (never under it), skipping the frames of
 //! libcushim.so itself so the first frame is the program's call site.
 
-use engine::config::history::HistoryConf;
-use engine::trace::event::{EventSink, NullSink, StackId, NO_STACK};
-use engine::trace::intern::StackTable;
-use engine::trace::python::capture_id;
-use engine::trace::ring::TraceRing;
-use engine::trace::stack::SkipRange;
+use cushim::config::history::HistoryConf;
+use cushim::trace::event::{EventSink, NullSink, StackId, NO_STACK};
+use cushim::trace::intern::StackTable;
+use cushim::trace::python::capture_id;
+use cushim::trace::ring::TraceRing;
+use cushim::trace::stack::SkipRange;
 
 /// History configuration plus what capture needs.
 pub struct History {
@@ -22,7 +22,7 @@ impl History {
     pub fn from_env() -> History {
         let conf = HistoryConf::from_env();
         StackTable::global().set_limit(conf.max_stacks);
-        engine::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
+        cushim::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
         History {
             conf,
             skip: SkipRange::of_module_containing(History::from_env as *const () as usize),

@@ -33,7 +33,7 @@ use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use engine::alloc::info::BlockState;
+use cushim::alloc::info::BlockState;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 

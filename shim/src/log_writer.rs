@@ -1,5 +1,5 @@
 //! The whole-run event log (`CUSHIM_LOG=path-template`): every recorded event, and each
-//! distinct stack once, streamed to an append-only file (format: `engine::trace::log`,
+//! distinct stack once, streamed to an append-only file (format: `cushim::trace::log`,
 //! `docs/LOG-FORMAT.md`).
 //!
 //! Policy:
@@ -28,13 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize,
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use engine::trace::event::{EventSink, TraceEvent, NO_STACK};
-use engine::trace::intern::StackTable;
-use engine::trace::log::encode::EventEncoder;
-use engine::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
-use engine::trace::module_epochs;
-use engine::trace::runtime_frames::leading_runtime_frames;
-use engine::trace::symbolize::Symbolizer;
+use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
+use cushim::trace::intern::StackTable;
+use cushim::trace::log::encode::EventEncoder;
+use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
+use cushim::trace::module_epochs;
+use cushim::trace::runtime_frames::leading_runtime_frames;
+use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 
@@ -154,7 +154,7 @@ pub fn start(s: &Shim) {
 }
 
 fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
-    use engine::snapshot::output::{expand, TemplateVars};
+    use cushim::snapshot::output::{expand, TemplateVars};
     let path = expand(template, &TemplateVars::current(0));
     let cpath = std::ffi::CString::new(path.clone())
         .map_err(|_| format!("{path}: a NUL byte in the path"))?;
@@ -177,10 +177,10 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         "format": "cushim event log",
         "version": VERSION,
         "pid": std::process::id(),
-        "rank": engine::snapshot::output::rank_from_env(),
+        "rank": cushim::snapshot::output::rank_from_env(),
         "cmdline": std::env::args().collect::<Vec<_>>(),
         "clock": "microseconds since the Unix epoch",
-        "clock_origin_us": engine::trace::event::now_us(),
+        "clock_origin_us": cushim::trace::event::now_us(),
         "mode": crate::observe::mode_name(),
         "allocator_settings": s.alloc.conf().settings_json(),
         "env": {
@@ -491,7 +491,7 @@ struct Held(std::cell::UnsafeCell<[TraceEvent; BATCH]>);
 // SAFETY: accessed only under the gate's protocol (above).
 unsafe impl Sync for Held {}
 const NO_EVENT: TraceEvent = TraceEvent {
-    action: engine::trace::event::Action::Alloc,
+    action: cushim::trace::event::Action::Alloc,
     device: 0,
     addr: 0,
     size: 0,

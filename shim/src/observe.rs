@@ -19,8 +19,8 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use engine::alloc::observed::{Kind, Record};
-use engine::trace::event::NO_STACK;
+use cushim::alloc::observed::{Kind, Record};
+use cushim::trace::event::NO_STACK;
 
 use crate::ffi::SUCCESS;
 use crate::state::Shim;
@@ -87,9 +87,8 @@ pub fn mode_name() -> &'static str {
 ///
 /// Only the mode test is inlined into the export; `f`, the observing path, stays out of
 /// line. When the observing paths were ordinary functions the compiler kept them out of
-/// line whole, and the cache path paid a call into each, with its prologue, per export: 56
-/// instructions per cached cudaMalloc+cudaFree pair (635 -> 691,
-/// `scripts/pair-instructions.sh 512`).
+/// line whole, and the cache path paid a call into each, with its prologue, per export
+/// (BENCHMARKS.md, "Measurements behind design choices").
 #[inline(always)]
 pub fn runtime_call(f: impl FnOnce(&'static Shim) -> c_int) -> Option<c_int> {
     if !observing() {

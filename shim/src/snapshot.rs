@@ -6,18 +6,18 @@
 
 use std::path::PathBuf;
 
-use engine::snapshot::build::build;
-use engine::snapshot::model::{DeviceState, SnapshotInput};
-use engine::snapshot::output::{expand, write_snapshot, TemplateVars};
-use engine::trace::intern::StackTable;
+use cushim::snapshot::build::build;
+use cushim::snapshot::model::{DeviceState, SnapshotInput};
+use cushim::snapshot::output::{expand, write_snapshot, TemplateVars};
+use cushim::trace::intern::StackTable;
 
 use crate::state::Shim;
 
 /// Merge observed events into a device's events, oldest first (stable: equal times keep
 /// the cache's events first).
 fn merge(
-    into: &mut Vec<engine::trace::event::TraceEvent>,
-    more: Vec<engine::trace::event::TraceEvent>,
+    into: &mut Vec<cushim::trace::event::TraceEvent>,
+    more: Vec<cushim::trace::event::TraceEvent>,
 ) {
     if more.is_empty() {
         return;

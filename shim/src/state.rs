@@ -10,9 +10,9 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use engine::alloc::observed::ObservedTable;
-use engine::alloc::CachingAllocator;
-use engine::config::alloc::AllocConf;
+use cushim::alloc::observed::ObservedTable;
+use cushim::alloc::CachingAllocator;
+use cushim::config::alloc::AllocConf;
 use once_cell::sync::OnceCell;
 
 use crate::driver::CudaDevice;
@@ -135,8 +135,8 @@ fn init() -> Option<Shim> {
 /// Why the shortcut is exact: with one device the runtime's current device can only be 0,
 /// and [`current_device`] maps a failing `cudaGetDevice` to 0 as well, so the answer is
 /// the same; a free's device is only a hint (the allocator tries every device). It saves a
-/// real `cudaGetDevice` per call: on simcuda about 125 instructions, 12% of a cached
-/// cudaMalloc+cudaFree pair through the shim (callgrind).
+/// real `cudaGetDevice` per call, a noticeable share of a cached cudaMalloc+cudaFree pair
+/// through the shim (BENCHMARKS.md, "Measurements behind design choices").
 #[inline]
 pub fn alloc_device(s: &Shim) -> c_int {
     if s.alloc.device_count() == 1 {

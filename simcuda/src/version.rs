@@ -1,9 +1,9 @@
 //! The CUDA version simcuda reports as driver and runtime (`cuDriverGetVersion`,
 //! `cudaDriverGetVersion`, `cudaRuntimeGetVersion`). Policy: `SIMCUDA_CUDA_VERSION` when set
 //! to a valid version (e.g. 13020); else 13020 when this library was installed as CUDA 13's
-//! runtime (its file is `libcudart.so.13`, see the workspace's `src/sim13.rs`), so NVIDIA's
-//! 13.x runtime, which asks for the driver version first, sees a driver new enough for it;
-//! else 12090. Read once.
+//! runtime (its file is `libcudart.so.13`, see the workspace's `testsupport/src/sim13.rs`),
+//! so NVIDIA's 13.x runtime, which asks for the driver version first, sees a driver new
+//! enough for it; else 12090. Read once.
 
 use libc::c_int;
 use std::sync::OnceLock;

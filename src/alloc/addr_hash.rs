@@ -4,8 +4,8 @@
 //! (hashbrown's bucket index) and the high bits (its 7-bit tag) of the hash.
 //!
 //! Why not the standard `RandomState` (SipHash-1-3): the map is looked up two or three times
-//! per cached malloc+free pair, and SipHash was about 15% of the pair's instructions
-//! (callgrind). Its protection against chosen-key flooding buys nothing here: the keys are
+//! per cached malloc+free pair, and SipHash was a large share of the pair's instructions
+//! (BENCHMARKS.md, "Measurements behind design choices"). Its protection against chosen-key flooding buys nothing here: the keys are
 //! addresses handed out by the driver, not input an attacker chooses. Why not a plain
 //! Fx-style multiply: device addresses are multiples of 512, and a single multiply leaves
 //! the low 9 bits of the product zero, which would put every block in 1/512 of the buckets.

@@ -27,8 +27,8 @@
 //!
 //! Skipping idle streams (`cuStreamQuery` first) was measured and dropped: in a loop of
 //! cudaMalloc/cudaFree pairs a stream is never idle at the next barrier, because the last
-//! barrier's own wait is still queued on it (64 MiB pairs, 1 idle stream: every one of
-//! 27,771 queries said busy), so the query only added a call.
+//! barrier's own wait is still queued on it (every query said busy, BENCHMARKS.md,
+//! "Measurements behind design choices"), so the query only added a call.
 //!
 //! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
 //! created later has no implicit ordering with anything, so when it appears it waits for a
@@ -38,10 +38,10 @@
 //! `auto` first sees a stream or a second thread, blocks were reused at once until then:
 //! one barrier with nothing to release orders everything queued so far.
 //!
-//! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): measured
-//! on simcuda, the CPU-waited batches made a 64 MiB cudaMalloc/cudaFree loop with one idle
-//! stream allocate 3-160 segments and six driver calls per pair, and a GPU kept 10 ms
-//! behind the CPU grew the cache 50x (see BENCHMARKS.md). Why not tracking which streams
+//! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): on
+//! simcuda the CPU-waited batches made a cudaMalloc/cudaFree loop with one idle stream
+//! allocate many segments and several driver calls per pair, and a GPU kept behind the CPU
+//! grew the cache many times over (see BENCHMARKS.md). Why not tracking which streams
 //! received work: every launch, copy and memset entry point would have to be hooked, and
 //! one missed entry point would make reuse unsafe.
 //!

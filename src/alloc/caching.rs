@@ -74,7 +74,8 @@ use super::expandable::Expandable;
 use super::live::LiveMap;
 use super::pending::Pending;
 use super::pool::Pool;
-use super::rounding::{is_small, round_size, segment_size, MIN_BLOCK, SMALL_SIZE};
+use super::request::Request;
+use super::rounding::{segment_size, MIN_BLOCK, SMALL_SIZE};
 use super::stats::DeviceStats;
 use super::{AllocError, FreeError};
 use crate::config::alloc::{AllocConf, FreeSync};
@@ -277,36 +278,27 @@ impl DeviceState {
         if stream > 2 && self.pending.is_dead(stream) {
             return Err(AllocError::InvalidHandle);
         }
-        let rounded = round_size(size, ctx.conf);
-        let large = !is_small(rounded);
+        let req = Request::new(ctx.conf, size, stream, stack);
         if self.deferred.is_some() && !self.pending.any() {
-            if let Some(ptr) = self.malloc_deferred(ctx, rounded, size, large, stream, stack) {
+            if let Some(ptr) = self.malloc_deferred(ctx, &req) {
                 return Ok(ptr);
             }
         }
-        self.malloc_full(ctx, size, rounded, large, stream, stack)
+        self.malloc_full(ctx, &req)
     }
 
     /// The whole malloc sequence (kept out of line: the cached path above stays small).
     #[inline(never)]
-    fn malloc_full(
-        &mut self,
-        ctx: &Ctx,
-        size: u64,
-        rounded: u64,
-        large: bool,
-        stream: Stream,
-        stack: StackId,
-    ) -> Result<DevPtr, AllocError> {
+    fn malloc_full(&mut self, ctx: &Ctx, req: &Request) -> Result<DevPtr, AllocError> {
         self.settle();
         self.complete_pending(ctx, false);
-        let mut found = self.best_fit(ctx, stream, rounded, large);
+        let mut found = self.best_fit(ctx, req);
         if found.is_none() && self.pending.has_unbatched() {
             self.cover_pending(ctx);
             self.complete_pending(ctx, false);
-            found = self.best_fit(ctx, stream, rounded, large);
+            found = self.best_fit(ctx, req);
             if found.is_none() {
-                found = self.await_fresh_batch(ctx, stream, rounded, large);
+                found = self.await_fresh_batch(ctx, req);
             }
         }
         let id = match found {
@@ -314,9 +306,9 @@ impl DeviceState {
                 self.pool_remove(id);
                 id
             }
-            None => self.alloc_sequence(ctx, size, rounded, large, stream, stack)?,
+            None => self.alloc_sequence(ctx, req)?,
         };
-        let ptr = self.take(ctx, id, rounded, size, stack);
+        let ptr = self.take(ctx, id, req);
         if found.is_none() && self.exp.enabled() {
             // Expandable garbage collection: once the new block is taken, whole free pages
             // the growth could not use go back while reserved memory is above the threshold.
@@ -335,17 +327,11 @@ impl DeviceState {
     /// blocks could serve the request by itself: on idle streams the batch
     /// completes within it and its blocks serve the request; on busy ones the malloc grows as
     /// before. Never a synchronization: each poll is an event query.
-    fn await_fresh_batch(
-        &mut self,
-        ctx: &Ctx,
-        stream: Stream,
-        rounded: u64,
-        large: bool,
-    ) -> Option<BlockId> {
+    fn await_fresh_batch(&mut self, ctx: &Ctx, req: &Request) -> Option<BlockId> {
         // Wait only when a block that is waiting could serve the request by itself.
         let could_serve = self.pending.batched_blocks().any(|id| {
             let b = &self.blocks[id];
-            b.stream == stream && b.large == large && b.size >= rounded
+            b.stream == req.stream && b.large == req.large && b.size >= req.rounded
         });
         if !could_serve {
             return None;
@@ -358,8 +344,9 @@ impl DeviceState {
             // A few quick polls first (a device signals completion by itself), then yield
             // between polls rather than spin: whatever completes the events may need this CPU
             // (a simulated stream's worker thread, on a machine with few cores). With spinning
-            // only, a loop of 64 MiB pairs with one idle stream grew the cache to 18-82
-            // segments on the 2-core VM; with the yields, to 1-2 (bench_alloc -s 67108864 -S 1).
+            // only, a loop of 64 MiB pairs with one idle stream grew the cache by tens of
+            // segments; with the yields it stays at one or two (BENCHMARKS.md, "Measurements
+            // behind design choices").
             if polls < FRESH_BATCH_SPINS {
                 std::hint::spin_loop();
             } else {
@@ -367,7 +354,7 @@ impl DeviceState {
             }
             polls += 1;
             self.complete_pending(ctx, false);
-            if let Some(id) = self.best_fit(ctx, stream, rounded, large) {
+            if let Some(id) = self.best_fit(ctx, req) {
                 return Some(id);
             }
         }
@@ -375,36 +362,28 @@ impl DeviceState {
     }
 
     /// Steps (4)-(9) of the malloc sequence; returns a free block not in any pool.
-    fn alloc_sequence(
-        &mut self,
-        ctx: &Ctx,
-        size: u64,
-        rounded: u64,
-        large: bool,
-        stream: Stream,
-        stack: StackId,
-    ) -> Result<BlockId, AllocError> {
+    fn alloc_sequence(&mut self, ctx: &Ctx, req: &Request) -> Result<BlockId, AllocError> {
         if ctx.conf.garbage_collection_threshold > 0.0 {
             self.garbage_collect(ctx);
         }
-        if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+        if let Some(id) = self.grow(ctx, req)? {
             return Ok(id);
         }
-        if self.release_oversize(ctx, stream, rounded, large) {
-            if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+        if self.release_oversize(ctx, req) {
+            if let Some(id) = self.grow(ctx, req)? {
                 return Ok(id);
             }
         }
         if self.pending.any() {
             self.complete_pending(ctx, true);
-            if let Some(id) = self.best_fit(ctx, stream, rounded, large) {
+            if let Some(id) = self.best_fit(ctx, req) {
                 self.pool_remove(id);
                 return Ok(id);
             }
         }
         self.release_cached(ctx);
         self.stats.num_alloc_retries += 1;
-        if let Some(id) = self.grow(ctx, rounded, large, stream, stack)? {
+        if let Some(id) = self.grow(ctx, req)? {
             return Ok(id);
         }
         self.stats.num_ooms += 1;
@@ -418,10 +397,10 @@ impl DeviceState {
                 action: Action::Oom,
                 device: self.dev,
                 addr: 0,
-                size,
-                stream,
+                size: req.size,
+                stream: req.stream,
                 time_us: now_us(),
-                stack,
+                stack: req.stack,
                 device_free,
             });
         }
@@ -429,39 +408,34 @@ impl DeviceState {
     }
 
     /// Best fit in the pool, honouring the oversize rules. Leaves the block in the pool.
-    fn best_fit(
-        &mut self,
-        ctx: &Ctx,
-        stream: Stream,
-        rounded: u64,
-        large: bool,
-    ) -> Option<BlockId> {
-        let pool = self.pool_mut(large);
+    fn best_fit(&mut self, ctx: &Ctx, req: &Request) -> Option<BlockId> {
+        let pool = self.pool_mut(req.large);
         pool.lookups += 1;
-        let (bsize, id) = pool.best_fit(stream, rounded)?;
-        if self.blocks[id].res.is_none() && oversize_refuses(ctx.conf, rounded, bsize) {
+        let (bsize, id) = pool.best_fit(req.stream, req.rounded)?;
+        if self.blocks[id].res.is_none() && oversize_refuses(ctx.conf, req.rounded, bsize) {
             return None;
         }
         Some(id)
     }
 
     /// Hand out `id` (a free block not in any pool) for a request, splitting off the tail.
-    fn take(&mut self, ctx: &Ctx, id: BlockId, rounded: u64, size: u64, stack: StackId) -> DevPtr {
+    fn take(&mut self, ctx: &Ctx, id: BlockId, req: &Request) -> DevPtr {
         let (bsize, large, expandable) = {
             let b = &self.blocks[id];
             (b.size, b.large, b.res.is_some())
         };
-        if splits(ctx.conf, large, expandable, rounded, bsize) {
-            let tail = self.blocks.split(id, rounded);
+        if splits(ctx.conf, large, expandable, req.rounded, bsize) {
+            let tail = self.blocks.split(id, req.rounded);
             self.pool_insert(tail);
         }
-        self.hand_out(ctx, id, size, stack)
+        self.hand_out(ctx, id, req)
     }
 
     /// The second half of [`Self::take`]: block `id` (split as needed, in no pool) becomes
-    /// the program's allocation of `size` bytes.
+    /// the program's allocation of `req.size` bytes.
     #[inline(always)]
-    pub(crate) fn hand_out(&mut self, ctx: &Ctx, id: BlockId, size: u64, stack: StackId) -> DevPtr {
+    pub(crate) fn hand_out(&mut self, ctx: &Ctx, id: BlockId, req: &Request) -> DevPtr {
+        let (size, stack) = (req.size, req.stack);
         let b = &mut self.blocks[id];
         b.state = State::Allocated;
         b.requested = size;
@@ -483,14 +457,14 @@ impl DeviceState {
 
     /// A new segment or an expandable growth for the request: a free block not in any pool
     /// whose first `rounded` bytes serve it. `Ok(None)` means out of memory.
-    fn grow(
-        &mut self,
-        ctx: &Ctx,
-        rounded: u64,
-        large: bool,
-        stream: Stream,
-        stack: StackId,
-    ) -> Result<Option<BlockId>, AllocError> {
+    fn grow(&mut self, ctx: &Ctx, req: &Request) -> Result<Option<BlockId>, AllocError> {
+        let Request {
+            rounded,
+            large,
+            stream,
+            stack,
+            ..
+        } = *req;
         if self.exp.enabled() {
             if let Some(r) = self.ensure_reservation(ctx, stream, large) {
                 return Ok(self.expandable_grow(ctx, r, rounded, stack));

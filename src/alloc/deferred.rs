@@ -27,8 +27,8 @@
 
 use super::block::State;
 use super::caching::{oversize_refuses, splits, Ctx, DeviceState};
-use crate::device::{DevPtr, Stream};
-use crate::trace::event::StackId;
+use super::request::Request;
+use crate::device::DevPtr;
 
 impl DeviceState {
     /// Merge and pool the deferred block, as the free that deferred it would have.
@@ -50,15 +50,8 @@ impl DeviceState {
     /// answer with it (see the file's head). `None`: nothing was changed; settle and run the
     /// full sequence. Only called with no pending frees (step (1) has nothing to do).
     #[inline]
-    pub(crate) fn malloc_deferred(
-        &mut self,
-        ctx: &Ctx,
-        rounded: u64,
-        size: u64,
-        large: bool,
-        stream: Stream,
-        stack: StackId,
-    ) -> Option<DevPtr> {
+    pub(crate) fn malloc_deferred(&mut self, ctx: &Ctx, req: &Request) -> Option<DevPtr> {
+        let (rounded, large, stream) = (req.rounded, req.large, req.stream);
         let d = self.deferred?;
         let (addr, expandable, prev, next) = {
             let b = &self.blocks[d];
@@ -126,6 +119,6 @@ impl DeviceState {
             tb.counted_split = true;
             tb.stack = 0;
         }
-        Some(self.hand_out(ctx, d, size, stack))
+        Some(self.hand_out(ctx, d, req))
     }
 }

@@ -12,7 +12,6 @@ mod cap;
 mod deferred;
 pub mod devlock;
 pub mod expandable;
-pub mod fake_device;
 pub mod host;
 pub mod info;
 mod listing;
@@ -22,6 +21,7 @@ pub mod pending;
 pub mod pool;
 mod release;
 mod release_retry;
+mod request;
 pub mod rounding;
 pub mod stats;
 

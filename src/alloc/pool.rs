@@ -8,9 +8,9 @@
 //! vector once it shrinks below [`UNSPILL`]). Which store holds them never changes a result.
 //!
 //! Why two stores: a cached malloc+free pair removes and inserts two or three entries of a
-//! pool that usually holds a handful, and `BTreeMap`'s generic node code cost about 180
-//! instructions per operation there (40% of the pair, callgrind); a binary search and a
-//! short `memmove` in a vector cost a fraction of that. Large pools keep the tree's
+//! pool that usually holds a handful, and `BTreeMap`'s generic node code was a large share
+//! of the pair there (BENCHMARKS.md, "Measurements behind design choices"); a binary search
+//! and a short `memmove` in a vector cost a fraction of that. Large pools keep the tree's
 //! logarithmic inserts, so a program with many thousands of cached fragments pays no
 //! linear shifting.
 

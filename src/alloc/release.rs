@@ -7,7 +7,7 @@
 
 use super::block::{BlockId, State};
 use super::caching::{Ctx, DeviceState};
-use crate::device::Stream;
+use super::request::Request;
 use crate::trace::event::Action;
 
 impl DeviceState {
@@ -46,13 +46,8 @@ impl DeviceState {
     }
 
     /// Step (6): release cached oversize blocks of `stream` (only with `max_split_size`).
-    pub(crate) fn release_oversize(
-        &mut self,
-        ctx: &Ctx,
-        stream: Stream,
-        rounded: u64,
-        large: bool,
-    ) -> bool {
+    pub(crate) fn release_oversize(&mut self, ctx: &Ctx, req: &Request) -> bool {
+        let (stream, rounded, large) = (req.stream, req.rounded, req.large);
         let max_split = ctx.conf.max_split_size;
         if max_split == u64::MAX || !large {
             return false;

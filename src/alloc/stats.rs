@@ -9,8 +9,8 @@
 //! and puts the growing free block back in its pool at each, so a 38 TiB request on a 64 TiB
 //! (fake) device adds about (2M pages)^2 / 2 x 20 MiB to `inactive_split_bytes.allocated`,
 //! past `i64::MAX`, and a debug build panicked there. Not saturating: on this hot path a
-//! saturating add cost 146 more instructions per cached cudaMalloc+cudaFree pair (710 ->
-//! 856, `scripts/pair-instructions.sh 512`), and `current`/`peak` (what users read) are exact
+//! saturating add costs a large share of a cached cudaMalloc+cudaFree pair (BENCHMARKS.md,
+//! "Measurements behind design choices"), and `current`/`peak` (what users read) are exact
 //! either way.
 
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@
 //! `record_cuda=true|false`, `unwinder=dwarf|fp`, `max_frames=N`, `max_stacks=N` (the cap
 //! on distinct interned stacks, `trace::intern`).
 
-use crate::trace::event::Action;
+use crate::action::Action;
 
 /// `max_entries` when not given. PyTorch uses `sys.maxsize`; a ring that large can never be
 /// pre-sized, so cushim keeps the newest million events (about 48 MB of ring).

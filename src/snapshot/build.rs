@@ -273,7 +273,8 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
     }
     let h = &input.history;
     let mut cushim = serde_json::json!({
-        "version": env!("CARGO_PKG_VERSION"),
+        "version": crate::version::VERSION,
+        "commit": crate::version::COMMIT,
         "cmdline": input.cmdline,
         "stats": input.stats,
         "history": {

@@ -1,6 +1,7 @@
 //! Memory snapshots in the formats PyTorch's viewers read: the value tree (`value`), what
-//! it is built from (`model`, `build`), writers (`pickle`, `msgpack`, `json`), the reader,
-//! `summary`, `convert`, and safe file output with path templates (`output`).
+//! it is built from (`model`, `build`), writers (`pickle`, `msgpack`, `json`), and safe file
+//! output with path templates (`output`). The reader lives in the tools crate
+//! (`cushim_tools::snapshot`).
 //!
 //! Invariant: the three formats carry the same content; the format of a file comes from
 //! `CUSHIM_SNAPSHOT_FORMAT` if set, else from its extension, else pickle.
@@ -11,19 +12,12 @@
 //! `dump(&input, &output::next_path(template))`, printing an `Err` as one `cushim:` line.
 
 pub mod build;
-pub mod convert;
 pub mod events;
-pub mod from_log;
 pub mod json;
-pub mod kinds;
-pub mod log_reader;
-mod memo;
 pub mod model;
 pub mod msgpack;
 pub mod output;
 pub mod pickle;
-pub mod reader;
-pub mod summary;
 pub mod target;
 pub mod value;
 

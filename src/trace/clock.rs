@@ -7,11 +7,11 @@
 //! wall-clock step after start does not move it.
 //!
 //! Why this and not the TSC: an earlier version read the time-stamp counter through a line
-//! calibrated against `CLOCK_MONOTONIC` (about 18 ns against 20-45 ns for the vDSO call).
-//! The line and the clock disagree by rounding at the hand-over and wherever a thread fell
-//! back to the clock, so under CPU load the recorded time went back by a microsecond (the
-//! old test caught it in 3 of 5 loaded runs). A clock that must never go backwards is worth
-//! the few nanoseconds; the vDSO read allocates nothing and takes no lock.
+//! calibrated against `CLOCK_MONOTONIC`, a little cheaper than the vDSO call. The line and
+//! the clock disagree by rounding at the hand-over and wherever a thread fell back to the
+//! clock, so under CPU load the recorded time could go backwards. A clock that must never
+//! go backwards is worth the few nanoseconds (BENCHMARKS.md, "Measurements behind design
+//! choices"); the vDSO read allocates nothing and takes no lock.
 
 use std::sync::OnceLock;
 

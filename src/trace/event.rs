@@ -10,60 +10,7 @@ pub type StackId = u32;
 /// No stack.
 pub const NO_STACK: StackId = 0;
 
-/// Trace actions, named as PyTorch's snapshot names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Action {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    SegmentAlloc,
-    SegmentFree,
-    SegmentMap,
-    SegmentUnmap,
-    Oom,
-    Snapshot,
-}
-
-impl Action {
-    /// Every action, in declaration order.
-    pub const ALL: [Action; 9] = [
-        Action::Alloc,
-        Action::FreeRequested,
-        Action::FreeCompleted,
-        Action::SegmentAlloc,
-        Action::SegmentFree,
-        Action::SegmentMap,
-        Action::SegmentUnmap,
-        Action::Oom,
-        Action::Snapshot,
-    ];
-
-    /// The name in a snapshot's `device_traces` (`"alloc"`, `"free_requested"`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Oom => "oom",
-            Action::Snapshot => "snapshot",
-        }
-    }
-
-    /// Parse a snapshot action name.
-    pub fn from_name(name: &str) -> Option<Action> {
-        Action::ALL.into_iter().find(|a| a.name() == name)
-    }
-
-    /// A bit for sets of actions (`skip_actions`).
-    pub fn bit(self) -> u16 {
-        1 << (self as u8)
-    }
-}
+pub use crate::action::Action;
 
 /// One event. For `Oom`, `addr` is unused and `device_free` holds the device's free bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

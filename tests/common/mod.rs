@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-pub use cushim::artifacts;
+pub use cushim_testsupport::artifacts;
 
 pub mod skip;
 pub mod stand_in;
@@ -27,7 +27,7 @@ pub fn build_dir() -> &'static Path {
             "-p",
             "simcuda",
             "-p",
-            "cushim",
+            "cushim-tools",
         ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");

@@ -5,11 +5,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use cushim::alloc::fake_device::FakeDevice;
 use cushim::alloc::info::BlockState;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
 use cushim::trace::event::{EventSink, NullSink, TraceEvent};
+use cushim_testsupport::fake_device::FakeDevice;
 
 /// An allocator with configuration `conf` (which must parse cleanly) over a fake device of
 /// `devices` ordinals of `capacity` bytes each, history off.

@@ -25,7 +25,7 @@ const MAX_SKIPPED: usize = 256;
 const STACK_HEADROOM: u64 = 128 << 10;
 
 /// framehop's rule cache is direct-mapped on `address % 509`: two hot return addresses
-/// that share a slot would miss on every walk (a full `.eh_frame` lookup each, ~1 µs).
+/// that share a slot would miss on every walk (a full `.eh_frame` lookup each).
 /// Each thread keeps [`WAYS`] caches and sends an address to the one picked by
 /// `address / 509`, so such a pair usually lands in different caches.
 const FRAMEHOP_SLOTS: u64 = 509;

@@ -1,0 +1,195 @@
+//! Any input file to the [`Snapshot`] model: snapshots (ours in pickle, msgpack or JSON, and
+//! PyTorch's pickles), the shim's whole-run event log (`analyze::log_model`), RMM's logging CSV, and plain `alloc_time free_time size` logs.
+//!
+//! Invariant: the kind is decided from the content, never the name; every error names the
+//! file and says what is wrong (`FILE: line 7: ...`); logs give events only (no end state),
+//! on device 0, with each block's id standing in for its address.
+
+use crate::analyze::load::{from_value_sized, Loader};
+use crate::analyze::model::{Device, Event, Snapshot};
+use crate::snapshot::reader::{detect, read_bytes, read_pickle_file_with, read_pickle_with};
+use cushim::snapshot::Format;
+use cushim::trace::event::Action;
+use std::path::Path;
+
+type R<T> = Result<T, String>;
+
+/// Read and model `path`. A pickle (protocol 2+: it starts with PROTO) is streamed from the
+/// file, trace entries becoming events as they are read; other kinds are read whole.
+pub fn read(path: &Path) -> R<Snapshot> {
+    let at = |e: String| format!("{}: {e}", path.display());
+    let mut first = [0u8; 1];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
+        .map_err(|e| at(e.to_string()))?;
+    if n == 1 && first[0] == 0x80 {
+        let mut loader = Loader::new();
+        let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
+        return loader.model(&v, len).map_err(at);
+    }
+    let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+    from_bytes(&bytes).map_err(at)
+}
+
+/// Model input bytes of any supported kind.
+pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
+    if crate::snapshot::log_reader::is_log(bytes) {
+        return crate::analyze::log_model::from_log(bytes);
+    }
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err("empty file".into());
+    }
+    let first_line = first_text_line(bytes);
+    if let Some(line) = first_line {
+        let l = line.to_ascii_lowercase();
+        if l.starts_with("thread,time,action") {
+            return rmm_csv(bytes);
+        }
+        if is_log_line(line) {
+            return plain_log(bytes);
+        }
+    }
+    if detect(bytes) == Format::Pickle {
+        // Stream: trace entries become compact events as they are read.
+        let mut loader = Loader::new();
+        let v = read_pickle_with(bytes, &mut loader)?;
+        return loader.model(&v, bytes.len());
+    }
+    let v = read_bytes(bytes)?;
+    from_value_sized(&v, bytes.len())
+}
+
+/// The first non-blank, non-comment line, if the file starts as text.
+fn first_text_line(bytes: &[u8]) -> Option<&str> {
+    let head = &bytes[..bytes.len().min(4096)];
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+    };
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+fn is_log_line(l: &str) -> bool {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    f.len() == 3 && f.iter().all(|x| x.parse::<f64>().is_ok())
+}
+
+fn text(bytes: &[u8]) -> R<&str> {
+    std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text at byte {}", e.valid_up_to()))
+}
+
+fn log_snapshot(kind: &'static str, events: Vec<Event>) -> Snapshot {
+    Snapshot {
+        kind,
+        devices: vec![Device {
+            ordinal: 0,
+            segments: Vec::new(),
+            events,
+        }],
+        host: None,
+        settings: None,
+        device_total: None,
+        has_state: false,
+        stacks: Default::default(),
+        cushim: None,
+    }
+}
+
+fn int(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// RMM's `logging_resource_adaptor` CSV: `Thread,Time,Action,Pointer,Size,Stream`, actions
+/// `allocate`, `free`, `allocate failure`. RMM frees at once (no pending state), so a free
+/// is a `free_completed`.
+fn rmm_csv(bytes: &[u8]) -> R<Snapshot> {
+    let mut events = Vec::new();
+    for (n, line) in text(bytes)?.lines().enumerate().skip(1) {
+        let at = || format!("line {}", n + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() < 5 {
+            return Err(format!(
+                "{}: expected 6 fields Thread,Time,Action,Pointer,Size,Stream",
+                at()
+            ));
+        }
+        let action = match f[2].trim() {
+            "allocate" => Action::Alloc,
+            "free" => Action::FreeCompleted,
+            "allocate failure" => Action::Oom,
+            other => return Err(format!("{}: unknown action {other:?}", at())),
+        };
+        let addr = int(f[3]).ok_or_else(|| format!("{}: bad pointer {:?}", at(), f[3]))?;
+        let size = int(f[4]).ok_or_else(|| format!("{}: bad size {:?}", at(), f[4]))?;
+        let stream = f.get(5).and_then(|s| int(s)).unwrap_or(0);
+        events.push(Event {
+            action,
+            addr,
+            size,
+            stream,
+            stack: 0,
+        });
+    }
+    Ok(log_snapshot("RMM log", events))
+}
+
+/// Lines of `alloc_time free_time size` (allocatorSim's input): one block each, freed at
+/// `free_time` (a negative or missing free time: never freed). Events are ordered by time,
+/// frees before allocations at the same time (the memory is free when the next asks).
+fn plain_log(bytes: &[u8]) -> R<Snapshot> {
+    let mut timed: Vec<(f64, u8, usize, Event)> = Vec::new();
+    for (n, line) in text(bytes)?.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| -> R<f64> {
+            let s = f
+                .get(i)
+                .ok_or_else(|| format!("line {}: expected alloc_time free_time size", n + 1))?;
+            s.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| format!("line {}: {s:?} is not a number", n + 1))
+        };
+        let (t0, t1, size) = (num(0)?, num(1)?, num(2)?);
+        if !(0.0..=9.0e18).contains(&size) {
+            return Err(format!("line {}: size {size} out of range", n + 1));
+        }
+        let addr = (timed.len() as u64 + 1) << 12;
+        let ev = |action| Event {
+            action,
+            addr,
+            size: size as u64,
+            stream: 0,
+            stack: 0,
+        };
+        timed.push((t0, 1, n, ev(Action::Alloc)));
+        if t1 >= 0.0 {
+            if t1 < t0 {
+                return Err(format!(
+                    "line {}: freed at {t1} before allocated at {t0}",
+                    n + 1
+                ));
+            }
+            // A block freed when it was allocated still comes after its allocation.
+            let order = if t1 == t0 { 2 } else { 0 };
+            timed.push((t1, order, n, ev(Action::FreeCompleted)));
+        }
+    }
+    timed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    Ok(log_snapshot(
+        "alloc/free log",
+        timed.into_iter().map(|t| t.3).collect(),
+    ))
+}

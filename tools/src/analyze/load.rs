@@ -1,0 +1,622 @@
+//! From a snapshot tree (ours in any format, or PyTorch's pickle) to the [`Snapshot`] model.
+//!
+//! Invariant: a known key holding the wrong type, a negative size or a block list that does
+//! not fit its segment is an error naming where it is (`segments[3].blocks[2].size: ...`);
+//! unknown keys and unknown trace actions are ignored (newer PyTorch versions add some).
+//! Frames and frame lists shared in the tree (pickle memo) are interned by identity, so a
+//! million events sharing one 32-frame stack cost one stack here too. With the input's
+//! length given, the model's entries (segments, blocks, events) are limited to what that
+//! many bytes can hold, so a crafted file that references one large list many times over
+//! (cheap in pickle's memo) is refused instead of multiplied.
+
+use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
+use cushim::snapshot::value::Value;
+use cushim::trace::event::Action;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+type R<T> = Result<T, String>;
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::None => "None",
+        Value::Bool(_) => "a bool",
+        Value::Int(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Str(_) => "a string",
+        Value::List(_) | Value::Events(_) => "a list",
+        Value::Tuple(_) => "a tuple",
+        Value::Dict(_) => "a dict",
+    }
+}
+
+fn want<T>(got: Option<T>, v: &Value, at: &dyn Fn() -> String, what: &str) -> R<T> {
+    got.ok_or_else(|| format!("{}: expected {what}, found {}", at(), kind(v)))
+}
+
+/// An optional non-negative integer under `key` of dict `d`.
+fn uint(d: &Value, key: &str, at: &dyn Fn() -> String) -> R<Option<u64>> {
+    match d.get(key) {
+        None | Some(Value::None) => Ok(None),
+        Some(Value::Int(i)) => u64::try_from(*i)
+            .map(Some)
+            .map_err(|_| format!("{}.{key}: negative ({i})", at())),
+        Some(Value::Bool(b)) => Ok(Some(u64::from(*b))),
+        Some(v) => Err(format!(
+            "{}.{key}: expected an integer, found {}",
+            at(),
+            kind(v)
+        )),
+    }
+}
+
+fn seq<'a>(d: &'a Value, key: &str, at: &dyn Fn() -> String) -> R<&'a [Value]> {
+    match d.get(key) {
+        None | Some(Value::None) => Ok(&[]),
+        Some(v) => want(v.as_seq(), v, &|| format!("{}.{key}", at()), "a list"),
+    }
+}
+
+fn text<'a>(d: &'a Value, key: &str, at: &dyn Fn() -> String) -> R<Option<&'a str>> {
+    match d.get(key) {
+        None | Some(Value::None) => Ok(None),
+        Some(v) => want(v.as_str(), v, &|| format!("{}.{key}", at()), "a string").map(Some),
+    }
+}
+
+/// A frame dict's node, kept alive while its address is a cache key.
+type FrameNode = Arc<Vec<(Value, Value)>>;
+
+/// Interns frames and stacks, by node identity first, by content otherwise.
+#[derive(Default)]
+struct Interner {
+    stacks: Stacks,
+    /// Shared nodes seen, by address, each kept alive here so its address cannot be reused
+    /// by another node while this cache exists (an unshared node is interned by content).
+    list_by_ptr: HashMap<usize, (u32, Arc<Vec<Value>>)>,
+    list_by_content: HashMap<Box<[u32]>, u32>,
+    frame_by_ptr: HashMap<usize, (u32, FrameNode)>,
+    frame_by_content: HashMap<Frame, u32>,
+    strings: HashMap<Arc<str>, Arc<str>>,
+    ids: Vec<u32>,
+}
+
+impl Interner {
+    fn new() -> Self {
+        let mut i = Interner::default();
+        i.list_by_content.insert(Box::new([]), 0);
+        i
+    }
+
+    fn string(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(a.clone(), a.clone());
+        a
+    }
+
+    fn frame(&mut self, f: &Value, at: &dyn Fn() -> String) -> R<u32> {
+        let Value::Dict(d) = f else {
+            return Err(format!(
+                "{}: expected a frame dict, found {}",
+                at(),
+                kind(f)
+            ));
+        };
+        let ptr = Arc::as_ptr(d) as usize;
+        if let Some((id, _)) = self.frame_by_ptr.get(&ptr) {
+            return Ok(*id);
+        }
+        let name = text(f, "name", at)?.unwrap_or("??");
+        let file = text(f, "filename", at)?.unwrap_or("??");
+        let line = match f.get("line") {
+            None | Some(Value::None) => 0,
+            Some(Value::Int(i)) => *i,
+            Some(v) => {
+                return Err(format!(
+                    "{}.line: expected an integer, found {}",
+                    at(),
+                    kind(v)
+                ))
+            }
+        };
+        let frame = Frame {
+            name: self.string(name),
+            file: self.string(file),
+            line,
+        };
+        let id = match self.frame_by_content.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.frames.len() as u32;
+                self.frame_by_content.insert(frame.clone(), id);
+                self.stacks.frames.push(frame);
+                id
+            }
+        };
+        if Arc::strong_count(d) > 1 {
+            self.frame_by_ptr.insert(ptr, (id, d.clone()));
+        }
+        Ok(id)
+    }
+
+    fn stack(&mut self, owner: &Value, at: &dyn Fn() -> String) -> R<u32> {
+        let frames = match owner.get("frames") {
+            None | Some(Value::None) => return Ok(0),
+            Some(v) => v,
+        };
+        let (Value::List(l) | Value::Tuple(l)) = frames else {
+            return Err(format!(
+                "{}.frames: expected a list, found {}",
+                at(),
+                kind(frames)
+            ));
+        };
+        let ptr = Arc::as_ptr(l) as usize;
+        if let Some((id, _)) = self.list_by_ptr.get(&ptr) {
+            return Ok(*id);
+        }
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        for (i, f) in l.iter().enumerate() {
+            ids.push(self.frame(f, &|| format!("{}.frames[{i}]", at()))?);
+        }
+        let id = match self.list_by_content.get(&ids[..]) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.lists.len() as u32;
+                let b: Box<[u32]> = ids.clone().into_boxed_slice();
+                self.list_by_content.insert(b.clone(), id);
+                self.stacks.lists.push(b);
+                id
+            }
+        };
+        self.ids = ids;
+        if Arc::strong_count(l) > 1 {
+            self.list_by_ptr.insert(ptr, (id, l.clone()));
+        }
+        Ok(id)
+    }
+}
+
+fn block_state(s: Option<&str>) -> BlockState {
+    match s {
+        Some("active_pending_free") | Some("active_awaiting_free") => BlockState::PendingFree,
+        Some(s) if s.starts_with("active") => BlockState::Allocated,
+        _ => BlockState::Inactive,
+    }
+}
+
+fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Segment)> {
+    if !matches!(seg, Value::Dict(_)) {
+        return Err(format!(
+            "{}: expected a segment dict, found {}",
+            at(),
+            kind(seg)
+        ));
+    }
+    let device = match seg.get("device") {
+        None | Some(Value::None) => 0,
+        Some(Value::Int(d)) => *d,
+        Some(v) => {
+            return Err(format!(
+                "{}.device: expected an integer, found {}",
+                at(),
+                kind(v)
+            ))
+        }
+    };
+    let address = uint(seg, "address", at)?.unwrap_or(0);
+    let total_size = uint(seg, "total_size", at)?.unwrap_or(0);
+    let stream = uint(seg, "stream", at)?.unwrap_or(0);
+    let expandable = match seg.get("is_expandable") {
+        None | Some(Value::None) => false,
+        Some(v) => want(
+            v.as_bool(),
+            v,
+            &|| format!("{}.is_expandable", at()),
+            "a bool",
+        )?,
+    };
+    let mut blocks = Vec::new();
+    let mut offset = address;
+    let mut covered: u64 = 0;
+    for (n, b) in seg_blocks(seg, at)?.iter().enumerate() {
+        let at = || format!("{}.blocks[{n}]", at());
+        if !matches!(b, Value::Dict(_)) {
+            return Err(format!(
+                "{}: expected a block dict, found {}",
+                at(),
+                kind(b)
+            ));
+        }
+        let size = uint(b, "size", &at)?.unwrap_or(0);
+        covered = covered.saturating_add(size);
+        if covered > total_size {
+            return Err(format!(
+                "{}: blocks add up to more than the segment's total_size {total_size}",
+                at()
+            ));
+        }
+        let address = uint(b, "address", &at)?.unwrap_or(offset);
+        offset = address.saturating_add(size);
+        let state = block_state(text(b, "state", &at)?);
+        let stack = i.stack(b, &at)?;
+        blocks.push(Block {
+            address,
+            size,
+            requested: uint(b, "requested_size", &at)?.unwrap_or(size),
+            state,
+            stack,
+        });
+    }
+    let kind = text(seg, "kind", at)?.map(|k| i.string(k));
+    Ok((
+        device,
+        Segment {
+            address,
+            total_size,
+            stream,
+            expandable,
+            kind,
+            blocks,
+        },
+    ))
+}
+
+fn seg_blocks<'a>(seg: &'a Value, at: &dyn Fn() -> String) -> R<&'a [Value]> {
+    seq(seg, "blocks", at)
+}
+
+fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event>> {
+    if !matches!(e, Value::Dict(_)) {
+        return Err(format!(
+            "{}: expected a trace entry dict, found {}",
+            at(),
+            kind(e)
+        ));
+    }
+    // PyTorch before 2.1 wrote one `free` action where it now writes free_requested and
+    // free_completed.
+    let name = text(e, "action", at)?.map(|a| if a == "free" { "free_completed" } else { a });
+    let Some(action) = name.and_then(Action::from_name) else {
+        return Ok(None);
+    };
+    // Checked though not kept (see `Event`): a wrong type here is a broken file.
+    match e.get("time_us") {
+        None | Some(Value::None) | Some(Value::Int(_)) => {}
+        Some(v) => {
+            return Err(format!(
+                "{}.time_us: expected an integer, found {}",
+                at(),
+                kind(v)
+            ))
+        }
+    }
+    Ok(Some(Event {
+        action,
+        addr: uint(e, "addr", at)?.unwrap_or(0),
+        size: uint(e, "size", at)?.unwrap_or(0),
+        stream: uint(e, "stream", at)?.unwrap_or(0),
+        stack: i.stack(e, at)?,
+    }))
+}
+
+/// PyTorch's `allocator_settings` (or ours) as a configuration string: the recorded
+/// `PYTORCH_CUDA_ALLOC_CONF`, then the effective values of the keys that shape the cache
+/// (they may have been set from Python rather than the environment); later keys win.
+fn settings(v: &Value) -> R<Option<String>> {
+    let Some(s) = v.get("allocator_settings") else {
+        return Ok(None);
+    };
+    if !matches!(s, Value::Dict(_)) {
+        return Err(format!(
+            "allocator_settings: expected a dict, found {}",
+            kind(s)
+        ));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(raw) = text(s, "PYTORCH_CUDA_ALLOC_CONF", &|| {
+        "allocator_settings".into()
+    })? {
+        if !raw.trim().is_empty() {
+            parts.push(raw.trim().to_string());
+        }
+    }
+    match s.get("max_split_size") {
+        Some(Value::Int(n)) if *n > 0 && *n < i64::MAX => {
+            parts.push(format!("max_split_size_mb:{}", (*n as u64) >> 20))
+        }
+        _ => {}
+    }
+    match s.get("garbage_collection_threshold") {
+        Some(Value::Float(f)) if *f > 0.0 && *f < 1.0 => {
+            parts.push(format!("garbage_collection_threshold:{f}"))
+        }
+        _ => {}
+    }
+    if let Some(b) = s.get("expandable_segments").and_then(Value::as_bool) {
+        parts.push(format!(
+            "expandable_segments:{}",
+            if b { "True" } else { "False" }
+        ));
+    }
+    Ok(Some(parts.join(",")))
+}
+
+/// The devices' total memory as the shim recorded it (`cushim.memory[].total`, asked of the
+/// driver at the dump; the largest when devices differ); PyTorch's snapshots do not have it.
+fn device_total(v: &Value) -> Option<u64> {
+    v.get("cushim")?
+        .get("memory")?
+        .as_seq()?
+        .iter()
+        .filter_map(|m| m.get("total")?.as_i64())
+        .filter_map(|t| u64::try_from(t).ok())
+        .max()
+}
+
+/// Bytes of pickle one entry (segment, block, trace entry) takes at least: a dict with a
+/// handful of memoized keys and small values.
+const MIN_ENTRY_BYTES: usize = 8;
+
+/// Counts the model's entries against what the input can hold.
+struct Budget(usize);
+
+impl Budget {
+    fn take(&mut self, n: usize, at: &dyn Fn() -> String) -> R<()> {
+        self.0 = self.0.checked_sub(n).ok_or_else(|| {
+            format!(
+                "{}: more entries than a file of this size can hold (a list shared many times over?)",
+                at()
+            )
+        })?;
+        Ok(())
+    }
+}
+
+/// The model of a snapshot tree.
+pub fn from_value(v: &Value) -> R<Snapshot> {
+    from_value_sized(v, usize::MAX)
+}
+
+/// The model of a snapshot tree read from `input_len` bytes.
+pub fn from_value_sized(v: &Value, input_len: usize) -> R<Snapshot> {
+    Loader::new().model(v, input_len)
+}
+
+/// Builds the model, optionally taking trace entries out of the tree while it is read.
+///
+/// Streaming: [`Loader::extract`], given to the pickle reader as its dict hook, turns each
+/// completed trace entry (a dict with an `action` string) into its compact [`Event`] at
+/// once and leaves `Int(index)` in its place, so a million entries never exist as dicts at
+/// the same time. [`Loader::model`] then takes the events back by index.
+pub struct Loader {
+    i: Interner,
+    extracted: Vec<Event>,
+    /// Lists the reader kept as a run of taken entries: the placeholder list it put in the
+    /// tree (known by identity, kept alive here so no other list can take its address),
+    /// the first entry's index and the count.
+    runs: Vec<(Arc<Vec<Value>>, i64, u64)>,
+    error: Option<String>,
+}
+
+impl crate::snapshot::reader::Hook for Loader {
+    fn dict(&mut self, v: Value) -> Value {
+        self.extract(v)
+    }
+    fn taken_list(&mut self, first: i64, n: u64) -> Value {
+        let l = Arc::new(Vec::new());
+        self.runs.push((l.clone(), first, n));
+        Value::List(l)
+    }
+}
+
+impl Default for Loader {
+    fn default() -> Self {
+        Loader::new()
+    }
+}
+
+impl Loader {
+    pub fn new() -> Loader {
+        Loader {
+            i: Interner::new(),
+            extracted: Vec::new(),
+            runs: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The dict hook: a trace entry becomes `Int(index)` of its extracted event.
+    pub fn extract(&mut self, v: Value) -> Value {
+        if self.error.is_some() || !matches!(v.get("action"), Some(Value::Str(_))) {
+            return v;
+        }
+        let k = self.extracted.len();
+        match event(&v, &|| format!("trace entry {k}"), &mut self.i) {
+            Ok(Some(ev)) => {
+                self.extracted.push(ev);
+                Value::Int(k as i64)
+            }
+            // An action this version does not know: skipped, as `model` skips it.
+            Ok(None) => Value::None,
+            Err(e) => {
+                self.error = Some(e);
+                v
+            }
+        }
+    }
+
+    /// A trace entry: a dict, the index of one already extracted, or `None` for one skipped.
+    fn entry(&mut self, e: &Value, at: &dyn Fn() -> String) -> R<Option<Event>> {
+        match e {
+            Value::Int(k) => usize::try_from(*k)
+                .ok()
+                .and_then(|k| self.extracted.get(k).copied())
+                .map(Some)
+                .ok_or_else(|| format!("{}: expected a trace entry dict, found an integer", at())),
+            Value::None => Ok(None),
+            e => event(e, at, &mut self.i),
+        }
+    }
+
+    /// A device's events: the extracted ones moved out whole when the trace is exactly
+    /// all of them in order (one device: the common case, no copy), else copied entry by
+    /// entry.
+    fn events(&mut self, entries: &[Value], d: usize) -> R<Vec<Event>> {
+        let whole = entries.len() == self.extracted.len()
+            && entries
+                .iter()
+                .enumerate()
+                .all(|(n, e)| matches!(e, Value::Int(k) if *k == n as i64));
+        if whole && !entries.is_empty() {
+            return Ok(std::mem::take(&mut self.extracted));
+        }
+        let mut events = Vec::with_capacity(entries.len());
+        for (n, e) in entries.iter().enumerate() {
+            if let Some(ev) = self.entry(e, &|| format!("device_traces[{d}][{n}]"))? {
+                events.push(ev);
+            }
+        }
+        Ok(events)
+    }
+
+    /// The events of `trace` when it is a list the reader kept as a run of taken entries:
+    /// moved out whole when it is all of them and referenced once, else copied.
+    fn run_events(&mut self, trace: &Value) -> Option<(u64, R<Vec<Event>>)> {
+        let Value::List(l) = trace else { return None };
+        let &(ref held, first, n) = self.runs.iter().find(|r| Arc::ptr_eq(&r.0, l))?;
+        let once = Arc::strong_count(held) == 2;
+        let all = first == 0 && n == self.extracted.len() as u64;
+        if once && all {
+            return Some((n, Ok(std::mem::take(&mut self.extracted))));
+        }
+        let range = usize::try_from(first)
+            .ok()
+            .zip(usize::try_from(n).ok())
+            .and_then(|(f, n)| self.extracted.get(f..f.checked_add(n)?));
+        Some((
+            n,
+            range.map(<[Event]>::to_vec).ok_or_else(|| {
+                "a trace's entries were read twice (a list shared through the pickle memo?)"
+                    .to_string()
+            }),
+        ))
+    }
+
+    /// The model of `v` (read from `input_len` bytes).
+    pub fn model(mut self, v: &Value, input_len: usize) -> R<Snapshot> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.model_inner(v, input_len)
+    }
+
+    fn model_inner(&mut self, v: &Value, input_len: usize) -> R<Snapshot> {
+        let mut budget = Budget((input_len / MIN_ENTRY_BYTES).saturating_add(1024));
+        if !matches!(v, Value::Dict(_)) {
+            return Err(format!(
+                "expected a snapshot (a dict with segments and device_traces), found {}",
+                kind(v)
+            ));
+        }
+        let mut devices: Vec<Device> = Vec::new();
+        let mut index: HashMap<i64, usize> = HashMap::new();
+        let mut dev_at = |devices: &mut Vec<Device>, d: i64| -> usize {
+            *index.entry(d).or_insert_with(|| {
+                devices.push(Device {
+                    ordinal: d,
+                    ..Default::default()
+                });
+                devices.len() - 1
+            })
+        };
+        for (n, seg) in seq(v, "segments", &|| "snapshot".into())?
+            .iter()
+            .enumerate()
+        {
+            let at = || format!("segments[{n}]");
+            budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
+            let (d, s) = segment(seg, &at, &mut self.i)?;
+            let p = dev_at(&mut devices, d);
+            devices[p].segments.push(s);
+        }
+        for (d, trace) in seq(v, "device_traces", &|| "snapshot".into())?
+            .iter()
+            .enumerate()
+        {
+            let at = || format!("device_traces[{d}]");
+            if let Some((n, events)) = self.run_events(trace) {
+                budget.take(n as usize, &at)?;
+                let p = dev_at(&mut devices, d as i64);
+                devices[p].events = events.map_err(|e| format!("{}: {e}", at()))?;
+                continue;
+            }
+            let built;
+            let trace = match trace {
+                Value::Events(e) => {
+                    built = e.to_list();
+                    &built
+                }
+                t => t,
+            };
+            let entries = want(trace.as_seq(), trace, &at, "a list")?;
+            if entries.is_empty() {
+                continue;
+            }
+            budget.take(entries.len(), &at)?;
+            let p = dev_at(&mut devices, d as i64);
+            devices[p].events = self.events(entries, d)?;
+        }
+        devices.sort_by_key(|d| d.ordinal);
+        let host = if v.get("host_segments").is_some() || v.get("host_traces").is_some() {
+            let mut h = Device {
+                ordinal: -1,
+                ..Default::default()
+            };
+            for (n, seg) in seq(v, "host_segments", &|| "snapshot".into())?
+                .iter()
+                .enumerate()
+            {
+                let at = || format!("host_segments[{n}]");
+                budget.take(1 + seg_blocks(seg, &at).map_or(0, <[Value]>::len), &at)?;
+                h.segments.push(segment(seg, &at, &mut self.i)?.1);
+            }
+            if let Some((n, events)) = v.get("host_traces").and_then(|t| self.run_events(t)) {
+                budget.take(n as usize, &|| "host_traces".into())?;
+                h.events = events.map_err(|e| format!("host_traces: {e}"))?;
+            }
+            let built;
+            let traces = match v.get("host_traces") {
+                _ if !h.events.is_empty() => &[][..],
+                Some(Value::Events(e)) => {
+                    built = e.to_list();
+                    built.as_seq().unwrap_or(&[])
+                }
+                _ => seq(v, "host_traces", &|| "snapshot".into())?,
+            };
+            budget.take(traces.len(), &|| "host_traces".into())?;
+            for (n, e) in traces.iter().enumerate() {
+                if let Some(ev) = self.entry(e, &|| format!("host_traces[{n}]"))? {
+                    h.events.push(ev);
+                }
+            }
+            Some(h)
+        } else {
+            None
+        };
+        Ok(Snapshot {
+            kind: "snapshot",
+            devices,
+            host,
+            settings: settings(v)?,
+            device_total: device_total(v),
+            has_state: true,
+            stacks: std::mem::take(&mut self.i.stacks),
+            cushim: v.get("cushim").cloned(),
+        })
+    }
+}

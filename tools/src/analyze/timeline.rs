@@ -1,0 +1,227 @@
+//! The state at the start of a device's trace, and the walk forward from it.
+//!
+//! Policy: the trace may begin after blocks were already live (the history ring wrapped,
+//! or recording started late). The start is found as the viewer finds it: from the state at
+//! the end (the segments), undo every event newest first. A block live at the start whose
+//! allocation the trace did not see has no known allocation site: it keeps the stack of
+//! the block (if it is still live at the end) or of the free that released it, and is
+//! flagged `before_trace`. Blocks pending a free (freed by the program, waiting for other
+//! streams) are counted apart from allocated ones, as PyTorch's `allocated_bytes` does; a
+//! trace without `free_requested` entries (older PyTorch, logs) frees at `free_completed`.
+//! Events that contradict the state (a free of an unknown block) are counted, not fatal.
+
+use crate::analyze::model::{BlockState, Device, Event, Snapshot};
+use cushim::trace::event::Action;
+use std::collections::HashMap;
+
+/// One live block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Live {
+    pub size: u64,
+    pub stack: u32,
+    /// Allocated before the trace began (its allocation site is not known).
+    pub before_trace: bool,
+}
+
+/// The memory of one device at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub allocated: HashMap<u64, Live>,
+    pub pending: HashMap<u64, Live>,
+    pub allocated_bytes: u64,
+    pub pending_bytes: u64,
+    pub reserved: u64,
+}
+
+impl State {
+    fn add(&mut self, pending: bool, addr: u64, l: Live) {
+        let (map, bytes) = if pending {
+            (&mut self.pending, &mut self.pending_bytes)
+        } else {
+            (&mut self.allocated, &mut self.allocated_bytes)
+        };
+        if let Some(old) = map.insert(addr, l) {
+            *bytes = bytes.saturating_sub(old.size);
+        }
+        *bytes = bytes.saturating_add(l.size);
+    }
+    fn take(&mut self, pending: bool, addr: u64) -> Option<Live> {
+        let (map, bytes) = if pending {
+            (&mut self.pending, &mut self.pending_bytes)
+        } else {
+            (&mut self.allocated, &mut self.allocated_bytes)
+        };
+        let l = map.remove(&addr)?;
+        *bytes = bytes.saturating_sub(l.size);
+        Some(l)
+    }
+}
+
+/// The state at the start of a device's trace, and how many events contradicted it.
+#[derive(Debug, Clone, Default)]
+pub struct Start {
+    pub state: State,
+    pub inconsistent: u64,
+    /// Whether frees go through `free_requested` (else `free_completed` frees).
+    pub requests: bool,
+}
+
+/// Whether `dev`'s trace marks frees with `free_requested`.
+pub fn uses_requests(dev: &Device) -> bool {
+    dev.events.iter().any(|e| e.action == Action::FreeRequested)
+}
+
+/// The state at the end: the segments as recorded.
+pub fn end_state(dev: &Device) -> State {
+    let mut s = State::default();
+    for seg in &dev.segments {
+        s.reserved = s.reserved.saturating_add(seg.total_size);
+        for b in &seg.blocks {
+            let l = Live {
+                size: b.size,
+                stack: b.stack,
+                before_trace: false,
+            };
+            match b.state {
+                BlockState::Allocated => s.add(false, b.address, l),
+                BlockState::PendingFree => s.add(true, b.address, l),
+                BlockState::Inactive => {}
+            }
+        }
+    }
+    s
+}
+
+/// The start of `dev`'s trace in `snap`: empty for a log (it has no end state to undo
+/// from, and it records every block from its allocation), else [`start`].
+pub fn start_of(snap: &Snapshot, dev: &Device) -> Start {
+    if snap.has_state {
+        start(dev)
+    } else {
+        Start {
+            requests: uses_requests(dev),
+            ..Default::default()
+        }
+    }
+}
+
+/// Undo `dev`'s events newest first from its end state.
+pub fn start(dev: &Device) -> Start {
+    let requests = uses_requests(dev);
+    let mut s = end_state(dev);
+    let mut inconsistent = 0;
+    for ev in dev.events.iter().rev() {
+        match ev.action {
+            Action::Alloc => {
+                if s.take(false, ev.addr).is_none() && s.take(true, ev.addr).is_none() {
+                    inconsistent += 1;
+                }
+            }
+            Action::FreeRequested => {
+                let l = s.take(true, ev.addr).unwrap_or(Live {
+                    size: ev.size,
+                    stack: ev.stack,
+                    before_trace: true,
+                });
+                s.add(false, ev.addr, l);
+            }
+            Action::FreeCompleted => {
+                let l = Live {
+                    size: ev.size,
+                    stack: ev.stack,
+                    before_trace: true,
+                };
+                s.add(requests, ev.addr, l);
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if s.reserved < ev.size {
+                    inconsistent += 1;
+                }
+                s.reserved = s.reserved.saturating_sub(ev.size);
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                s.reserved = s.reserved.saturating_add(ev.size)
+            }
+            Action::Oom | Action::Snapshot => {}
+        }
+    }
+    Start {
+        state: s,
+        inconsistent,
+        requests,
+    }
+}
+
+/// Apply one event to `s` (the forward direction of [`start`]).
+pub fn apply(s: &mut State, ev: &Event, requests: bool) {
+    match ev.action {
+        Action::Alloc => s.add(
+            false,
+            ev.addr,
+            Live {
+                size: ev.size,
+                stack: ev.stack,
+                before_trace: false,
+            },
+        ),
+        Action::FreeRequested => {
+            if let Some(l) = s.take(false, ev.addr) {
+                s.add(true, ev.addr, l);
+            }
+        }
+        Action::FreeCompleted => {
+            if s.take(requests, ev.addr).is_none() {
+                s.take(!requests, ev.addr);
+            }
+        }
+        Action::SegmentAlloc | Action::SegmentMap => {
+            s.reserved = s.reserved.saturating_add(ev.size)
+        }
+        Action::SegmentFree | Action::SegmentUnmap => {
+            s.reserved = s.reserved.saturating_sub(ev.size)
+        }
+        Action::Oom | Action::Snapshot => {}
+    }
+}
+
+/// Peaks over a device's recorded window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Peaks {
+    pub allocated: u64,
+    pub reserved: u64,
+    /// Events applied when allocated first reached its peak (0: at the start).
+    pub allocated_at: usize,
+    pub ooms: u64,
+}
+
+/// Walk `dev`'s trace forward from `start` and find its peaks.
+pub fn peaks(dev: &Device, start: &Start) -> Peaks {
+    let mut s = start.state.clone();
+    let mut p = Peaks {
+        allocated: s.allocated_bytes,
+        reserved: s.reserved,
+        allocated_at: 0,
+        ooms: 0,
+    };
+    for (i, ev) in dev.events.iter().enumerate() {
+        apply(&mut s, ev, start.requests);
+        if ev.action == Action::Oom {
+            p.ooms += 1;
+        }
+        if s.allocated_bytes > p.allocated {
+            p.allocated = s.allocated_bytes;
+            p.allocated_at = i + 1;
+        }
+        p.reserved = p.reserved.max(s.reserved);
+    }
+    p
+}
+
+/// The state after the first `n` events of `dev`'s trace.
+pub fn state_after(dev: &Device, start: &Start, n: usize) -> State {
+    let mut s = start.state.clone();
+    for ev in dev.events.iter().take(n) {
+        apply(&mut s, ev, start.requests);
+    }
+    s
+}

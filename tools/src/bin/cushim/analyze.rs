@@ -1,0 +1,77 @@
+//! `cushim summary`, `replay` and `diff`: the analyses of `cushim_tools::analyze` on files.
+
+use std::path::{Path, PathBuf};
+
+use cushim_tools::analyze::summary::{ranks, render, render_summaries, summaries, Options};
+use cushim_tools::analyze::{diff, input, replay, report};
+
+pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
+    let opts = Options {
+        depth: depth.max(1),
+        tree,
+        ..Options::default()
+    };
+    if let [one] = files {
+        print!("{}", render(&input::read(one)?, &opts));
+        return Ok(0);
+    }
+    let mut all = Vec::new();
+    for f in files {
+        let snap = input::read(f)?;
+        let devs = summaries(&snap, &opts);
+        all.push((f.display().to_string(), snap, devs));
+    }
+    let table: Vec<(&str, &[_])> = all
+        .iter()
+        .map(|(name, _, devs)| (name.as_str(), devs.as_slice()))
+        .collect();
+    print!("{}", ranks(&table));
+    for (name, snap, devs) in &all {
+        println!("\n== {name}");
+        print!("{}", render_summaries(snap, devs, &opts));
+    }
+    Ok(0)
+}
+
+pub fn replay(file: &Path, confs: &[String]) -> Result<i32, String> {
+    let snap = input::read(file)?;
+    let confs = if confs.is_empty() {
+        replay::default_confs()
+    } else {
+        confs.to_vec()
+    };
+    let r = replay::replay(&snap, &confs).map_err(|e| format!("{}: {e}", file.display()))?;
+    print!("{}", replay::render(&r));
+    Ok(0)
+}
+
+pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String> {
+    // The two files are independent: read them on two threads (a 1M-event pickle takes
+    // about as long to read as the whole diff takes after it).
+    let (ra, rb) = std::thread::scope(|s| {
+        let other = s.spawn(|| input::read(b));
+        let first = input::read(a);
+        let second = other
+            .join()
+            .unwrap_or_else(|_| Err(format!("{}: reading it failed", b.display())));
+        (first, second)
+    });
+    let (sa, sb) = (ra?, rb?);
+    print!(
+        "{}",
+        diff::render(&diff::diff(&sa, &sb, depth.max(1)), top.max(1))
+    );
+    Ok(0)
+}
+
+pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
+    let snap = input::read(file)?;
+    let html = report::report(&snap, &file.display().to_string())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    cushim::snapshot::output::write_atomic_with(out, |w| {
+        w.write_all(html.as_bytes())
+            .map_err(|e| format!("writing {}: {e}", out.display()))
+    })?;
+    eprintln!("cushim: wrote {}", out.display());
+    Ok(0)
+}

@@ -1,0 +1,308 @@
+//! A snapshot of one moment of a whole-run event log (`cushim snapshot LOG --at/--peak/--end`),
+//! in PyTorch's layout so memory_viz opens it.
+//!
+//! Policy: the state at the moment is rebuilt by applying the log's events in order:
+//! `segment_alloc`/`segment_map` add a segment (the address range they name),
+//! `segment_free`/`segment_unmap` remove the one at that address; `alloc` makes a block
+//! `active_allocated`, `free_requested` makes it `active_pending_free`, `free_completed`
+//! ends it. Each segment's blocks tile it: the live blocks, with the gaps between them as
+//! `inactive` blocks. A block's size is the size its events carry (the requested size, as
+//! PyTorch records it), so a block's rounding slack shows as part of the inactive gap
+//! after it. Expandable segments appear as one segment per mapped range. The trace holds
+//! the `events` events before the moment, per device.
+
+use crate::snapshot::log_reader::{read_log, LogFrame, LogInfo, LogVisitor};
+use cushim::snapshot::value::{Strings, Value};
+use cushim::trace::event::{Action, TraceEvent, NO_STACK};
+use std::collections::{BTreeMap, HashMap};
+
+/// Which moment of the log.
+#[derive(Debug, Clone, Copy)]
+pub enum Moment {
+    /// Seconds after the log's clock origin.
+    At(f64),
+    /// The event after which the most bytes were allocated (all devices together).
+    Peak,
+    /// After the last event.
+    End,
+}
+
+#[derive(Default)]
+struct All {
+    events: Vec<TraceEvent>,
+    frames: HashMap<u64, LogFrame>,
+    stacks: HashMap<u32, Vec<u64>>,
+}
+
+impl LogVisitor for All {
+    fn event(&mut self, ev: TraceEvent) {
+        self.events.push(ev);
+    }
+    fn frame(&mut self, id: u64, frame: LogFrame) {
+        self.frames.insert(id, frame);
+    }
+    fn stack(&mut self, id: u32, frames: Vec<u64>) {
+        self.stacks.insert(id, frames);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Seg {
+    size: u64,
+    stream: u64,
+    stack: u32,
+    expandable: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Blk {
+    size: u64,
+    pending: bool,
+    stack: u32,
+}
+
+#[derive(Default)]
+struct State {
+    segs: BTreeMap<(i32, u64), Seg>,
+    blocks: BTreeMap<(i32, u64), Blk>,
+    allocated: u64,
+}
+
+impl State {
+    fn apply(&mut self, e: &TraceEvent) {
+        let key = (e.device, e.addr);
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.segs.insert(
+                    key,
+                    Seg {
+                        size: e.size,
+                        stream: e.stream,
+                        stack: e.stack,
+                        expandable: e.action == Action::SegmentMap,
+                    },
+                );
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.segs.remove(&key);
+            }
+            Action::Alloc => {
+                if let Some(old) = self.blocks.insert(
+                    key,
+                    Blk {
+                        size: e.size,
+                        pending: false,
+                        stack: e.stack,
+                    },
+                ) {
+                    self.allocated = self.allocated.saturating_sub(old.size);
+                }
+                self.allocated += e.size;
+            }
+            Action::FreeRequested => {
+                if let Some(b) = self.blocks.get_mut(&key) {
+                    b.pending = true;
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(b) = self.blocks.remove(&key) {
+                    self.allocated = self.allocated.saturating_sub(b.size);
+                }
+            }
+            Action::Oom | Action::Snapshot => {}
+        }
+    }
+}
+
+/// What `write` made.
+pub struct Made {
+    pub value: Value,
+    /// Events applied (the moment is after this many events).
+    pub at_event: usize,
+    pub time_us: i64,
+    pub info: LogInfo,
+}
+
+/// The snapshot of `moment` in the log `bytes`, with up to `events` trace events per device.
+pub fn snapshot_of(bytes: &[u8], moment: Moment, events: usize) -> Result<Made, String> {
+    let mut all = All::default();
+    let info = read_log(bytes, &mut all)?;
+    let origin = info.header["clock_origin_us"].as_i64().unwrap_or(0);
+    let n = match moment {
+        Moment::End => all.events.len(),
+        Moment::At(s) => {
+            let t = origin + (s * 1e6) as i64;
+            all.events.partition_point(|e| e.time_us <= t)
+        }
+        Moment::Peak => {
+            let mut st = State::default();
+            let (mut best, mut at) = (0u64, 0usize);
+            for (i, e) in all.events.iter().enumerate() {
+                st.apply(e);
+                if st.allocated > best {
+                    best = st.allocated;
+                    at = i + 1;
+                }
+            }
+            at
+        }
+    };
+    let mut st = State::default();
+    for e in &all.events[..n] {
+        st.apply(e);
+    }
+    let mut s = Strings::default();
+    let mut lists: HashMap<u32, Value> = HashMap::new();
+    let frame_of = |s: &mut Strings, id: u32, lists: &mut HashMap<u32, Value>| -> Value {
+        if id == NO_STACK {
+            return Value::list(Vec::new());
+        }
+        if let Some(v) = lists.get(&id) {
+            return v.clone();
+        }
+        let frames = all.stacks.get(&id).map_or(&[][..], |v| &v[..]);
+        let items = frames
+            .iter()
+            .filter_map(|f| all.frames.get(f))
+            .map(|f| {
+                Value::dict(vec![
+                    (s.get("name"), Value::str(&f.name)),
+                    (s.get("filename"), s.get(&f.file)),
+                    (s.get("line"), Value::uint(f.line)),
+                ])
+            })
+            .collect();
+        let v = Value::list(items);
+        lists.insert(id, v.clone());
+        v
+    };
+    let mut segments = Vec::new();
+    for (&(dev, addr), seg) in &st.segs {
+        if dev < 0 {
+            continue;
+        }
+        let end = addr.saturating_add(seg.size);
+        let mut blocks = Vec::new();
+        let (mut at, mut allocated, mut active) = (addr, 0u64, 0u64);
+        for (&(_, baddr), b) in st.blocks.range((dev, addr)..(dev, end)) {
+            if baddr < at {
+                continue;
+            }
+            if baddr > at {
+                blocks.push(block(
+                    &mut s,
+                    at,
+                    baddr - at,
+                    "inactive",
+                    Value::list(Vec::new()),
+                ));
+            }
+            let size = b.size.min(end - baddr);
+            let state = if b.pending {
+                "active_pending_free"
+            } else {
+                "active_allocated"
+            };
+            active += size;
+            if !b.pending {
+                allocated += size;
+            }
+            let frames = frame_of(&mut s, b.stack, &mut lists);
+            blocks.push(block(&mut s, baddr, size, state, frames));
+            at = baddr + size;
+        }
+        if at < end {
+            blocks.push(block(
+                &mut s,
+                at,
+                end - at,
+                "inactive",
+                Value::list(Vec::new()),
+            ));
+        }
+        let frames = frame_of(&mut s, seg.stack, &mut lists);
+        let kind = if seg.size > 1 << 20 { "large" } else { "small" };
+        segments.push(Value::dict(vec![
+            (s.get("device"), Value::Int(i64::from(dev))),
+            (s.get("address"), Value::uint(addr)),
+            (s.get("total_size"), Value::uint(seg.size)),
+            (s.get("allocated_size"), Value::uint(allocated)),
+            (s.get("active_size"), Value::uint(active)),
+            (s.get("requested_size"), Value::uint(active)),
+            (s.get("stream"), Value::uint(seg.stream)),
+            (s.get("segment_type"), s.get(kind)),
+            (
+                s.get("segment_pool_id"),
+                Value::Tuple(std::sync::Arc::new(vec![Value::uint(0), Value::uint(0)])),
+            ),
+            (s.get("is_expandable"), Value::Bool(seg.expandable)),
+            (s.get("frames"), frames),
+            (s.get("blocks"), Value::list(blocks)),
+        ]));
+    }
+    let ndev = all
+        .events
+        .iter()
+        .map(|e| usize::try_from(e.device).map_or(0, |d| d + 1))
+        .max()
+        .unwrap_or(0);
+    let mut traces: Vec<Vec<Value>> = vec![Vec::new(); ndev];
+    let mut left = vec![events; ndev];
+    for e in all.events[..n].iter().rev() {
+        let Ok(d) = usize::try_from(e.device) else {
+            continue;
+        };
+        if left[d] == 0 {
+            continue;
+        }
+        left[d] -= 1;
+        let frames = frame_of(&mut s, e.stack, &mut lists);
+        let mut entry = vec![
+            (s.get("action"), s.get(e.action.name())),
+            (s.get("addr"), Value::uint(e.addr)),
+            (s.get("size"), Value::uint(e.size)),
+            (s.get("stream"), Value::uint(e.stream)),
+            (s.get("time_us"), Value::Int(e.time_us)),
+            (s.get("frames"), frames),
+        ];
+        if e.action == Action::Oom {
+            entry.push((s.get("device_free"), Value::uint(e.device_free)));
+        }
+        traces[d].push(Value::dict(entry));
+    }
+    let traces = traces
+        .into_iter()
+        .map(|mut t| {
+            t.reverse();
+            Value::list(t)
+        })
+        .collect();
+    let time_us = n
+        .checked_sub(1)
+        .and_then(|i| all.events.get(i))
+        .map_or(origin, |e| e.time_us);
+    let value = Value::dict(vec![
+        (s.get("segments"), Value::list(segments)),
+        (s.get("device_traces"), Value::list(traces)),
+        (
+            s.get("allocator_settings"),
+            Value::from_json(&info.header["allocator_settings"]),
+        ),
+    ]);
+    Ok(Made {
+        value,
+        at_event: n,
+        time_us,
+        info,
+    })
+}
+
+fn block(s: &mut Strings, address: u64, size: u64, state: &str, frames: Value) -> Value {
+    Value::dict(vec![
+        (s.get("address"), Value::uint(address)),
+        (s.get("size"), Value::uint(size)),
+        (s.get("requested_size"), Value::uint(size)),
+        (s.get("state"), s.get(state)),
+        (s.get("frames"), frames),
+    ])
+}
