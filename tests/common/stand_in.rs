@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 /// The integration test targets whose tests run programs with the shim preloaded.
 pub const SHIM_TARGETS: &[&str] = &[
+    "cli_signals",
     "cudarc_client",
     "driver_api",
     "driver_dlsym",
@@ -31,12 +32,15 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_capture",
     "shim_cuda13",
     "shim_driver_entry",
+    "shim_end",
+    "shim_end_python",
     "shim_expandable",
     "shim_failopen",
     "shim_fork",
     "shim_ipc",
     "shim_ipc_expandable",
     "shim_ipc_private",
+    "shim_log",
     "shim_no_runtime_start",
     "shim_observe",
     "shim_peer",
