@@ -12,7 +12,7 @@
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
-use crate::analyze::sites::{by_site, tree, Node};
+use crate::analyze::sites::{by_site, tree_by_function, Node};
 use crate::analyze::timeline::{apply, peaks, start_of, state_after, Start};
 use std::fmt::Write;
 
@@ -111,7 +111,30 @@ fn flame(out: &mut String, root: &Node) {
             }
             *max_depth = (*max_depth).max(depth + 1);
             let y = depth as f64 * row_h;
-            let label: String = c.frame.chars().take((w / 7.0) as usize).collect();
+            // A label that fits is drawn whole; one cut short ends in an ellipsis; one with
+            // room for under six characters is left to the hover text.
+            let fits = (w / 7.0) as usize;
+            let len = c.frame.chars().count();
+            let label: String = if len <= fits {
+                c.frame.clone()
+            } else if fits >= 6 {
+                let mut l: String = c.frame.chars().take(fits - 1).collect();
+                l.push('…');
+                l
+            } else {
+                String::new()
+            };
+            let lines = match c.lines.as_slice() {
+                [] => String::new(),
+                [one] => format!(" (line {one})"),
+                many => format!(
+                    " (lines {})",
+                    many.iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             let hue = (c
                 .frame
                 .bytes()
@@ -120,10 +143,11 @@ fn flame(out: &mut String, root: &Node) {
                 + 10;
             let _ = write!(
                 rects,
-                "<g><title>{} — {}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" \
+                "<g><title>{}{} — {}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" \
                  height=\"{}\" fill=\"hsl({hue},80%,60%)\" stroke=\"#fff\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
                 esc(&c.frame),
+                esc(&lines),
                 esc(&mib(c.bytes)),
                 row_h - 1.0,
                 x + 3.0,
@@ -252,7 +276,7 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
         out.push_str("</table>\n<h3>live bytes at the peak (outermost caller on top)</h3>\n");
         flame(
             &mut out,
-            &tree(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
+            &tree_by_function(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
         );
         if snap.has_state {
             out.push_str(

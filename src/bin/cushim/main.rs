@@ -33,7 +33,7 @@ enum Cmd {
         /// Write a snapshot at exit (and on SIGUSR1) to this path template.
         #[arg(long)]
         snapshot: Option<PathBuf>,
-        /// CUSHIM_HISTORY settings (default with --snapshot: enabled=all,stacks=native).
+        /// CUSHIM_HISTORY settings (default with --snapshot: enabled=all, whose other keys take CUSHIM_HISTORY's defaults).
         #[arg(long)]
         history: Option<String>,
         /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).

@@ -1,0 +1,169 @@
+//! The analyses on inputs shaped as real programs make them: PyTorch snapshots whose stacks
+//! hold CPython, libffi and C++ frames with return types around the program's Python
+//! frames, a Python program run under `cushim run` with its default stacks, compressed
+//! snapshots, files that are not snapshots, and runs on different device numbers.
+//!
+//! The PyTorch-shaped pickles are written by python3's own pickle module from the frame
+//! lists below; their frame names are copied in form (not content) from stacks PyTorch
+//! 2.x records with `_record_memory_history(stacks="all")`: `torch::unwind::unwind()`,
+//! c10 allocator frames, demangled C++ with return types, CPython's evaluation loop and
+//! call machinery, then the program's Python frames.
+mod common;
+#[path = "analyze_support.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cushim(args: &[&str], files: &[&Path]) -> std::process::Output {
+    let mut c = Command::new(common::cushim_bin());
+    c.args(args);
+    for f in files {
+        c.arg(f);
+    }
+    common::run(&mut c)
+}
+
+fn ok(args: &[&str], files: &[&Path]) -> String {
+    let out = cushim(args, files);
+    assert!(
+        out.status.success(),
+        "cushim {args:?} {files:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// A python3 program's stdout (a pickle it wrote); `None` when python3 is missing.
+fn python(script: &str) -> Option<Vec<u8>> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out.stdout)
+}
+
+/// Frames as PyTorch records them with `stacks="all"`, innermost first, around `user`.
+const FRAMES_PY: &str = r#"
+import pickle, sys
+MIB = 1 << 20
+def native(n):
+    return {"name": n, "filename": "??", "line": 0}
+def py(n, f, l):
+    return {"name": n, "filename": f, "line": l}
+def frames(user):
+    return [
+        native("torch::unwind::unwind()"),
+        native("torch::CapturedTraceback::gather(bool, bool, bool)"),
+        native("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)"),
+        native("void at::cuda::blas::gemm_and_bias<float>(bool, bool, long, long, long, float, float const*, long, float const*, long, float const*, float*, long, at::cuda::blas::GEMMAndBiasActivationEpilogue)"),
+        native("bool at::native::_resize_output_check<long>(at::Tensor const&, c10::ArrayRef<long>)"),
+        native("_object* torch::autograd::THPVariable_addmm(_object*, _object*, _object*)"),
+        {"name": "cfunction_call", "filename": "", "line": 0},
+        native("_PyObject_MakeTpCall"),
+        native("_PyEval_EvalFrameDefault"),
+        py("forward", "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/linear.py", 116),
+        py("_call_impl", "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py", 1527),
+        native("_PyFunction_Vectorcall"),
+    ] + user + [
+        native("_PyEval_EvalFrameDefault"),
+        native("PyEval_EvalCode"),
+        native("run_mod"),
+        native("Py_RunMain"),
+        native("Py_BytesMain"),
+        native("__libc_start_main"),
+        native("_start"),
+    ]
+bert = frames([py("forward", "/w/transformers/models/bert/modeling_bert.py", 286),
+               native("_PyEval_EvalFrameDefault"),
+               py("validate", "/w/validate_old.py", 59)])
+"#;
+
+#[test]
+fn the_site_of_a_pytorch_stack_is_the_programs_python_frame() {
+    let dir = common::scratch("analyze-real-sites");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+base = 0x7f0000000000
+seg = {{"device": 0, "address": base, "total_size": 20 * MIB, "allocated_size": 8 * MIB,
+       "active_size": 8 * MIB, "requested_size": 8 * MIB, "stream": 0,
+       "segment_type": "large", "is_expandable": False, "frames": bert,
+       "blocks": [
+         {{"address": base, "size": 8 * MIB, "requested_size": 8 * MIB, "state": "active_allocated", "frames": bert}},
+         {{"address": base + 8 * MIB, "size": 12 * MIB, "requested_size": 0, "state": "inactive", "frames": []}}]}}
+trace = [{{"action": "segment_alloc", "addr": base, "size": 20 * MIB, "stream": 0, "frames": bert}},
+         {{"action": "alloc", "addr": base, "size": 8 * MIB, "stream": 0, "frames": bert}}]
+sys.stdout.buffer.write(pickle.dumps({{"segments": [seg], "device_traces": [trace]}}, protocol=5))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "bert.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    let want = "forward (/w/transformers/models/bert/modeling_bert.py:286)";
+    assert!(out.contains(want), "{out}");
+    for machinery in [
+        "cfunction_call",
+        "gemm_and_bias",
+        "THPVariable",
+        "linear.py",
+    ] {
+        assert!(!out.contains(machinery), "{machinery}\n{out}");
+    }
+    // Depth counts program frames: the caller shown is the program's, not CPython's.
+    let out = ok(&["summary", "--depth", "2", "--tree"], &[&f]);
+    assert!(
+        out.contains(&format!("{want} <- validate (/w/validate_old.py:59)")),
+        "{out}"
+    );
+    assert!(!out.contains("Py_BytesMain"), "{out}");
+    assert!(!out.contains("_PyFunction_Vectorcall"), "{out}");
+}
+
+#[test]
+fn a_python_program_under_cushim_run_has_its_python_function_as_top_site() {
+    let dir = common::scratch("analyze-real-python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/alloc_stacks.py");
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    }
+    let snap = dir.join("py.pickle");
+    let mut c = Command::new(common::cushim_bin());
+    c.args(["run", "--sim", "--snapshot"])
+        .arg(&snap)
+        .arg("--")
+        .arg("python3")
+        .arg(&script)
+        .env_remove("CUSHIM_HISTORY");
+    let out = common::run_ok(&mut c);
+    assert!(out.contains("done"), "{out}");
+    let out = ok(&["summary"], &[&snap]);
+    // Two blocks stay live (1 and 2 MiB), both allocated in allocate_weights: the shim
+    // recorded them (nothing would be there without it) with the default stacks.
+    let first = out
+        .lines()
+        .find(|l| l.contains("alloc_stacks.py"))
+        .unwrap_or_else(|| panic!("no Python site\n{out}"));
+    assert!(
+        first.contains("allocate_weights") && first.contains("3.00 MiB"),
+        "{out}"
+    );
+    for machinery in ["libffi", "cfunction_call", "_PyEval", "python3"] {
+        assert!(!first.contains(machinery), "{machinery}\n{out}");
+    }
+}
