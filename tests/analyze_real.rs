@@ -167,3 +167,109 @@ fn a_python_program_under_cushim_run_has_its_python_function_as_top_site() {
         assert!(!first.contains(machinery), "{machinery}\n{out}");
     }
 }
+
+#[test]
+fn gzip_and_zstd_snapshots_read_as_the_snapshot_inside() {
+    use std::io::Write;
+    let dir = common::scratch("analyze-real-compressed");
+    let plain = support::seed_scenario("", cushim::snapshot::Format::Pickle);
+    let plain_f = write(&dir, "seed.pickle", &plain);
+    let want = ok(&["summary"], &[&plain_f]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&plain).unwrap();
+    // Named as if plain: the content decides.
+    let gz_f = write(&dir, "seed-gz.pickle", &gz.finish().unwrap());
+    let zst =
+        ruzstd::encoding::compress_to_vec(&plain[..], ruzstd::encoding::CompressionLevel::Fastest);
+    let zst_f = write(&dir, "seed.pickle.zst", &zst);
+    for f in [&gz_f, &zst_f] {
+        let got = ok(&["summary"], &[f]);
+        assert_eq!(
+            got.replace(&*f.display().to_string(), ""),
+            want.replace(&*plain_f.display().to_string(), ""),
+            "{}",
+            f.display()
+        );
+        assert!(got.contains("MiB"), "{got}");
+    }
+    let out = ok(&["replay", "--conf", ""], &[&zst_f]);
+    assert!(out.contains("recorded"), "{out}");
+}
+
+#[test]
+fn files_that_are_not_snapshots_get_one_line_saying_what_they_are() {
+    let dir = common::scratch("analyze-real-not-snapshots");
+    let elf = std::fs::read(common::cushim_bin()).unwrap();
+    let mut cases: Vec<(PathBuf, &str)> = vec![
+        (
+            write(&dir, "notes.txt", b"hello, this is a note\nsecond line\n"),
+            "text",
+        ),
+        (write(&dir, "prog", &elf[..4096]), "ELF"),
+        (write(&dir, "table.csv", b"name,size\nx,1\n"), "CSV"),
+        (
+            write(
+                &dir,
+                "trace.json",
+                br#"{"traceEvents": [{"ph": "X"}], "displayTimeUnit": "ms"}"#,
+            ),
+            "Chrome trace",
+        ),
+        (
+            write(
+                &dir,
+                "package.json",
+                br#"{"name": "x", "version": "1.0.0"}"#,
+            ),
+            "keys name, version",
+        ),
+        (write(&dir, "brackets.txt", b"[not json at all\n"), "text"),
+    ];
+    if let Some(p) =
+        python("import pickle,sys; sys.stdout.buffer.write(pickle.dumps([1, 2, 3], protocol=5))")
+    {
+        cases.push((write(&dir, "list.pickle", &p), "a list"));
+    }
+    if let Some(p) = python(
+        "import pickle,sys,collections; sys.stdout.buffer.write(pickle.dumps(collections.OrderedDict(a=1), protocol=5))",
+    ) {
+        cases.push((write(&dir, "objects.pickle", &p), "Python objects"));
+    }
+    for (f, what) in &cases {
+        for cmd in ["summary", "replay"] {
+            let out = cushim(&[cmd], &[f]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {}: {err}", f.display());
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains(&format!("{} is not a snapshot (found ", f.display()))
+                    && err.contains(what),
+                "{cmd}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pickle_protocol_5_with_bytearrays_reads() {
+    let dir = common::scratch("analyze-real-protocol5");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+seg = {{"device": 0, "address": 1 << 40, "total_size": 2 * MIB, "stream": 0,
+       "segment_type": "large", "blob": bytearray(b"x" * 300),
+       "blocks": [{{"address": 1 << 40, "size": 2 * MIB, "requested_size": 2 * MIB,
+                    "state": "active_allocated", "frames": bert}}]}}
+sys.stdout.buffer.write(pickle.dumps({{"segments": [seg], "device_traces": [[]]}}, protocol=5))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    assert!(
+        p.windows(1).any(|w| w[0] == 0x96),
+        "a BYTEARRAY8 opcode is in the pickle"
+    );
+    let f = write(&dir, "p5.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    assert!(out.contains("modeling_bert.py:286"), "{out}");
+}

@@ -8,6 +8,7 @@
 use crate::analyze::load::{from_value_sized, Loader};
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::snapshot::reader::{detect, read_bytes, read_pickle_file_with, read_pickle_with};
+use crate::snapshot::sniff::{compression, decompress, describe, name_error, not_snapshot};
 use crate::snapshot::Format;
 use crate::trace::event::Action;
 use std::path::Path;
@@ -17,17 +18,22 @@ type R<T> = Result<T, String>;
 /// Read and model `path`. A pickle (protocol 2+: it starts with PROTO) is streamed from the
 /// file, trace entries becoming events as they are read; other kinds are read whole.
 pub fn read(path: &Path) -> R<Snapshot> {
-    let at = |e: String| format!("{}: {e}", path.display());
-    let mut first = [0u8; 1];
+    let at = |e: String| name_error(path, &e);
+    let mut first = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
         .map_err(|e| at(e.to_string()))?;
-    if n == 1 && first[0] == 0x80 {
+    if n >= 1 && first[0] == 0x80 {
         let mut loader = Loader::new();
         let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
         return loader.model(&v, len).map_err(at);
     }
     let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+    let bytes = if compression(&first[..n]).is_some() {
+        decompress(bytes).map_err(at)?
+    } else {
+        bytes
+    };
     from_bytes(&bytes).map_err(at)
 }
 
@@ -52,7 +58,19 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
         let v = read_pickle_with(bytes, &mut loader)?;
         return loader.model(&v, bytes.len());
     }
-    let v = read_bytes(bytes)?;
+    let v = read_bytes(bytes).map_err(|e| {
+        // Text starting with a bracket that is not JSON is not a snapshot; a damaged
+        // snapshot (it names its keys near the start) keeps the precise JSON error.
+        let head = &bytes[..bytes.len().min(256)];
+        let named = head
+            .windows(8)
+            .any(|w| w == b"segments" || w == b"device_t");
+        if detect(bytes) == Format::Json && !named && e.starts_with("JSON") {
+            not_snapshot(describe(bytes))
+        } else {
+            e
+        }
+    })?;
     from_value_sized(&v, bytes.len())
 }
 

@@ -21,6 +21,7 @@ pub mod msgpack;
 pub mod output;
 pub mod pickle;
 pub mod reader;
+pub mod sniff;
 pub mod summary;
 pub mod target;
 pub mod value;

@@ -24,8 +24,9 @@ use std::sync::Arc;
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
 /// falling back to msgpack.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    read_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = crate::snapshot::sniff::read_decompressed(path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e))
 }
 
 /// Decode snapshot bytes in any supported format (detected from the content).
@@ -39,6 +40,11 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
             Ok(restore_tuples(Value::from_json(&j)))
         }
         Format::Msgpack => {
+            if !crate::snapshot::sniff::starts_msgpack_map(bytes) {
+                return Err(crate::snapshot::sniff::not_snapshot(
+                    crate::snapshot::sniff::describe(bytes),
+                ));
+            }
             let j = read_msgpack_value(bytes)?;
             check_depth(&j, "msgpack")?;
             Ok(restore_tuples(Value::from_json(&j)))
@@ -663,6 +669,22 @@ impl Reader<'_, '_> {
                     let top = self.stack.last().ok_or("pickle: DUP on empty stack")?;
                     let (v, d) = (top.v.clone(), top.depth);
                     self.push_at(v, d)
+                }
+                0x96 => {
+                    // BYTEARRAY8 (protocol 5): bytes, read as the other byte strings are.
+                    let n = usize::try_from(u64::from_le_bytes(self.le()?))
+                        .map_err(|_| "pickle: bytearray too long")?;
+                    let v = Self::text(self.take(n)?);
+                    self.push(v)
+                }
+                b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => {
+                    // GLOBAL, STACK_GLOBAL, REDUCE, BUILD, NEWOBJ(_EX), INST, OBJ: a
+                    // pickle of Python objects (torch.save, numpy, ...), never a snapshot.
+                    return Err(crate::snapshot::sniff::not_snapshot(format!(
+                        "a pickle of Python objects: opcode {op:#04x} at byte {} builds \
+                         objects, not plain data as in a memory snapshot",
+                        self.pos - 1
+                    )));
                 }
                 other => {
                     return Err(format!(
