@@ -273,3 +273,62 @@ sys.stdout.buffer.write(pickle.dumps({{"segments": [seg], "device_traces": [[]]}
     let out = ok(&["summary"], &[&f]);
     assert!(out.contains("modeling_bert.py:286"), "{out}");
 }
+
+/// A JSON snapshot of one device `ord` holding one `mib` MiB block allocated at `site`.
+fn one_device(ord: i64, mib: u64, site: &str) -> String {
+    let m = 1u64 << 20;
+    serde_json::json!({
+        "segments": [{"device": ord, "address": 1u64 << 40, "total_size": mib * m, "stream": 0,
+            "segment_type": "large",
+            "blocks": [{"address": 1u64 << 40, "size": mib * m, "requested_size": mib * m,
+                "state": "active_allocated",
+                "frames": [{"name": site, "filename": "/w/train.py", "line": 1}]}]}],
+        "device_traces": [],
+    })
+    .to_string()
+}
+
+#[test]
+fn diff_of_two_single_device_files_compares_them_whatever_their_numbers() {
+    let dir = common::scratch("analyze-real-diff-pairing");
+    let a = write(&dir, "rank0.json", one_device(0, 4, "step").as_bytes());
+    let b = write(&dir, "rank1.json", one_device(1, 6, "step").as_bytes());
+    let out = ok(&["diff"], &[&a, &b]);
+    assert!(out.contains("device 0 (A) vs device 1 (B)"), "{out}");
+    assert!(out.contains("grew") && out.contains("+2.00 MiB"), "{out}");
+    assert!(
+        !out.contains("vanished") && !out.contains("appeared"),
+        "{out}"
+    );
+    // By number: device 0 only in A, device 1 only in B.
+    let out = ok(&["diff", "--by-number"], &[&a, &b]);
+    assert!(
+        out.contains("vanished") && out.contains("appeared"),
+        "{out}"
+    );
+}
+
+#[test]
+fn summary_takes_peaks_from_the_recorded_statistics_when_history_is_off() {
+    let dir = common::scratch("analyze-real-stats-peaks");
+    let m = 1i64 << 20;
+    let mut v: serde_json::Value = serde_json::from_str(&one_device(0, 4, "step")).unwrap();
+    v["cushim"] = serde_json::json!({"stats": {"devices": [{
+        "allocated_bytes.all.peak": 69 * m, "reserved_bytes.all.peak": 80 * m,
+        "allocated_bytes.all.current": 4 * m, "reserved_bytes.all.current": 4 * m,
+    }]}});
+    let f = write(&dir, "no-history.json", v.to_string().as_bytes());
+    let out = ok(&["summary"], &[&f]);
+    assert!(
+        out.contains("allocated: 4.00 MiB (peak 69.00 MiB, allocator statistics, whole run)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(peak 80.00 MiB, allocator statistics"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fragmentation: 0.0% of reserved memory"),
+        "{out}"
+    );
+}

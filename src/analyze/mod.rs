@@ -14,6 +14,7 @@ pub mod frames;
 pub mod input;
 pub mod load;
 pub mod model;
+pub mod recorded_stats;
 pub mod replay;
 pub mod report;
 pub mod segments_at;

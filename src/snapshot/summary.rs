@@ -14,6 +14,7 @@
 
 use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
+use crate::analyze::recorded_stats::{recorded_peaks, PeakSource};
 use crate::analyze::sites::{by_site, tree, Node};
 use crate::analyze::timeline::{end_state, peaks, start_of, State};
 use crate::snapshot::value::Value;
@@ -51,6 +52,8 @@ pub struct DeviceSummary {
     pub pending: u64,
     pub peak_reserved: u64,
     pub peak_allocated: u64,
+    /// Where the peaks come from (`analyze::recorded_stats`).
+    pub peak_source: PeakSource,
     pub largest_free_block: u64,
     /// `(site, live bytes, live count)` of allocated blocks, sorted by bytes descending.
     pub sites: Vec<(String, u64, u64)>,
@@ -82,6 +85,20 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
     } else {
         crate::analyze::timeline::state_after(dev, &st, dev.events.len())
     };
+    // The recorded statistics cover the whole run (a trace, its window; no trace at all
+    // with history off): they give the peaks when the snapshot has them.
+    let (peak_allocated, peak_reserved, peak_source) = match recorded_peaks(snap, dev.ordinal) {
+        Some((a, r)) => (
+            a.max(end.allocated_bytes),
+            r.max(end.reserved),
+            PeakSource::Stats,
+        ),
+        None => (
+            p.allocated.max(end.allocated_bytes),
+            p.reserved.max(end.reserved),
+            PeakSource::Trace,
+        ),
+    };
     let largest_free_block = dev
         .segments
         .iter()
@@ -99,8 +116,9 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
         reserved: end.reserved,
         allocated: end.allocated_bytes,
         pending: end.pending_bytes,
-        peak_reserved: p.reserved.max(end.reserved),
-        peak_allocated: p.allocated.max(end.allocated_bytes),
+        peak_reserved,
+        peak_allocated,
+        peak_source,
         largest_free_block,
         sites,
         tree: if opts.tree {
@@ -143,9 +161,10 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     let _ = writeln!(out, "{title}:");
     let _ = writeln!(
         out,
-        "  allocated: {} (peak {})",
+        "  allocated: {} (peak {}, {})",
         mib(s.allocated),
-        mib(s.peak_allocated)
+        mib(s.peak_allocated),
+        s.peak_source.describe()
     );
     if s.pending > 0 {
         let _ = writeln!(
@@ -157,11 +176,24 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     if s.reserved_known {
         let _ = writeln!(
             out,
-            "  reserved:  {} (peak {})",
+            "  reserved:  {} (peak {}, {})",
             mib(s.reserved),
-            mib(s.peak_reserved)
+            mib(s.peak_reserved),
+            s.peak_source.describe()
         );
-        let _ = writeln!(out, "  fragmentation: {:.1}%", s.fragmentation() * 100.0);
+        let cached = s.reserved.saturating_sub(s.allocated);
+        let _ = writeln!(
+            out,
+            "  fragmentation: {:.1}% of reserved memory is held by the cache but not \
+             allocated ({} free inside segments{})",
+            s.fragmentation() * 100.0,
+            mib(cached),
+            if s.pending > 0 {
+                format!(", {} of it pending free", mib(s.pending))
+            } else {
+                String::new()
+            }
+        );
         let _ = writeln!(out, "  segments: {}", s.segments);
         let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
     } else {

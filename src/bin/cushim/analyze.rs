@@ -45,7 +45,7 @@ pub fn replay(file: &Path, confs: &[String]) -> Result<i32, String> {
     Ok(0)
 }
 
-pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String> {
+pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Result<i32, String> {
     // The two files are independent: read them on two threads (a 1M-event pickle takes
     // about as long to read as the whole diff takes after it).
     let (ra, rb) = std::thread::scope(|s| {
@@ -57,9 +57,17 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String>
         (first, second)
     });
     let (sa, sb) = (ra?, rb?);
+    let pairing = if by_number {
+        diff::Pairing::ByNumber
+    } else {
+        diff::Pairing::Auto
+    };
     print!(
         "{}",
-        diff::render(&diff::diff(&sa, &sb, depth.max(1)), top.max(1))
+        diff::render(
+            &diff::diff_paired(&sa, &sb, depth.max(1), pairing),
+            top.max(1)
+        )
     );
     Ok(0)
 }

@@ -111,6 +111,10 @@ enum Cmd {
         /// Sites listed per device.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Pair devices by number even when each file has one device (by default two
+        /// single-device files are compared device to device, whatever their numbers).
+        #[arg(long)]
+        by_number: bool,
     },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert { input: PathBuf, output: PathBuf },
@@ -153,7 +157,13 @@ fn main() -> ExitCode {
         Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
         Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
         Cmd::Report { file, output } => analyze::report(&file, &output),
-        Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
+        Cmd::Diff {
+            a,
+            b,
+            depth,
+            top,
+            by_number,
+        } => analyze::diff(&a, &b, depth, top, by_number),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal),
     };
