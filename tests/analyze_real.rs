@@ -332,3 +332,117 @@ fn summary_takes_peaks_from_the_recorded_statistics_when_history_is_off() {
         "{out}"
     );
 }
+
+/// A PyTorch-shaped snapshot of a run that reached its device's limit: a 20 MiB segment
+/// live before the trace with free gaps between its blocks, two 40 MiB blocks, the first
+/// freed; a 50 MiB request then fails, PyTorch releases the cached 40 MiB segment and
+/// retries (`segment_free` then `segment_alloc`); last, with `oom`, a 512 MiB request that
+/// failed with 20 MiB reported free. Reserved peaks at 110 MiB; the device held 130 MiB.
+fn limit_pickle(with_oom: bool) -> Option<Vec<u8>> {
+    python(&format!(
+        r#"{FRAMES_PY}
+base = 0x7f0000000000
+s1, s2, s3 = base + (256 << 20), base + (512 << 20), base + (768 << 20)
+def blk(a, n, st): return {{"address": a, "size": n * MIB, "requested_size": n * MIB, "state": st, "frames": bert}}
+def seg(a, n, blocks): return {{"device": 0, "address": a, "total_size": n * MIB, "stream": 0,
+    "segment_type": "large", "is_expandable": False, "frames": bert, "blocks": blocks}}
+segs = [seg(base, 20, [blk(base, 4, "active_allocated"), blk(base + 4 * MIB, 6, "inactive"),
+                       blk(base + 10 * MIB, 6, "active_allocated"), blk(base + 16 * MIB, 4, "inactive")]),
+        seg(s2, 40, [blk(s2, 40, "active_allocated")]),
+        seg(s3, 50, [blk(s3, 50, "active_allocated")])]
+def e(action, a, n, **kw): return dict({{"action": action, "addr": a, "size": n, "stream": 0, "frames": bert}}, **kw)
+trace = [e("segment_alloc", s1, 40 * MIB), e("alloc", s1, 40 * MIB),
+         e("segment_alloc", s2, 40 * MIB), e("alloc", s2, 40 * MIB),
+         e("alloc", base + 4 * MIB, 6 * MIB), e("free_requested", base + 4 * MIB, 6 * MIB),
+         e("free_completed", base + 4 * MIB, 6 * MIB),
+         e("free_requested", s1, 40 * MIB), e("free_completed", s1, 40 * MIB),
+         e("segment_free", s1, 40 * MIB), e("segment_alloc", s3, 50 * MIB), e("alloc", s3, 50 * MIB)]
+if {with_oom}:
+    trace.append(e("oom", 20 * MIB, 512 * MIB))
+s = {{"segments": segs, "device_traces": [trace],
+     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
+"#,
+        with_oom = if with_oom { "True" } else { "False" }
+    ))
+}
+
+/// The figures of the row labelled `label`: seg frees, reserved, allocated, frag, device
+/// allocations, OOMs.
+fn replay_row(out: &str, label: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label:?} in\n{out}"));
+    let v: Vec<String> = line[label.len()..]
+        .split_whitespace()
+        .filter(|w| *w != "MiB")
+        .map(String::from)
+        .collect();
+    v[v.len() - 6..].to_vec()
+}
+
+#[test]
+fn replay_infers_the_device_from_release_and_retry_and_reproduces_the_recorded_peak() {
+    let dir = common::scratch("analyze-real-replay-limit");
+    for with_oom in [false, true] {
+        let Some(p) = limit_pickle(with_oom) else {
+            eprintln!("skipping: python3 is not installed");
+            return;
+        };
+        let f = write(&dir, &format!("limit-{with_oom}.pickle"), &p);
+        let out = ok(&["replay", "--conf", ""], &[&f]);
+        let how = if with_oom {
+            "out-of-memory"
+        } else {
+            "released cached segments to retry a failed device allocation 1 times"
+        };
+        assert!(
+            out.contains(&format!(
+                "device memory: 0.13 GiB ({} bytes), inferred",
+                130u64 << 20
+            )) && out.contains(how),
+            "{out}"
+        );
+        assert!(out.contains("1 segments with 2 free gaps"), "{out}");
+        let recorded = replay_row(&out, "recorded");
+        let replayed = replay_row(&out, "replay: recorded");
+        assert_eq!(recorded[1], "110.0", "{out}");
+        // Within 1% of the recorded peak reserved, under the recorded settings.
+        let (r, p): (f64, f64) = (recorded[1].parse().unwrap(), replayed[1].parse().unwrap());
+        assert!(
+            (p - r).abs() <= r * 0.01,
+            "replayed {p} vs recorded {r}\n{out}"
+        );
+        assert_eq!(recorded[0], "1", "one recorded segment free\n{out}");
+        assert_eq!(
+            replayed[0], "1",
+            "the replay released the cache once too\n{out}"
+        );
+        // The trace's own device allocations (3), not the seeded segment's.
+        assert_eq!(
+            (recorded[4].as_str(), replayed[4].as_str()),
+            ("3", "3"),
+            "{out}"
+        );
+        let ooms = if with_oom { "1" } else { "0" };
+        assert_eq!(
+            (recorded[5].as_str(), replayed[5].as_str()),
+            (ooms, ooms),
+            "{out}"
+        );
+        // On a large device the cache never gives memory back, and the failed 512 MiB
+        // request succeeds.
+        let big = ok(&["replay", "--conf", "", "--device-memory", "80GiB"], &[&f]);
+        assert!(big.contains("as given by --device-memory"), "{big}");
+        let r = replay_row(&big, "replay: recorded");
+        let want = if with_oom { "662.0" } else { "150.0" };
+        assert_eq!(
+            (r[0].as_str(), r[1].as_str(), r[5].as_str()),
+            ("0", want, "0"),
+            "{big}"
+        );
+    }
+}

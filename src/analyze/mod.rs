@@ -9,6 +9,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod device_size;
 pub mod diff;
 pub mod frames;
 pub mod input;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod recorded_stats;
 pub mod replay;
 pub mod report;
+pub mod seed;
 pub mod segments_at;
 pub mod sites;
 pub mod timeline;

@@ -33,14 +33,20 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, Strin
     Ok(0)
 }
 
-pub fn replay(file: &Path, confs: &[String]) -> Result<i32, String> {
+pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Result<i32, String> {
+    let opts = replay::Options {
+        device_memory: device_memory
+            .map(cushim::analyze::device_size::parse_size)
+            .transpose()?,
+    };
     let snap = input::read(file)?;
     let confs = if confs.is_empty() {
         replay::default_confs()
     } else {
         confs.to_vec()
     };
-    let r = replay::replay(&snap, &confs).map_err(|e| format!("{}: {e}", file.display()))?;
+    let r = replay::replay_with(&snap, &confs, &opts)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     print!("{}", replay::render(&r));
     Ok(0)
 }

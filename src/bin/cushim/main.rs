@@ -91,6 +91,11 @@ enum Cmd {
         /// PyTorch's defaults, expandable segments, max_split_size_mb 32/128/512, GC 0.6.
         #[arg(long = "conf")]
         confs: Vec<String>,
+        /// The device memory to replay on (80GiB, 40960MiB, bytes). Default: the size the
+        /// file records, else inferred from the trace (release-and-retry, out-of-memory),
+        /// else 256 GiB; the output says which and why.
+        #[arg(long)]
+        device_memory: Option<String>,
     },
     /// Write a self-contained HTML report (timeline, top sites and flame graph at the peak,
     /// segments, replay table).
@@ -155,7 +160,11 @@ fn main() -> ExitCode {
         } => demo::demo(expandable, snapshot, steps),
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
         Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
-        Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
+        Cmd::Replay {
+            file,
+            confs,
+            device_memory,
+        } => analyze::replay(&file, &confs, device_memory.as_deref()),
         Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff {
             a,
