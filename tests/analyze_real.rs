@@ -427,6 +427,18 @@ fn replay_infers_the_device_from_release_and_retry_and_reproduces_the_recorded_p
             ("3", "3"),
             "{out}"
         );
+        if with_oom {
+            let page = dir.join("limit.html");
+            let mut c = Command::new(common::cushim_bin());
+            c.arg("report").arg(&f).arg("-o").arg(&page);
+            common::run_ok(&mut c);
+            let html = std::fs::read_to_string(&page).unwrap();
+            assert!(
+                html.contains("<title>out of memory at event 12</title>"),
+                "OOM marked"
+            );
+            assert!(html.contains("out of memory (1)"), "and in the legend");
+        }
         let ooms = if with_oom { "1" } else { "0" };
         assert_eq!(
             (recorded[5].as_str(), replayed[5].as_str()),

@@ -20,6 +20,7 @@ pub mod model;
 pub mod msgpack;
 pub mod output;
 pub mod pickle;
+pub mod progress;
 pub mod reader;
 pub mod sniff;
 pub mod summary;

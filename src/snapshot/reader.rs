@@ -748,7 +748,10 @@ pub fn read_pickle_file_with(
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     let len = usize::try_from(len).map_err(|_| "file too large".to_string())?;
     let src = Source::Stream {
-        r: Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+        r: Box::new(std::io::BufReader::with_capacity(
+            1 << 20,
+            crate::snapshot::progress::Progress::new(f, &path.display().to_string(), len as u64),
+        )),
         buf: Vec::new(),
     };
     Ok((run(src, len, Some(hook))?, len))
