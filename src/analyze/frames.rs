@@ -360,26 +360,26 @@ pub fn qualified_name(name: &str) -> String {
     // Template arguments (balanced `<...>`), except in `operator<` and friends.
     let mut out = String::with_capacity(name.len());
     let mut depth = 0usize;
-    let b = name.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i] as char;
+    let mut skip_to = 0usize;
+    for (i, c) in name.char_indices() {
+        if i < skip_to {
+            continue;
+        }
         if name[..i].ends_with("operator") && matches!(c, '<' | '>' | '(' | '-') {
             // `operator<`, `operator<<`, `operator()`, `operator->`: part of the name.
-            let end = if name[i..].starts_with("()") {
-                i + 2
+            let rest = &name[i..];
+            let len = if rest.starts_with("()") {
+                2
+            } else if rest.len() > 1 && c != '(' && matches!(rest.as_bytes()[1], b'<' | b'>' | b'=')
+            {
+                2
             } else {
-                i + 1
-            };
-            let end = if end < b.len() && matches!(b[end], b'<' | b'>' | b'=') && c != '(' {
-                end + 1
-            } else {
-                end
+                1
             };
             if depth == 0 {
-                out.push_str(&name[i..end]);
+                out.push_str(&rest[..len]);
             }
-            i = end;
+            skip_to = i + len;
             continue;
         }
         match c {
@@ -389,7 +389,6 @@ pub fn qualified_name(name: &str) -> String {
             _ if depth == 0 => out.push(c),
             _ => {}
         }
-        i += c.len_utf8();
     }
     // The return type, if any, is everything before the last space outside the name.
     let q = out.trim();
@@ -538,6 +537,9 @@ mod tests {
         assert_eq!(q("c10::(anonymous namespace)::f()"), "c10::{anon}::f");
         assert_eq!(q("cfunction_call"), "cfunction_call");
         assert_eq!(q("main"), "main");
+        assert_eq!(q("f\u{fffd}x<\u{fffd}>(\u{fffd})"), "f\u{fffd}x");
+        assert_eq!(q("operator\u{fffd}"), "operator\u{fffd}");
+        assert_eq!(q("a::operator<<(int)"), "a::operator<<");
     }
 
     #[test]

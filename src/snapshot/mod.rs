@@ -23,6 +23,7 @@ pub mod pickle;
 pub mod progress;
 pub mod reader;
 pub mod sniff;
+pub mod stream;
 pub mod summary;
 pub mod target;
 pub mod value;

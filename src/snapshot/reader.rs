@@ -94,7 +94,7 @@ fn check_depth(j: &serde_json::Value, what: &str) -> Result<(), String> {
 
 /// JSON and msgpack have no tuples: turn the schema's tuple (`segment_pool_id`) back into
 /// one, so a converted snapshot is the same as the original.
-fn restore_tuples(mut v: Value) -> Value {
+pub(crate) fn restore_tuples(mut v: Value) -> Value {
     let Value::Dict(top) = &mut v else { return v };
     for (k, segs) in Arc::make_mut(top).iter_mut() {
         if !matches!(k.as_str(), Some("segments" | "host_segments")) {
