@@ -368,14 +368,9 @@ pub fn qualified_name(name: &str) -> String {
         if name[..i].ends_with("operator") && matches!(c, '<' | '>' | '(' | '-') {
             // `operator<`, `operator<<`, `operator()`, `operator->`: part of the name.
             let rest = &name[i..];
-            let len = if rest.starts_with("()") {
-                2
-            } else if rest.len() > 1 && c != '(' && matches!(rest.as_bytes()[1], b'<' | b'>' | b'=')
-            {
-                2
-            } else {
-                1
-            };
+            let two = rest.starts_with("()")
+                || (rest.len() > 1 && c != '(' && matches!(rest.as_bytes()[1], b'<' | b'>' | b'='));
+            let len = if two { 2 } else { 1 };
             if depth == 0 {
                 out.push_str(&rest[..len]);
             }
