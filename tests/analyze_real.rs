@@ -458,3 +458,48 @@ fn replay_infers_the_device_from_release_and_retry_and_reproduces_the_recorded_p
         );
     }
 }
+
+#[test]
+fn pytorchs_newer_fields_are_read_and_carried_through_convert() {
+    let dir = common::scratch("analyze-real-newer-fields");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+seg = {{"device": 0, "address": 1 << 40, "total_size": 2 * MIB, "stream": 0,
+       "segment_type": "large", "segment_pool_id": (1, 7), "is_expandable": False,
+       "blocks": [{{"address": 1 << 40, "size": 2 * MIB, "requested_size": 2 * MIB,
+                    "state": "active_allocated", "frames": bert}}]}}
+e = {{"action": "alloc", "addr": 1 << 40, "size": 2 * MIB, "stream": 0, "frames": bert,
+      "user_metadata": "step=3", "compile_context": "[0/1]", "pool_id": (1, 7),
+      "forward_frames": [{{"name": "fwd", "filename": "/w/m.py", "line": 5}}]}}
+s = {{"segments": [seg], "device_traces": [[e]],
+     "external_annotations": [{{"device": 0, "stage": "START", "name": "fwd", "time_us": 1}}],
+     "internal_metadata": {{"trace_format": 2}}}}
+sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "newer.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    assert!(out.contains("modeling_bert.py:286"), "{out}");
+    let j = dir.join("newer.json");
+    let back = dir.join("back.pickle");
+    ok(&["convert"], &[&f, &j]);
+    ok(&["convert"], &[&j, &back]);
+    let text = std::fs::read_to_string(&j).unwrap();
+    for key in [
+        "user_metadata",
+        "compile_context",
+        "forward_frames",
+        "pool_id",
+        "segment_pool_id",
+        "external_annotations",
+        "internal_metadata",
+    ] {
+        assert!(text.contains(key), "{key} carried into JSON");
+    }
+    let back_bytes = std::fs::read(&back).unwrap();
+    assert!(back_bytes.windows(13).any(|w| w == b"user_metadata"));
+    assert_eq!(ok(&["summary"], &[&back]).replace("back", "newer"), out);
+}
