@@ -157,7 +157,9 @@ fn a_python_program_under_cushim_run_has_its_python_function_as_top_site() {
     // recorded them (nothing would be there without it) with the default stacks.
     let first = out
         .lines()
-        .find(|l| l.contains("alloc_stacks.py"))
+        .skip_while(|l| !l.contains("by live bytes (live at the end)"))
+        .nth(1)
+        .filter(|l| l.contains("alloc_stacks.py"))
         .unwrap_or_else(|| panic!("no Python site\n{out}"));
     assert!(
         first.contains("allocate_weights") && first.contains("3.00 MiB"),

@@ -43,8 +43,9 @@ fn summary_reports_current_peak_fragmentation_and_sites() {
         "fragmentation: 77.1%",
         "segments: 3",
         "largest free block: 16.00 MiB",
-        "top allocation sites by live bytes:",
-        "top allocation sites by count:",
+        "top allocation sites by live bytes (live at the end):",
+        "top allocation sites by count (live at the end):",
+        "top allocation sites at the trace's peak allocated (after event",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }

@@ -16,7 +16,7 @@ use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
 use crate::analyze::recorded_stats::{recorded_peaks, PeakSource};
 use crate::analyze::sites::{by_site, tree, Node};
-use crate::analyze::timeline::{end_state, peaks, start_of, State};
+use crate::analyze::timeline::{end_state, peaks, start_of, state_after, State};
 use crate::snapshot::value::Value;
 use std::fmt::Write;
 
@@ -57,6 +57,10 @@ pub struct DeviceSummary {
     pub largest_free_block: u64,
     /// `(site, live bytes, live count)` of allocated blocks, sorted by bytes descending.
     pub sites: Vec<(String, u64, u64)>,
+    /// The same at the trace's peak of allocated bytes (as `report` shows them), with the
+    /// event it followed; empty without a trace.
+    pub peak_sites: Vec<(String, u64, u64)>,
+    pub peak_at: usize,
     /// The top-down tree of allocated bytes.
     pub tree: Node,
     /// Events that contradict the recorded state.
@@ -111,7 +115,18 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
         .into_iter()
         .map(|r| (r.site, r.bytes, r.count))
         .collect();
+    let peak_sites = if dev.events.is_empty() {
+        Vec::new()
+    } else {
+        let at = state_after(dev, &st, p.allocated_at);
+        by_site(&snap.stacks, at.allocated.values(), opts.depth)
+            .into_iter()
+            .map(|r| (r.site, r.bytes, r.count))
+            .collect()
+    };
     DeviceSummary {
+        peak_sites,
+        peak_at: p.allocated_at,
         segments: dev.segments.len(),
         reserved: end.reserved,
         allocated: end.allocated_bytes,
@@ -212,18 +227,35 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     if s.sites.is_empty() {
         return;
     }
-    let _ = writeln!(out, "  top allocation sites by live bytes:");
+    if !s.peak_sites.is_empty() {
+        let _ = writeln!(
+            out,
+            "  top allocation sites at the trace's peak allocated (after event {}), as `report` \
+             shows them:",
+            s.peak_at
+        );
+        for (name, bytes, count) in s.peak_sites.iter().take(opts.top) {
+            let _ = writeln!(out, "    {:>12}  {count:>7} blocks  {name}", mib(*bytes));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  top allocation sites by live bytes (live at the end):"
+    );
     for (name, bytes, count) in s.sites.iter().take(opts.top) {
         let _ = writeln!(out, "    {:>12}  {count:>7} blocks  {name}", mib(*bytes));
     }
     let mut by_count: Vec<&(String, u64, u64)> = s.sites.iter().collect();
     by_count.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
-    let _ = writeln!(out, "  top allocation sites by count:");
+    let _ = writeln!(out, "  top allocation sites by count (live at the end):");
     for (name, bytes, count) in by_count.into_iter().take(opts.top) {
         let _ = writeln!(out, "    {count:>7} blocks  {:>12}  {name}", mib(*bytes));
     }
     if opts.tree && !s.tree.children.is_empty() {
-        let _ = writeln!(out, "  live bytes top-down (outermost caller first):");
+        let _ = writeln!(
+            out,
+            "  live bytes at the end, top-down (outermost caller first):"
+        );
         write_tree(out, &s.tree, 0, s.allocated, opts.top);
     }
 }
