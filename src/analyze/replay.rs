@@ -105,6 +105,10 @@ pub fn default_confs() -> Vec<String> {
     .collect()
 }
 
+/// What "peak allocated" means in every row (the definition `summary` and `demo` use).
+pub const PEAK_ALLOCATED: &str = "peak allocated: the most bytes at once in blocks the program \
+    held (PyTorch's allocated_bytes.all.peak, as summary and demo print it), over the trace";
+
 /// The note about a configuration the engine cannot replay faithfully.
 pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
     modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
@@ -297,6 +301,7 @@ pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<
         None => notes.push("the input records no allocator settings: the recorded row is replayed under PyTorch's defaults".into()),
     }
     notes.push(NO_FIXED_PAGES.into());
+    notes.push(PEAK_ALLOCATED.into());
     let mut devices = Vec::new();
     for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
         let st = start_of(snap, dev);

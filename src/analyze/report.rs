@@ -348,8 +348,8 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
         let at_peak = state_after(dev, &st, p.allocated_at);
         let _ = writeln!(
             out,
-            "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (after event {2} of {3}), \
-             peak reserved {4}</p>",
+            "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (PyTorch's \
+             allocated_bytes.all.peak over the trace: after event {2} of {3}), peak reserved {4}</p>",
             dev.ordinal,
             mib(p.allocated),
             p.allocated_at,
