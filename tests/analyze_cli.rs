@@ -171,7 +171,7 @@ fn replay_runs_on_the_recorded_device_size_and_counts_ooms() {
         &[&f],
     );
     assert!(
-        out.contains(&format!("recorded size, {} bytes", 64 * m)),
+        out.contains(&format!("({} bytes), the size the file records", 64 * m)),
         "{out}"
     );
     for label in [

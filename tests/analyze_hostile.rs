@@ -326,7 +326,7 @@ fn worst_cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         (
             "text garbage",
             b"hello world\n".to_vec(),
-            "not one msgpack snapshot",
+            "not a snapshot (found text starting",
         ),
     ]
 }

@@ -79,6 +79,12 @@ fn report_renders_in_headless_chromium_without_console_errors() {
         "<svg class=\"flame\"",
         "replay under other settings",
         "128.0 MiB",
+        // Axes with units, the peak marked, and the summary's sections.
+        "trace events (oldest left)",
+        "text-anchor=\"end\">128 MiB</text>",
+        "<title>peak allocated 128.0 MiB after event",
+        "<h2>summary</h2>",
+        "fragmentation:",
     ] {
         assert!(html.contains(part), "report lacks {part:?}");
     }

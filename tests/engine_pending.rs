@@ -3,6 +3,7 @@
 //! synchronization, capture, stream-ordered frees.
 
 mod engine_support;
+use cushim::alloc::info::BlockState;
 use engine_support::{freed_behind_a_stream, pending_blocks, setup};
 
 const MIB: u64 = 1 << 20;
@@ -240,4 +241,33 @@ fn a_miss_does_not_poll_when_no_waiting_block_could_serve_it() {
         "{}",
         dev.counters().event_query - before
     );
+}
+
+#[test]
+fn a_snapshot_shows_frees_whose_work_is_done_as_free_not_pending() {
+    let (dev, a, p) = freed_behind_a_stream("free_sync:event");
+    let state = |a: &cushim::alloc::CachingAllocator| {
+        a.snapshot()
+            .into_iter()
+            .find(|d| d.device == 0)
+            .and_then(|d| {
+                d.segments
+                    .into_iter()
+                    .flat_map(|s| s.blocks)
+                    .find(|b| b.address == p)
+            })
+            .map(|b| b.state)
+    };
+    assert_eq!(
+        state(&a),
+        Some(BlockState::ActivePendingFree),
+        "work still queued"
+    );
+    dev.complete_events(); // the program synchronized: the free's work is done
+    assert_eq!(
+        state(&a),
+        Some(BlockState::Inactive),
+        "done work is not pending"
+    );
+    assert_eq!(pending_blocks(&a), 0);
 }

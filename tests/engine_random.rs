@@ -355,8 +355,14 @@ fn replaying_the_events_gives_the_snapshot_state() {
         };
         assert_eq!(allocated, by_state(BlockState::ActiveAllocated), "{conf}");
         assert_eq!(pending, by_state(BlockState::ActivePendingFree), "{conf}");
+        // A snapshot completes the frees whose work is done (a barrier's at once), so
+        // the run's pending frees show in the trace, not always at its end.
+        let requested = events
+            .iter()
+            .filter(|e| e.action == Action::FreeRequested)
+            .count();
         assert!(
-            !pending.is_empty() || conf.is_empty(),
+            requested > 0 || conf.is_empty(),
             "the run exercised pending frees"
         );
     }

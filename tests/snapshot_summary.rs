@@ -37,14 +37,15 @@ fn summary_reports_current_peak_fragmentation_and_sites() {
     let text = summary(&v).unwrap();
     for want in [
         "device 0:",
-        "allocated: 5.50 MiB (peak 7.50 MiB)",
+        "allocated: 5.50 MiB (peak 7.50 MiB, ",
         "pending free: 0.50 MiB",
-        "reserved:  24.00 MiB (peak 26.00 MiB)",
+        "reserved:  24.00 MiB (peak 26.00 MiB, ",
         "fragmentation: 77.1%",
         "segments: 3",
         "largest free block: 16.00 MiB",
-        "top allocation sites by live bytes:",
-        "top allocation sites by count:",
+        "top allocation sites by live bytes (live at the end):",
+        "top allocation sites by count (live at the end):",
+        "top allocation sites at the trace's peak allocated (after event",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }

@@ -370,11 +370,15 @@ impl CachingAllocator {
     }
 
     /// One snapshot per device ordinal, then the pinned host (device -1), each under its
-    /// lock, each recording a `snapshot` event first.
+    /// lock, each recording a `snapshot` event first. Pending frees are covered and those
+    /// whose work is done (their streams synchronized or destroyed) completed first,
+    /// without waiting, so the snapshot does not show as pending what already finished.
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
         let mut out = Vec::with_capacity(self.states.len() + 1);
+        let ctx = self.ctx();
         for st in &self.states {
             let mut g = settled(st);
+            g.settle_pending_for_snapshot(&ctx);
             g.record(Action::Snapshot, 0, 0, 0, 0);
             out.push(DeviceSnapshot {
                 device: g.dev,

@@ -694,6 +694,16 @@ impl DeviceState {
         self.scratch = done;
     }
 
+    /// Before a snapshot: cover the pending frees as the next malloc would, and take back
+    /// those whose work is done, without waiting (a program that synchronized or destroyed
+    /// its streams sees its frees done; a snapshot should too).
+    pub(crate) fn settle_pending_for_snapshot(&mut self, ctx: &Ctx) {
+        if self.pending.has_unbatched() {
+            self.cover_pending(ctx);
+        }
+        self.complete_pending(ctx, false);
+    }
+
     /// Synchronize the device and complete every pending free (`empty_cache`, reset).
     pub(crate) fn drain_pending(&mut self, ctx: &Ctx) {
         if self.pending.any() {

@@ -5,6 +5,11 @@
 //! Invariant: sites are compared by their name (first program frame, see `frames`), so a
 //! cushim file and a PyTorch file of the same program compare site by site; a device
 //! present in one input only is compared against nothing.
+//!
+//! Pairing devices: two files with one device each (two ranks, one GPU each: rank 0 on
+//! GPU 0, rank 1 on GPU 1) are compared device to device whatever their numbers, since
+//! that is what the user compares; otherwise devices are paired by number.
+//! [`Pairing::ByNumber`] asks for numbers always.
 
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::{by_site, SiteRow};
@@ -39,6 +44,8 @@ impl Change {
 #[derive(Debug, Clone)]
 pub struct DeviceDiff {
     pub ordinal: i64,
+    /// The device of B compared with `ordinal` of A, when it has another number.
+    pub b_ordinal: Option<i64>,
     pub a: Peaks,
     pub b: Peaks,
     pub at_peak: Vec<Change>,
@@ -96,8 +103,44 @@ fn changes(a: &[SiteRow], b: &[SiteRow]) -> Vec<Change> {
     out
 }
 
-/// Compare `a` with `b`, sites named with `depth` frames.
+/// How the devices of two files are paired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pairing {
+    /// One device each: those two; otherwise by number.
+    #[default]
+    Auto,
+    /// Device N with device N.
+    ByNumber,
+}
+
+fn only_device(s: &Snapshot) -> Option<&Device> {
+    let mut used = s.devices.iter().filter(|d| !d.is_empty());
+    let one = used.next()?;
+    used.next().is_none().then_some(one)
+}
+
+/// Compare `a` with `b`, sites named with `depth` frames, devices paired as the user
+/// means ([`Pairing::Auto`]).
 pub fn diff(a: &Snapshot, b: &Snapshot, depth: usize) -> Vec<DeviceDiff> {
+    diff_paired(a, b, depth, Pairing::Auto)
+}
+
+/// Compare `a` with `b`, devices paired by `pairing`.
+pub fn diff_paired(a: &Snapshot, b: &Snapshot, depth: usize, pairing: Pairing) -> Vec<DeviceDiff> {
+    if pairing == Pairing::Auto {
+        if let (Some(da), Some(db)) = (only_device(a), only_device(b)) {
+            let sa = side(a, Some(da), depth);
+            let sb = side(b, Some(db), depth);
+            return vec![DeviceDiff {
+                ordinal: da.ordinal,
+                b_ordinal: (db.ordinal != da.ordinal).then_some(db.ordinal),
+                a: sa.peaks,
+                b: sb.peaks,
+                at_peak: changes(&sa.at_peak, &sb.at_peak),
+                at_end: changes(&sa.at_end, &sb.at_end),
+            }];
+        }
+    }
     let mut ords: Vec<i64> = a
         .devices
         .iter()
@@ -113,6 +156,7 @@ pub fn diff(a: &Snapshot, b: &Snapshot, depth: usize) -> Vec<DeviceDiff> {
             let sb = side(b, b.device(o), depth);
             DeviceDiff {
                 ordinal: o,
+                b_ordinal: None,
                 a: sa.peaks,
                 b: sb.peaks,
                 at_peak: changes(&sa.at_peak, &sb.at_peak),
@@ -133,7 +177,19 @@ pub fn render(diffs: &[DeviceDiff], top: usize) -> String {
         out.push_str("no device memory in either input\n");
     }
     for d in diffs {
-        let _ = writeln!(out, "device {}:", d.ordinal);
+        match d.b_ordinal {
+            None => {
+                let _ = writeln!(out, "device {}:", d.ordinal);
+            }
+            Some(b) => {
+                let _ = writeln!(
+                    out,
+                    "device {} (A) vs device {b} (B): each file has one device, so they are \
+                     compared (--by-number pairs devices by number):",
+                    d.ordinal
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "  peak allocated: {} -> {} ({})",

@@ -1,93 +1,473 @@
 //! Which frame of a stack is the program's: the site a block is attributed to.
 //!
-//! Policy: a stack is innermost first; the site is the first frame that is not machinery
-//! between the program and the memory, i.e. not the allocator, the CUDA runtime or driver,
-//! a framework's allocator internals, or cushim's own. PyTorch's snapshots start every stack
-//! with `torch::unwind::unwind()` and `c10::cuda::CUDACachingAllocator` frames, then ATen
-//! (`at::`) operator dispatch; attributing to them would put every block at one "site", so
-//! they are skipped. Python frames inside the `torch` package itself are skipped as well
-//! (the caller of `torch.empty` is the answer, not `torch/nn/modules/linear.py`), but only
-//! while a frame outside it follows: a stack of nothing but machinery keeps its innermost
-//! frame, so no block is ever left without a site. At the other end, the frames that only
-//! start a process or thread (`_start`, `__libc_start_main`, ...) are trimmed.
+//! Policy: a stack is innermost first; the site is the innermost **program** frame: a
+//! Python frame of the program, or a native frame of the program's own code. Everything
+//! between the program and the memory is machinery and never a site while a program frame
+//! exists: the allocator, the CUDA runtime and driver and their Python bindings, a
+//! framework's C++ (`at::`, `c10::`, `torch::`), the interpreter and its call machinery
+//! (CPython's `_PyEval_*`/`cfunction_call`, libffi, ctypes, pybind11), cushim's own crates.
+//! A framework's own Python code (`torch/nn/modules/...`) is library code: skipped while
+//! the program has a frame in the stack (the caller of `torch.empty` is the answer), the
+//! site when nothing of the program is there. A stack of nothing but machinery keeps its
+//! innermost frame, so no block is ever left without a site. The frames that only start a
+//! process or thread (`_start`, `__libc_start_main`, ...) are never a site.
+//!
+//! C++ names are classified after demangling, by their qualified name: the return type a
+//! demangler puts first (`void at::cuda::blas::gemm_and_bias<float>(...)`,
+//! `_object* torch::autograd::...`), template arguments and the parameter list are taken
+//! off first ([`qualified_name`]), so one rule covers every spelling. An unsymbolized
+//! native frame (`libffi.so.8+0x6f79`) is classified by its module.
+//!
+//! The rules are one table, [`RULES`], each with the reason it exists; the first rule that
+//! matches decides; a frame no rule matches is the program's.
 
 use crate::analyze::model::{Frame, Stacks};
 
-/// Name prefixes of machinery frames (C++ namespaces, CUDA API symbols, cushim's crates).
-const SKIP_NAME_PREFIXES: &[&str] = &[
-    "torch::unwind::",
-    "torch::CapturedTraceback",
-    "torch::",
-    "c10::",
-    "at::",
-    "cudaMalloc",
-    "cudaFree",
-    "cuMem",
-    "__cudart",
-    "cudart::",
-    "cushim::",
-    "cushim_shim::",
-    "simcuda::",
-    "rmm::mr::",
-    "std::unique_ptr<void, std::function",
-];
-
-/// File path parts of machinery frames.
-const SKIP_FILE_PARTS: &[&str] = &[
-    "/torch/cuda/memory.py",
-    "/torch/utils/_",
-    "/torch/_ops.py",
-    "/torch/_tensor.py",
-    "/torch/nn/modules/",
-    "/torch/nn/functional.py",
-    "/torch/_refs/",
-    "/torch/_prims",
-    "/torch/autograd/",
-    "/torch/optim/",
-    "/c10/cuda/",
-    "/aten/src/",
-    "libcudart",
-    "libcuda.so",
-    "libc10",
-    "libtorch",
-    "libcushim",
-    "libsimcuda",
-];
-
-/// Outermost frames that only start a process or thread (trimmed from the caller's end).
-const START_FRAMES: &[&str] = &[
-    "_start",
-    "__libc_start_main",
-    "__libc_start_main_impl",
-    "__libc_start_call_main",
-    "start_thread",
-    "clone",
-    "clone3",
-];
-
-/// Whether `f` is machinery between the program and the memory.
-pub fn is_machinery(f: &Frame) -> bool {
-    let name = f.name.trim_start();
-    SKIP_NAME_PREFIXES.iter().any(|p| name.starts_with(p))
-        || SKIP_FILE_PARTS.iter().any(|p| f.file.contains(p))
-        || name == "??"
+/// What a frame is to the site finder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The program's own code (Python or native): a site.
+    Program,
+    /// A framework's own Python code: a site only when the program has no frame.
+    Library,
+    /// Between the program and the memory: a site only when nothing else is in the stack.
+    Machinery,
+    /// Starts a process or thread: never a site while anything else is in the stack.
+    Start,
 }
 
-/// The frames of stack `id` from the program's first frame on, innermost first (the whole
-/// stack when every frame is machinery).
-pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
-    let mut all: Vec<&Frame> = stacks.frames_of(id).collect();
-    while all.len() > 1
-        && all
-            .last()
-            .is_some_and(|f| START_FRAMES.contains(&f.name.trim()))
+/// What a rule looks at.
+#[derive(Debug, Clone, Copy)]
+pub enum Test {
+    /// The C++ qualified name (after [`qualified_name`]) starts with this.
+    Qualified(&'static str),
+    /// The frame's name (a C symbol) is exactly this.
+    Symbol(&'static str),
+    /// The frame's name (a C symbol) starts with this.
+    SymbolPrefix(&'static str),
+    /// The frame's file path, or the module of an unsymbolized `module+0x...` frame,
+    /// contains this.
+    Path(&'static str),
+}
+
+/// One classification rule: what it matches, what that makes the frame, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    pub test: Test,
+    pub class: Class,
+    pub reason: &'static str,
+}
+
+const fn rule(test: Test, class: Class, reason: &'static str) -> Rule {
+    Rule {
+        test,
+        class,
+        reason,
+    }
+}
+
+use Class::{Library, Machinery, Start};
+use Test::{Path, Qualified, Symbol, SymbolPrefix};
+
+/// The classification table, first match wins (Python frames are decided by [`classify`]
+/// before it: a `.py` file is the program unless a `Path` rule makes it a library).
+pub const RULES: &[Rule] = &[
+    // Process and thread start.
+    rule(
+        Symbol("_start"),
+        Start,
+        "the ELF entry point: runs before main",
+    ),
+    rule(
+        Symbol("__libc_start_main"),
+        Start,
+        "glibc's start: calls main",
+    ),
+    rule(
+        Symbol("__libc_start_main_impl"),
+        Start,
+        "glibc's start: calls main",
+    ),
+    rule(
+        Symbol("__libc_start_call_main"),
+        Start,
+        "glibc's start: calls main",
+    ),
+    rule(
+        Symbol("start_thread"),
+        Start,
+        "glibc's thread start: calls the thread function",
+    ),
+    rule(Symbol("clone"), Start, "the thread's first frame"),
+    rule(Symbol("clone3"), Start, "the thread's first frame"),
+    rule(
+        Symbol("Py_BytesMain"),
+        Start,
+        "CPython's main: starts the interpreter",
+    ),
+    rule(
+        Symbol("Py_RunMain"),
+        Start,
+        "CPython's main: starts the interpreter",
+    ),
+    rule(
+        SymbolPrefix("pymain_"),
+        Start,
+        "CPython's main: starts the interpreter",
+    ),
+    // Frameworks' Python code.
+    rule(
+        Path("/torch/"),
+        Library,
+        "PyTorch's Python package: the program called it",
+    ),
+    rule(
+        Path("/numba/cuda/cudadrv/"),
+        Library,
+        "numba's driver layer: the program called it",
+    ),
+    rule(
+        Path("/cuda/bindings/"),
+        Library,
+        "NVIDIA's cuda.bindings: a driver wrapper",
+    ),
+    rule(
+        Path("/cuda/cudart.py"),
+        Library,
+        "NVIDIA's cuda-python runtime wrapper",
+    ),
+    rule(
+        Path("/cupy/cuda/"),
+        Library,
+        "CuPy's memory layer: the program called it",
+    ),
+    rule(
+        Path("/ctypes/__init__.py"),
+        Library,
+        "ctypes' call wrappers",
+    ),
+    // PyTorch's C++ (demangled, qualified names).
+    rule(
+        Qualified("torch::"),
+        Machinery,
+        "PyTorch's C++: unwinding, autograd, bindings",
+    ),
+    rule(
+        Qualified("c10::"),
+        Machinery,
+        "PyTorch's core: the caching allocator itself",
+    ),
+    rule(
+        Qualified("at::"),
+        Machinery,
+        "ATen: operator dispatch and kernels",
+    ),
+    rule(Qualified("caffe2::"), Machinery, "PyTorch's legacy core"),
+    rule(
+        Qualified("pybind11::"),
+        Machinery,
+        "pybind11: C++ called from Python",
+    ),
+    rule(
+        SymbolPrefix("THP"),
+        Machinery,
+        "PyTorch's Python bindings (THPVariable_...)",
+    ),
+    rule(
+        Qualified("std::unique_ptr<void, std::function"),
+        Machinery,
+        "a deleter wrapper",
+    ),
+    rule(Qualified("std::function"), Machinery, "a callable wrapper"),
+    rule(Qualified("std::__invoke"), Machinery, "a callable wrapper"),
+    rule(
+        Qualified("rmm::mr::"),
+        Machinery,
+        "RMM's memory resources: an allocator",
+    ),
+    // CUDA runtime and driver.
+    rule(
+        SymbolPrefix("cudaMalloc"),
+        Machinery,
+        "the CUDA runtime's allocation API",
+    ),
+    rule(
+        SymbolPrefix("cudaFree"),
+        Machinery,
+        "the CUDA runtime's free API",
+    ),
+    rule(
+        SymbolPrefix("cuMem"),
+        Machinery,
+        "the CUDA driver's memory API",
+    ),
+    rule(
+        SymbolPrefix("__cudart"),
+        Machinery,
+        "the static CUDA runtime's internals",
+    ),
+    rule(
+        Qualified("cudart::"),
+        Machinery,
+        "the CUDA runtime's internals",
+    ),
+    rule(Path("libcudart"), Machinery, "the CUDA runtime"),
+    rule(Path("libcuda.so"), Machinery, "the CUDA driver"),
+    rule(
+        Path("cydriver"),
+        Machinery,
+        "cuda.bindings' Cython driver calls",
+    ),
+    rule(
+        Path("cyruntime"),
+        Machinery,
+        "cuda.bindings' Cython runtime calls",
+    ),
+    // cushim and simcuda.
+    rule(Qualified("cushim::"), Machinery, "cushim's engine"),
+    rule(Qualified("cushim_shim::"), Machinery, "cushim's shim"),
+    rule(Qualified("simcuda::"), Machinery, "the simulated driver"),
+    rule(Path("libcushim"), Machinery, "cushim's shim"),
+    rule(Path("libsimcuda"), Machinery, "the simulated driver"),
+    // Frameworks' native libraries, unsymbolized or by file.
+    rule(Path("libtorch"), Machinery, "PyTorch's C++ libraries"),
+    rule(Path("libc10"), Machinery, "PyTorch's core library"),
+    rule(Path("/c10/"), Machinery, "PyTorch's core sources"),
+    rule(Path("/aten/src/"), Machinery, "ATen's sources"),
+    rule(Path("/torch/csrc/"), Machinery, "PyTorch's C++ sources"),
+    // The Python interpreter and its call machinery.
+    rule(
+        SymbolPrefix("_Py"),
+        Machinery,
+        "CPython internals (_PyEval_EvalFrameDefault, ...)",
+    ),
+    rule(
+        SymbolPrefix("Py"),
+        Machinery,
+        "CPython's C API (PyObject_Call, ...)",
+    ),
+    rule(
+        SymbolPrefix("cfunction_"),
+        Machinery,
+        "CPython: calling a builtin function",
+    ),
+    rule(
+        SymbolPrefix("method_vectorcall"),
+        Machinery,
+        "CPython: calling a method",
+    ),
+    rule(
+        SymbolPrefix("vectorcall"),
+        Machinery,
+        "CPython: the vectorcall protocol",
+    ),
+    rule(
+        SymbolPrefix("slot_tp_"),
+        Machinery,
+        "CPython: a type slot calling Python",
+    ),
+    rule(
+        SymbolPrefix("builtin_exec"),
+        Machinery,
+        "CPython: the exec builtin",
+    ),
+    rule(Symbol("run_mod"), Machinery, "CPython: running a module"),
+    rule(
+        Symbol("run_eval_code_obj"),
+        Machinery,
+        "CPython: running a module's code",
+    ),
+    rule(
+        Symbol("_start_user_main"),
+        Start,
+        "a C runtime's start: calls main",
+    ),
+    rule(
+        Symbol("call_function"),
+        Machinery,
+        "CPython: the evaluation loop's call",
+    ),
+    rule(
+        Symbol("function_code_fastcall"),
+        Machinery,
+        "CPython: calling a function",
+    ),
+    rule(
+        Symbol("object_vacall"),
+        Machinery,
+        "CPython: calling an object",
+    ),
+    rule(
+        SymbolPrefix("ffi_call"),
+        Machinery,
+        "libffi: how ctypes calls C",
+    ),
+    rule(
+        SymbolPrefix("_ctypes_"),
+        Machinery,
+        "ctypes' call machinery",
+    ),
+    rule(
+        SymbolPrefix("_call_function_pointer"),
+        Machinery,
+        "ctypes' call machinery",
+    ),
+    rule(
+        SymbolPrefix("PyCFuncPtr"),
+        Machinery,
+        "ctypes' function pointer object",
+    ),
+    rule(Path("libffi"), Machinery, "libffi: how ctypes calls C"),
+    rule(Path("_ctypes"), Machinery, "ctypes' extension module"),
+    rule(Path("libpython"), Machinery, "the Python interpreter"),
+    rule(
+        Path("/Python/"),
+        Machinery,
+        "CPython's sources (Python/ceval.c, ...)",
+    ),
+    rule(
+        Path("/Objects/"),
+        Machinery,
+        "CPython's sources (Objects/call.c, ...)",
+    ),
+    rule(
+        Path("/Modules/"),
+        Machinery,
+        "CPython's sources (Modules/main.c, ...)",
+    ),
+    rule(
+        Path("python3"),
+        Machinery,
+        "the Python interpreter's executable",
+    ),
+    rule(
+        Path("python2"),
+        Machinery,
+        "the Python interpreter's executable",
+    ),
+    rule(
+        Symbol("??"),
+        Machinery,
+        "an unknown frame says nothing of the program",
+    ),
+];
+
+/// The qualified name of a demangled C++ symbol: return type, template arguments and
+/// parameter list taken off (`void at::native::f<float>(int) const` -> `at::native::f`).
+/// A plain C symbol comes back unchanged.
+pub fn qualified_name(name: &str) -> String {
+    let name = name.trim().replace("(anonymous namespace)", "{anon}");
+    // Template arguments (balanced `<...>`), except in `operator<` and friends.
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    let mut skip_to = 0usize;
+    for (i, c) in name.char_indices() {
+        if i < skip_to {
+            continue;
+        }
+        if name[..i].ends_with("operator") && matches!(c, '<' | '>' | '(' | '-') {
+            // `operator<`, `operator<<`, `operator()`, `operator->`: part of the name.
+            let rest = &name[i..];
+            let two = rest.starts_with("()")
+                || (rest.len() > 1 && c != '(' && matches!(rest.as_bytes()[1], b'<' | b'>' | b'='));
+            let len = if two { 2 } else { 1 };
+            if depth == 0 {
+                out.push_str(&rest[..len]);
+            }
+            skip_to = i + len;
+            continue;
+        }
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            '(' if depth == 0 => break,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    // The return type, if any, is everything before the last space outside the name.
+    let q = out.trim();
+    let q = q.rsplit(' ').next().unwrap_or(q);
+    q.trim_start_matches(['*', '&']).to_string()
+}
+
+/// The module of an unsymbolized frame named `module+0xoffset`.
+fn module_of(name: &str) -> Option<&str> {
+    let (m, off) = name.rsplit_once("+0x")?;
+    (!m.is_empty() && off.bytes().all(|c| c.is_ascii_hexdigit())).then_some(m)
+}
+
+/// Whether `f` is a Python frame (its file is Python source).
+pub fn is_python(f: &Frame) -> bool {
+    let file = f.file.trim();
+    file.ends_with(".py") || file.ends_with(".pyx") || file.ends_with(".pyw")
+}
+
+/// The first rule that matches `f`, if any.
+pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
+    let name = f.name.trim();
+    let python = is_python(f);
+    let qualified = if python {
+        String::new()
+    } else {
+        qualified_name(name)
+    };
+    let module = module_of(name);
+    RULES.iter().find(|r| match r.test {
+        // Python frames are matched by their file only: a Python function may be named
+        // anything (`run_model`, `PyTorchModel`).
+        Symbol(s) => !python && name == s,
+        SymbolPrefix(p) => !python && name.starts_with(p),
+        Qualified(p) => !python && qualified.starts_with(p),
+        Path(p) => {
+            // Library rules name frameworks' Python files; the others, native code.
+            (r.class == Library) == python
+                && (f.file.contains(p) || module.is_some_and(|m| m.contains(p)))
+        }
+    })
+}
+
+/// What `f` is (the first matching rule's class; the program's when none matches). A raw
+/// address with no module (`0x7f...`) is machinery: it says nothing of the program.
+pub fn classify(f: &Frame) -> Class {
+    if let Some(r) = rule_for(f) {
+        return r.class;
+    }
+    let name = f.name.trim();
+    if name.is_empty()
+        || (name.starts_with("0x") && name[2..].bytes().all(|c| c.is_ascii_hexdigit()))
     {
-        all.pop();
+        return Class::Machinery;
     }
-    match all.iter().position(|f| !is_machinery(f)) {
-        Some(p) => all[p..].to_vec(),
-        None => all,
+    Class::Program
+}
+
+/// Whether `f` is machinery between the program and the memory (not a site while the
+/// program has a frame in the stack).
+pub fn is_machinery(f: &Frame) -> bool {
+    classify(f) != Class::Program
+}
+
+/// The frames of stack `id` that can be sites, innermost first: its program frames; when
+/// it has none, its library frames; when it has none of those either, its innermost
+/// frame (so a recorded stack is never without a site).
+pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
+    let all: Vec<(&Frame, Class)> = stacks.frames_of(id).map(|f| (f, classify(f))).collect();
+    for want in [Class::Program, Class::Library] {
+        let v: Vec<&Frame> = all
+            .iter()
+            .filter(|(_, c)| *c == want)
+            .map(|(f, _)| *f)
+            .collect();
+        if !v.is_empty() {
+            return v;
+        }
     }
+    all.iter()
+        .find(|(_, c)| *c == Class::Machinery)
+        .or(all.first())
+        .map(|(f, _)| vec![*f])
+        .unwrap_or_default()
 }
 
 /// `name (file:line)` of a frame.
@@ -95,8 +475,8 @@ pub fn describe(f: &Frame) -> String {
     format!("{} ({}:{})", f.name, f.file, f.line)
 }
 
-/// The site of stack `id`: its first program frame and `depth - 1` callers, innermost
-/// first, joined by ` <- `; `<no stack>` when nothing was recorded.
+/// The site of stack `id`: its first program frame and `depth - 1` program callers,
+/// innermost first, joined by ` <- `; `<no stack>` when nothing was recorded.
 pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
     let frames = program_frames(stacks, id);
     if frames.is_empty() {
@@ -108,4 +488,147 @@ pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
         .map(|f| describe(f))
         .collect::<Vec<_>>()
         .join(" <- ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fr(name: &str, file: &str, line: i64) -> Frame {
+        Frame {
+            name: name.into(),
+            file: file.into(),
+            line,
+        }
+    }
+
+    fn stacks(frames: Vec<Frame>) -> Stacks {
+        let n = frames.len() as u32;
+        Stacks {
+            frames,
+            lists: vec![Box::new([]), (0..n).collect()],
+        }
+    }
+
+    #[test]
+    fn qualified_names_lose_return_types_templates_and_parameters() {
+        let q = |s| qualified_name(s);
+        assert_eq!(
+            q("void at::cuda::blas::gemm_and_bias<float>(bool, bool, long, float const*)"),
+            "at::cuda::blas::gemm_and_bias"
+        );
+        assert_eq!(
+            q("bool at::native::_resize_output_check<long>(at::Tensor const&, c10::ArrayRef<long>)"),
+            "at::native::_resize_output_check"
+        );
+        assert_eq!(
+            q("_object* torch::autograd::THPVariable_mm(_object*, _object*, _object*)"),
+            "torch::autograd::THPVariable_mm"
+        );
+        assert_eq!(
+            q("std::vector<int, std::allocator<int> >::operator[](unsigned long) const"),
+            "std::vector::operator[]"
+        );
+        assert_eq!(q("c10::(anonymous namespace)::f()"), "c10::{anon}::f");
+        assert_eq!(q("cfunction_call"), "cfunction_call");
+        assert_eq!(q("main"), "main");
+        assert_eq!(q("f\u{fffd}x<\u{fffd}>(\u{fffd})"), "f\u{fffd}x");
+        assert_eq!(q("operator\u{fffd}"), "operator\u{fffd}");
+        assert_eq!(q("a::operator<<(int)"), "a::operator<<");
+    }
+
+    #[test]
+    fn every_rule_has_a_reason() {
+        assert!(RULES.iter().all(|r| r.reason.len() > 8));
+    }
+
+    #[test]
+    fn cpp_names_with_return_types_are_machinery() {
+        for n in [
+            "void at::cuda::blas::gemm_and_bias<float>(bool, bool)",
+            "bool at::native::_resize_output(at::Tensor const&)",
+            "_object* torch::autograd::THPVariable_addmm(_object*, _object*)",
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char)",
+            "pybind11::cpp_function::dispatcher(_object*, _object*, _object*)",
+        ] {
+            assert_eq!(classify(&fr(n, "??", 0)), Class::Machinery, "{n}");
+        }
+    }
+
+    #[test]
+    fn interpreter_and_ffi_frames_are_machinery_and_python_frames_the_program() {
+        for (n, f) in [
+            ("cfunction_call", ""),
+            ("_PyEval_EvalFrameDefault", "/usr/src/python/Python/ceval.c"),
+            ("_PyFunction_Vectorcall", "??"),
+            ("PyObject_Call", "??"),
+            ("libffi.so.8+0x6f79", "??"),
+            ("ffi_call_unix64", "??"),
+            ("_ctypes.cpython-311-x86_64-linux-gnu.so+0x1234", "??"),
+            ("cydriver.cpython-311-x86_64-linux-gnu.so+0xc969", "??"),
+            ("python3.11+0x1d2f3", "??"),
+            ("0x7f0000001234", "??"),
+        ] {
+            assert_eq!(classify(&fr(n, f, 0)), Class::Machinery, "{n}");
+        }
+        assert_eq!(
+            classify(&fr(
+                "forward",
+                "/x/transformers/models/bert/modeling_bert.py",
+                286
+            )),
+            Class::Program
+        );
+        // A Python function is named anything; its file decides.
+        assert_eq!(classify(&fr("PyModel", "/home/u/m.py", 3)), Class::Program);
+        assert_eq!(
+            classify(&fr(
+                "forward",
+                "/x/site-packages/torch/nn/modules/linear.py",
+                116
+            )),
+            Class::Library
+        );
+        assert_eq!(
+            classify(&fr("fill_blocks", "/home/u/kernels.c", 12)),
+            Class::Program
+        );
+    }
+
+    #[test]
+    fn the_site_is_the_innermost_program_frame_and_depth_counts_program_frames() {
+        let s = stacks(vec![
+            fr("cudaMalloc", "??", 0),
+            fr("libffi.so.8+0x6f79", "??", 0),
+            fr("_ctypes_callproc", "??", 0),
+            fr("cfunction_call", "", 0),
+            fr("_PyEval_EvalFrameDefault", "??", 0),
+            fr("forward", "/x/torch/nn/modules/linear.py", 116),
+            fr("train_step", "/home/u/train.py", 42),
+            fr("_PyEval_EvalFrameDefault", "??", 0),
+            fr("main", "/home/u/train.py", 90),
+            fr("Py_BytesMain", "??", 0),
+            fr("__libc_start_main", "??", 0),
+        ]);
+        assert_eq!(site(&s, 1, 1), "train_step (/home/u/train.py:42)");
+        assert_eq!(
+            site(&s, 1, 2),
+            "train_step (/home/u/train.py:42) <- main (/home/u/train.py:90)"
+        );
+    }
+
+    #[test]
+    fn a_stack_of_machinery_keeps_a_site() {
+        let s = stacks(vec![
+            fr("forward", "/x/torch/nn/modules/linear.py", 116),
+            fr("_PyEval_EvalFrameDefault", "??", 0),
+        ]);
+        assert_eq!(
+            site(&s, 1, 1),
+            "forward (/x/torch/nn/modules/linear.py:116)"
+        );
+        let s = stacks(vec![fr("cudaMalloc", "??", 0), fr("_start", "??", 0)]);
+        assert_eq!(site(&s, 1, 1), "cudaMalloc (??:0)");
+        assert_eq!(site(&s, 0, 1), "<no stack>");
+    }
 }

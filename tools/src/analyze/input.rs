@@ -5,9 +5,10 @@
 //! file and says what is wrong (`FILE: line 7: ...`); logs give events only (no end state),
 //! on device 0, with each block's id standing in for its address.
 
-use crate::analyze::load::{from_value_sized, Loader};
+use crate::analyze::load::Loader;
 use crate::analyze::model::{Device, Event, Snapshot};
-use crate::snapshot::reader::{detect, read_bytes, read_pickle_file_with, read_pickle_with};
+use crate::snapshot::reader::{detect, read_pickle_file_with, read_pickle_with};
+use crate::snapshot::sniff::{compression, decompress, describe, name_error, not_snapshot};
 use cushim::snapshot::Format;
 use cushim::trace::event::Action;
 use std::path::Path;
@@ -17,18 +18,77 @@ type R<T> = Result<T, String>;
 /// Read and model `path`. A pickle (protocol 2+: it starts with PROTO) is streamed from the
 /// file, trace entries becoming events as they are read; other kinds are read whole.
 pub fn read(path: &Path) -> R<Snapshot> {
-    let at = |e: String| format!("{}: {e}", path.display());
-    let mut first = [0u8; 1];
+    let at = |e: String| name_error(path, &e);
+    let mut first = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
         .map_err(|e| at(e.to_string()))?;
-    if n == 1 && first[0] == 0x80 {
+    if n >= 1 && first[0] == 0x80 {
         let mut loader = Loader::new();
         let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
         return loader.model(&v, len).map_err(at);
     }
+    if let Some(r) = read_streamed(path) {
+        return r.map_err(at);
+    }
     let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+    let bytes = if compression(&first[..n]).is_some() {
+        decompress(bytes).map_err(at)?
+    } else {
+        bytes
+    };
     from_bytes(&bytes).map_err(at)
+}
+
+/// A JSON or msgpack snapshot streamed from `path` (trace entries become events as they
+/// are read, so the file is never in memory whole); `None` when `path` holds something
+/// else (a log, a compressed file, not a snapshot), which is read whole.
+fn read_streamed(path: &Path) -> Option<R<Snapshot>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let mut head = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut f, &mut head).ok()?;
+    head.truncate(n);
+    if let Some(line) = first_text_line(&head) {
+        let l = line.to_ascii_lowercase();
+        if l.starts_with("thread,time,action") || is_log_line(line) {
+            return None;
+        }
+    }
+    let json = detect(&head) == Format::Json;
+    if !json && !crate::snapshot::sniff::starts_msgpack_map(&head) {
+        return None;
+    }
+    let src = std::io::Read::chain(std::io::Cursor::new(head.clone()), f);
+    let src = crate::snapshot::progress::Progress::new(src, &path.display().to_string(), len);
+    let mut loader = Loader::new();
+    let v = if json {
+        crate::snapshot::stream::read_json(src, Some(&mut loader))
+    } else {
+        crate::snapshot::stream::read_msgpack(src, Some(&mut loader))
+    };
+    let v = match v {
+        Ok(v) => v,
+        Err(e) => {
+            // Text starting with a bracket that is not JSON is not a snapshot; a damaged
+            // snapshot (it names its keys near the start) keeps the precise error.
+            let named = head
+                .windows(8)
+                .any(|w| w == b"segments" || w == b"device_t");
+            return Some(Err(if json && !named && is_syntax(&e) {
+                not_snapshot(describe(&head))
+            } else {
+                e
+            }));
+        }
+    };
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    Some(loader.model(&v, len))
+}
+
+/// Whether a JSON error says the text is not JSON at all (not that it nests too deep).
+fn is_syntax(e: &str) -> bool {
+    e.starts_with("JSON") && !e.contains("recursion limit") && !e.contains("nests deeper")
 }
 
 /// Model input bytes of any supported kind.
@@ -55,8 +115,31 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
         let v = read_pickle_with(bytes, &mut loader)?;
         return loader.model(&v, bytes.len());
     }
-    let v = read_bytes(bytes)?;
-    from_value_sized(&v, bytes.len())
+    let json = detect(bytes) == Format::Json;
+    if !json && !crate::snapshot::sniff::starts_msgpack_map(bytes) {
+        return Err(not_snapshot(describe(bytes)));
+    }
+    // The same stream readers as a file's (same tree, same errors).
+    let mut loader = Loader::new();
+    let v = if json {
+        crate::snapshot::stream::read_json(bytes, Some(&mut loader))
+    } else {
+        crate::snapshot::stream::read_msgpack(bytes, Some(&mut loader))
+    };
+    let v = v.map_err(|e| {
+        // Text starting with a bracket that is not JSON is not a snapshot; a damaged
+        // snapshot (it names its keys near the start) keeps the precise JSON error.
+        let head = &bytes[..bytes.len().min(4096)];
+        let named = head
+            .windows(8)
+            .any(|w| w == b"segments" || w == b"device_t");
+        if json && !named && is_syntax(&e) {
+            not_snapshot(describe(bytes))
+        } else {
+            e
+        }
+    })?;
+    loader.model(&v, bytes.len())
 }
 
 /// The first non-blank, non-comment line, if the file starts as text.

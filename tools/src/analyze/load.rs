@@ -517,10 +517,17 @@ impl Loader {
 
     fn model_inner(&mut self, v: &Value, input_len: usize) -> R<Snapshot> {
         let mut budget = Budget((input_len / MIN_ENTRY_BYTES).saturating_add(1024));
-        if !matches!(v, Value::Dict(_)) {
-            return Err(format!(
-                "expected a snapshot (a dict with segments and device_traces), found {}",
-                kind(v)
+        let Value::Dict(top) = v else {
+            return Err(crate::snapshot::sniff::not_snapshot(kind(v)));
+        };
+        // A snapshot has at least one of these; a dict with none of them is some other
+        // data (a Chrome trace, a package.json, a pickled config).
+        const SNAPSHOT_KEYS: [&str; 4] =
+            ["segments", "device_traces", "host_segments", "host_traces"];
+        if !SNAPSHOT_KEYS.iter().any(|k| v.get(k).is_some()) {
+            let keys: Vec<&str> = top.iter().filter_map(|(k, _)| k.as_str()).collect();
+            return Err(crate::snapshot::sniff::not_snapshot(
+                crate::snapshot::sniff::describe_dict(&keys),
             ));
         }
         let mut devices: Vec<Device> = Vec::new();

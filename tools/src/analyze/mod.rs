@@ -11,6 +11,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod device_size;
 pub mod diff;
 pub mod frames;
 pub mod input;
@@ -18,8 +19,10 @@ pub mod kinds;
 pub mod load;
 pub mod log_model;
 pub mod model;
+pub mod recorded_stats;
 pub mod replay;
 pub mod report;
+pub mod seed;
 pub mod segments_at;
 pub mod sites;
 pub mod summary;

@@ -2,21 +2,29 @@
 //! fake device) under the recorded settings and others, to answer "what would this setting
 //! have done?".
 //!
-//! Policy: each device's trace is replayed on its own fake device of the recorded size
-//! (unlimited when the input does not record it; then no replay can run out of memory and
-//! `garbage_collection_threshold`, a fraction of the device, never triggers). Blocks live
-//! before the trace began (see `timeline`) are allocated first, in address order. An
-//! `alloc` is a `malloc` on its recorded stream; a block goes back to the cache when its
-//! free completed (`free_completed`: when the recorded allocator could reuse it). Peak
-//! allocated is counted as the recorded row counts it, and as PyTorch's `allocated_bytes`
-//! does: a block stops being allocated when the program frees it (`free_requested`), though
-//! the cache cannot reuse it before the free completes; each block counts the size the
-//! engine rounds its request to (under the replayed settings). Recorded segment events are not
-//! replayed: the engine makes its own. What the replay cannot know is listed with the table
-//! ([`Replay::notes`]): which blocks existed before the trace, when pending frees would
-//! have completed under other settings, and memory the program reserved outside the cache.
+//! Policy: each device's trace is replayed on its own fake device, of the size
+//! `device_size` chooses (given, recorded, or inferred from the trace's release-and-retry
+//! and out-of-memory entries; the reason is printed). The replay starts from the recorded
+//! layout when the trace began (`seed`): each segment then live is created at its size and
+//! carved into its blocks and free gaps in address order, so the cache holds the same gaps
+//! the recording had; a block that cannot be placed so under a setting (a segment beyond
+//! its `max_split_size`) is allocated where the engine puts it. An `alloc` is a `malloc`
+//! on its recorded stream; a block goes back to the cache when its free completed
+//! (`free_completed`: when the recorded allocator could reuse it). A recorded failed
+//! request (`oom`) is requested again and counted when it fails again (when it succeeds,
+//! on a larger device, it is given back at once: the program never held it). Peak
+//! allocated is counted as the recorded row counts it, and as PyTorch's
+//! `allocated_bytes` does: a block stops being allocated when the program frees it
+//! (`free_requested`), though the cache cannot reuse it before the free completes; each
+//! block counts the size the engine rounds its request to (under the replayed settings).
+//! Recorded segment events are not replayed: the engine makes its own; the device
+//! allocations and segment frees it made while seeding are not counted, so each column
+//! compares the trace's own. What the replay cannot know is listed with the table
+//! ([`Replay::notes`]).
 
+use crate::analyze::device_size::{choose, evidence, Evidence};
 use crate::analyze::model::{Device, Snapshot};
+use crate::analyze::seed::{layout_at_start, Piece, SeedSegment};
 use crate::analyze::timeline::{peaks, start_of, Start};
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::CachingAllocator;
@@ -26,11 +34,18 @@ use cushim_testsupport::fake_device::FakeDevice;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Device memory for inputs that do not record the device's size: 256 GiB, beyond any GPU
-/// made so far. It also bounds what a crafted request costs the replay: the engine keeps
-/// host-side records per mapped page of expandable segments (tens of MB for a TiB), and
-/// the fake device's expandable path overflows past its 16 TiB address span.
-const UNLIMITED: u64 = 256 << 30;
+/// The largest device a replay models (`device_size::UNLIMITED`, 256 GiB). It also bounds
+/// what a crafted request costs the replay: the engine keeps host-side records per mapped
+/// page of expandable segments (tens of MB for a TiB), and the fake device's expandable
+/// path overflows past its 16 TiB address span.
+const UNLIMITED: u64 = crate::analyze::device_size::UNLIMITED;
+
+/// What the user asked of a replay beyond the configurations.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// `--device-memory`: the device size to replay on.
+    pub device_memory: Option<u64>,
+}
 
 /// One configuration's figures on one device.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +58,9 @@ pub struct Row {
     /// Device allocation calls (cudaMalloc, or physical pages for expandable segments);
     /// `None` when not known (the recorded column of a log).
     pub device_allocs: Option<u64>,
+    /// Segments given back to the device (cache released to make room, `empty_cache`,
+    /// garbage collection); `None` when not known.
+    pub segment_frees: Option<u64>,
     pub ooms: u64,
 }
 
@@ -87,11 +105,15 @@ pub fn default_confs() -> Vec<String> {
     .collect()
 }
 
+/// What "peak allocated" means in every row (the definition `summary` and `demo` use).
+pub const PEAK_ALLOCATED: &str = "peak allocated: the most bytes at once in blocks the program \
+    held (PyTorch's allocated_bytes.all.peak, as summary and demo print it), over the trace";
+
 /// The note about a configuration the engine cannot replay faithfully.
 pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
     modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
 
-fn recorded_row(snap: &Snapshot, dev: &Device, st: &Start) -> Row {
+fn recorded_row(snap: &Snapshot, dev: &Device, st: &Start, e: &Evidence) -> Row {
     let p = peaks(dev, st);
     let allocs = dev
         .events
@@ -103,34 +125,22 @@ fn recorded_row(snap: &Snapshot, dev: &Device, st: &Start) -> Row {
         peak_reserved: snap.has_state.then_some(p.reserved),
         peak_allocated: p.allocated,
         device_allocs: snap.has_state.then_some(allocs),
+        segment_frees: snap.has_state.then_some(e.segment_frees),
         ooms: p.ooms,
     }
 }
 
-/// The blocks live before `dev`'s trace began, as (recorded address, size, pending), in
-/// address order: what each replay allocates first.
-fn live_before(st: &Start) -> Vec<(u64, u64, bool)> {
-    let mut before: Vec<(u64, u64, bool)> = st
-        .state
-        .allocated
-        .iter()
-        .map(|(&addr, l)| (addr, l.size, false))
-        .chain(
-            st.state
-                .pending
-                .iter()
-                .map(|(&addr, l)| (addr, l.size, true)),
-        )
-        .collect();
-    before.sort_unstable();
-    before
+/// What a replay starts from: the recorded layout, and the live blocks outside it.
+struct Seed {
+    segments: Vec<SeedSegment>,
+    outside: Vec<(u64, u64, bool)>,
 }
 
-/// Replay `dev` under `conf`, starting from the blocks live `before` its trace.
+/// Replay `dev` under `conf` on a device of `capacity` bytes, starting from `seed`.
 fn replay_device(
-    snap: &Snapshot,
     dev: &Device,
-    before: &[(u64, u64, bool)],
+    seed: &Seed,
+    capacity: u64,
     conf: &str,
     label: String,
 ) -> Result<Row, String> {
@@ -138,7 +148,7 @@ fn replay_device(
     if let Some(e) = errs.first() {
         return Err(format!("--conf {conf:?}: {e}"));
     }
-    let capacity = snap.device_total.map_or(UNLIMITED, |t| t.min(UNLIMITED));
+    let capacity = capacity.min(UNLIMITED);
     let fake = Arc::new(FakeDevice::new(1, capacity));
     let rounded = {
         let c = c.clone();
@@ -158,18 +168,68 @@ fn replay_device(
             a.malloc(0, size, stream, 0)
         }
     };
-    for &(addr, size, pending) in before {
-        match malloc(size, 0) {
-            Ok(p) => {
-                let n = rounded(size);
-                if !pending {
-                    allocated += n;
-                }
-                ptrs.insert(addr, (p, n, pending));
+    // Seeding: per segment, create it whole, give it back to the cache, then take its
+    // pieces in address order (each split from the front of what is left); the free gaps
+    // are held until every segment is carved, so no later piece lands in one.
+    let mut gaps: Vec<u64> = Vec::new();
+    let mut hold = |addr: u64, size: u64, piece: Piece, p: u64| match piece {
+        Piece::Free => gaps.push(p),
+        Piece::Allocated | Piece::Pending => {
+            let n = rounded(size);
+            let pending = piece == Piece::Pending;
+            if !pending {
+                allocated += n;
             }
+            ptrs.insert(addr, (p, n, pending));
+        }
+    };
+    for seg in &seed.segments {
+        let whole = [(seg.address, seg.size, Piece::Free)];
+        let pieces: &[(u64, u64, Piece)] = if seg.pieces.is_empty() {
+            &whole
+        } else {
+            &seg.pieces
+        };
+        // A small-pool segment (2 MiB of blocks of 1 MiB at most) is made by its first
+        // block; a large one by a request of its size.
+        let small = pieces.iter().all(|p| p.1 <= 1 << 20) && pieces.len() > 1;
+        if !small && pieces.len() > 1 && !seg.expandable {
+            if let Ok(p) = malloc(seg.size, seg.stream) {
+                let _ = a.free(p, 0, 0);
+            }
+        }
+        for &(addr, size, piece) in pieces {
+            if seg.expandable && piece == Piece::Free {
+                continue;
+            }
+            match malloc(size, seg.stream) {
+                Ok(p) => hold(addr, size, piece, p),
+                Err(_) => ooms += u64::from(piece != Piece::Free),
+            }
+        }
+    }
+    for &(addr, size, pending) in &seed.outside {
+        let piece = if pending {
+            Piece::Pending
+        } else {
+            Piece::Allocated
+        };
+        match malloc(size, 0) {
+            Ok(p) => hold(addr, size, piece, p),
             Err(_) => ooms += 1,
         }
     }
+    for g in gaps {
+        let _ = a.free(g, 0, 0);
+    }
+    // Successful device allocations and frees (the engine's counts, as PyTorch's
+    // num_device_alloc/free: a failed attempt is not one), less the seeding's.
+    let device_calls = || {
+        let st = a.stats(0);
+        let n = |k: &str| st.get(k).copied().unwrap_or(0).max(0) as u64;
+        (n("num_device_alloc"), n("num_device_free"))
+    };
+    let seeded = device_calls();
     let mut peak_allocated = allocated;
     for ev in &dev.events {
         match ev.action {
@@ -185,6 +245,14 @@ fn replay_device(
                         }
                     }
                     peak_allocated = peak_allocated.max(allocated);
+                }
+                Err(_) => ooms += 1,
+            },
+            // A request that failed in the recording: asked again; on a device where it
+            // fits, given back at once (the program never held it).
+            Action::Oom => match malloc(ev.size, ev.stream) {
+                Ok(p) => {
+                    let _ = a.free(p, 0, 0);
                 }
                 Err(_) => ooms += 1,
             },
@@ -209,42 +277,54 @@ fn replay_device(
     }
     let stats = a.stats(0);
     let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
-    let counters = fake.counters();
+    let end = device_calls();
     Ok(Row {
         label,
         peak_reserved: Some(stat("reserved_bytes.all.peak")),
         peak_allocated,
-        device_allocs: Some(counters.malloc + counters.create_physical),
+        device_allocs: Some(end.0.saturating_sub(seeded.0)),
+        segment_frees: Some(end.1.saturating_sub(seeded.1)),
         ooms,
     })
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
 pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
+    replay_with(snap, confs, &Options::default())
+}
+
+/// [`replay`] with the user's [`Options`].
+pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
     let mut notes = Vec::new();
     match &snap.settings {
         Some(s) => notes.push(format!("recorded settings: {:?}", s)),
         None => notes.push("the input records no allocator settings: the recorded row is replayed under PyTorch's defaults".into()),
     }
-    match snap.device_total {
-        Some(t) if t > UNLIMITED => notes.push(format!(
-            "the device's recorded size ({t} bytes) is beyond what the replay models: it runs on 256 GiB"
-        )),
-        Some(t) => notes.push(format!(
-            "replays run on a device of the recorded size, {t} bytes"
-        )),
-        None => notes.push("the device's size is not recorded: replays run on a 256 GiB device (no OOMs below that; garbage_collection_threshold never triggers)".into()),
-    }
     notes.push(NO_FIXED_PAGES.into());
+    notes.push(PEAK_ALLOCATED.into());
     let mut devices = Vec::new();
     for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
         let st = start_of(snap, dev);
-        let mut dnotes = Vec::new();
+        let ev = evidence(dev, &st);
+        let size = choose(opts.device_memory, snap.device_total, &ev);
+        let mut dnotes = vec![format!("device memory: {}", size.why)];
         let before = st.state.allocated.len() + st.state.pending.len();
-        if before > 0 {
+        let (segments, outside) = layout_at_start(dev, &st);
+        if before > 0 || !segments.is_empty() {
             let bytes = st.state.allocated_bytes + st.state.pending_bytes;
+            let gaps: usize = segments
+                .iter()
+                .map(|s| s.pieces.iter().filter(|p| p.2 == Piece::Free).count())
+                .sum();
             dnotes.push(format!(
-                "{before} blocks ({bytes} bytes) were live before the trace began (inferred from the segments by undoing the trace); their allocation order and sites are not known"
+                "{before} blocks ({bytes} bytes) were live before the trace began (inferred from the segments by undoing the trace); the replays start from that layout: {} segments with {gaps} free gaps at their recorded offsets; those blocks' allocation order and sites are not known",
+                segments.len()
+            ));
+        }
+        if ev.segment_frees > 0 || ev.ooms > 0 {
+            dnotes.push(format!(
+                "the recording freed {} segments ({} times releasing its cache to retry a failed device allocation) and ran out of memory {} times",
+                ev.segment_frees, ev.retries, ev.ooms
             ));
         }
         if st.inconsistent > 0 {
@@ -256,21 +336,21 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
         if st.requests {
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
-        let mut rows = vec![recorded_row(snap, dev, &st)];
-        let before = live_before(&st);
+        let seed = Seed { segments, outside };
+        let mut rows = vec![recorded_row(snap, dev, &st, &ev)];
         let recorded_conf = snap.settings.clone().unwrap_or_default();
         rows.push(replay_device(
-            snap,
             dev,
-            &before,
+            &seed,
+            size.bytes,
             &recorded_conf,
             format!("replay: recorded ({})", shown(&recorded_conf)),
         )?);
         for c in confs {
             rows.push(replay_device(
-                snap,
                 dev,
-                &before,
+                &seed,
+                size.bytes,
                 c,
                 format!("replay: {}", shown(c)),
             )?);
@@ -302,10 +382,23 @@ pub fn render(r: &Replay) -> String {
     let mut out = String::new();
     for d in &r.devices {
         let _ = writeln!(out, "device {}:", d.ordinal);
+        let width = d
+            .rows
+            .iter()
+            .map(|r| r.label.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(8);
         let _ = writeln!(
             out,
-            "  {:<48} {:>14} {:>15} {:>8} {:>12} {:>5}",
-            "settings", "peak reserved", "peak allocated", "frag", "device allocs", "OOMs"
+            "  {:<width$} {:>9} {:>14} {:>15} {:>8} {:>13} {:>5}",
+            "settings",
+            "seg frees",
+            "peak reserved",
+            "peak allocated",
+            "frag",
+            "device allocs",
+            "OOMs"
         );
         for row in &d.rows {
             let allocs = row
@@ -315,10 +408,14 @@ pub fn render(r: &Replay) -> String {
             let frag = row
                 .fragmentation()
                 .map_or_else(|| "-".to_string(), |f| format!("{:.1}%", f * 100.0));
+            let seg_frees = row
+                .segment_frees
+                .map_or_else(|| "-".to_string(), |n| n.to_string());
             let _ = writeln!(
                 out,
-                "  {:<48} {:>10} MiB {:>11} MiB {:>8} {:>12} {:>5}",
+                "  {:<width$} {:>9} {:>10} MiB {:>11} MiB {:>8} {:>13} {:>5}",
                 row.label,
+                seg_frees,
                 reserved,
                 mib(row.peak_allocated),
                 frag,

@@ -12,8 +12,9 @@
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
-use crate::analyze::sites::{by_site, tree, Node};
+use crate::analyze::sites::{by_site, tree_by_function, Node};
 use crate::analyze::timeline::{apply, peaks, start_of, state_after, Start};
+use cushim::trace::event::Action;
 use std::fmt::Write;
 
 /// Columns of the timeline.
@@ -60,32 +61,128 @@ fn timeline(dev: &Device, st: &Start) -> Vec<(u64, u64)> {
     out
 }
 
-fn svg_timeline(out: &mut String, pts: &[(u64, u64)]) {
-    let h = 200.0;
+/// A byte count with the unit that keeps it short (axis labels).
+fn short_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.1} GiB", b / (1u64 << 30) as f64)
+    } else {
+        format!("{:.0} MiB", b / (1u64 << 20) as f64)
+    }
+}
+
+/// Where to mark the timeline: the peak's event index and every OOM's.
+struct Marks {
+    events: usize,
+    peak_at: usize,
+    peak: u64,
+    ooms: Vec<usize>,
+}
+
+fn svg_timeline(out: &mut String, pts: &[(u64, u64)], marks: &Marks) {
+    // Plot area inside margins for the axes' labels.
+    let (left, bottom, h) = (70.0, 30.0, 230.0);
+    let plot_w = WIDTH - left - 10.0;
+    let plot_h = h - bottom - 10.0;
     let top = pts.iter().map(|p| p.0.max(p.1)).max().unwrap_or(0).max(1) as f64;
-    let x = |i: usize| i as f64 * WIDTH / (pts.len().max(2) - 1) as f64;
-    let y = |v: u64| h - v as f64 * (h - 10.0) / top;
+    let x = |i: usize| left + i as f64 * plot_w / (pts.len().max(2) - 1) as f64;
+    let y = |v: f64| 10.0 + plot_h - v * plot_h / top;
+    // Event index -> x (bucket i holds events up to i * per).
+    let per = marks.events.div_ceil(BUCKETS).max(1) as f64;
+    let ex = |e: usize| x(0) + (e as f64 / per) * plot_w / (pts.len().max(2) - 1) as f64;
     let line = |sel: &dyn Fn(&(u64, u64)) -> u64| -> String {
         pts.iter()
             .enumerate()
-            .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(sel(p))))
+            .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(sel(p) as f64)))
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let mut axes = String::new();
+    // Y axis: memory, five ticks.
+    for k in 0..=4 {
+        let v = top * k as f64 / 4.0;
+        let _ = write!(
+            axes,
+            "<line x1=\"{left}\" x2=\"{:.1}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left + plot_w,
+            left - 4.0,
+            y(v) + 4.0,
+            esc(&short_bytes(v as u64)),
+            yy = y(v)
+        );
+    }
+    // X axis: trace events, five ticks.
+    for k in 0..=4 {
+        let e = marks.events * k / 4;
+        let _ = write!(
+            axes,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{e}</text>",
+            ex(e),
+            h - bottom + 14.0
+        );
+    }
+    let _ = write!(
+        axes,
+        "<line x1=\"{left}\" x2=\"{left}\" y1=\"10\" y2=\"{:.1}\" stroke=\"#888\"/>\
+         <line x1=\"{left}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">trace events (oldest left)</text>\
+         <text x=\"12\" y=\"{:.1}\" transform=\"rotate(-90 12 {:.1})\" text-anchor=\"middle\">memory</text>",
+        10.0 + plot_h,
+        left + plot_w,
+        10.0 + plot_h,
+        10.0 + plot_h,
+        left + plot_w / 2.0,
+        h - 2.0,
+        10.0 + plot_h / 2.0,
+        10.0 + plot_h / 2.0
+    );
+    // The peak and every OOM, marked.
+    let mut markers = String::new();
+    let px = ex(marks.peak_at);
+    let _ = write!(
+        markers,
+        "<g><title>peak allocated {} after event {}</title>\
+         <line x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"10\" y2=\"{:.1}\" stroke=\"#080\" \
+         stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"22\" fill=\"#080\">peak {}</text></g>",
+        esc(&mib(marks.peak)),
+        marks.peak_at,
+        10.0 + plot_h,
+        (px + 4.0).min(WIDTH - 110.0),
+        esc(&short_bytes(marks.peak))
+    );
+    for &o in marks.ooms.iter().take(200) {
+        let ox = ex(o);
+        let _ = write!(
+            markers,
+            "<g><title>out of memory at event {o}</title><path d=\"M{:.1},{:.1} l5,-9 l-10,0 z\" \
+             fill=\"#d00\"/></g>",
+            ox,
+            10.0 + plot_h
+        );
+    }
     let _ = writeln!(
         out,
-        "<svg class=\"tl\" viewBox=\"0 0 {WIDTH} {h}\" width=\"{WIDTH}\" height=\"{h}\">\
+        "<svg class=\"tl\" viewBox=\"0 0 {WIDTH} {h}\" width=\"{WIDTH}\" height=\"{h}\">{axes}\
          <polyline fill=\"none\" stroke=\"#c44\" stroke-width=\"1.5\" points=\"{}\"/>\
-         <polyline fill=\"none\" stroke=\"#36c\" stroke-width=\"1.5\" points=\"{}\"/>\
-         <text x=\"4\" y=\"12\">{}</text></svg>",
+         <polyline fill=\"none\" stroke=\"#36c\" stroke-width=\"1.5\" points=\"{}\"/>{markers}</svg>",
         line(&|p| p.1),
         line(&|p| p.0),
-        esc(&mib(top as u64))
     );
-    out.push_str(
+    let ooms = if marks.ooms.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " <span style=\"color:#d00\">&#9650; out of memory ({})</span>",
+            marks.ooms.len()
+        )
+    };
+    let _ = writeln!(
+        out,
         "<p class=\"legend\"><span style=\"color:#c44\">&#9632; reserved</span> \
-         <span style=\"color:#36c\">&#9632; allocated</span> (events left to right, each \
-         column the maximum of its events)</p>\n",
+         <span style=\"color:#36c\">&#9632; allocated</span> \
+         <span style=\"color:#080\">&#9474; peak allocated</span>{ooms} (x: trace events, \
+         oldest left, each column the maximum of its events; y: bytes)</p>"
     );
 }
 
@@ -111,7 +208,30 @@ fn flame(out: &mut String, root: &Node) {
             }
             *max_depth = (*max_depth).max(depth + 1);
             let y = depth as f64 * row_h;
-            let label: String = c.frame.chars().take((w / 7.0) as usize).collect();
+            // A label that fits is drawn whole; one cut short ends in an ellipsis; one with
+            // room for under six characters is left to the hover text.
+            let fits = (w / 7.0) as usize;
+            let len = c.frame.chars().count();
+            let label: String = if len <= fits {
+                c.frame.clone()
+            } else if fits >= 6 {
+                let mut l: String = c.frame.chars().take(fits - 1).collect();
+                l.push('…');
+                l
+            } else {
+                String::new()
+            };
+            let lines = match c.lines.as_slice() {
+                [] => String::new(),
+                [one] => format!(" (line {one})"),
+                many => format!(
+                    " (lines {})",
+                    many.iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             let hue = (c
                 .frame
                 .bytes()
@@ -120,10 +240,11 @@ fn flame(out: &mut String, root: &Node) {
                 + 10;
             let _ = write!(
                 rects,
-                "<g><title>{} — {}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" \
+                "<g><title>{}{} — {}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" \
                  height=\"{}\" fill=\"hsl({hue},80%,60%)\" stroke=\"#fff\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
                 esc(&c.frame),
+                esc(&lines),
                 esc(&mib(c.bytes)),
                 row_h - 1.0,
                 x + 3.0,
@@ -177,18 +298,19 @@ fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
     };
     out.push_str(
         "<table><tr><th>settings</th><th>peak reserved</th><th>peak allocated</th>\
-         <th>fragmentation</th><th>device allocs</th><th>OOMs</th></tr>\n",
+         <th>fragmentation</th><th>device allocs</th><th>segment frees</th><th>OOMs</th></tr>\n",
     );
     for row in &d.rows {
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&row.label),
             row.peak_reserved.map_or("-".into(), mib),
             mib(row.peak_allocated),
             row.fragmentation()
                 .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
             row.device_allocs.map_or("-".into(), |n| n.to_string()),
+            row.segment_frees.map_or("-".into(), |n| n.to_string()),
             row.ooms
         );
     }
@@ -226,8 +348,8 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
         let at_peak = state_after(dev, &st, p.allocated_at);
         let _ = writeln!(
             out,
-            "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (after event {2} of {3}), \
-             peak reserved {4}</p>",
+            "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (PyTorch's \
+             allocated_bytes.all.peak over the trace: after event {2} of {3}), peak reserved {4}</p>",
             dev.ordinal,
             mib(p.allocated),
             p.allocated_at,
@@ -235,7 +357,19 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
             if snap.has_state { mib(p.reserved) } else { "not recorded".into() }
         );
         out.push_str("<h3>timeline</h3>\n");
-        svg_timeline(&mut out, &timeline(dev, &st));
+        let marks = Marks {
+            events: dev.events.len(),
+            peak_at: p.allocated_at,
+            peak: p.allocated,
+            ooms: dev
+                .events
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.action == Action::Oom)
+                .map(|(i, _)| i)
+                .collect(),
+        };
+        svg_timeline(&mut out, &timeline(dev, &st), &marks);
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
         for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
             .iter()
@@ -252,7 +386,7 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
         out.push_str("</table>\n<h3>live bytes at the peak (outermost caller on top)</h3>\n");
         flame(
             &mut out,
-            &tree(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
+            &tree_by_function(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),
         );
         if snap.has_state {
             out.push_str(
@@ -266,6 +400,16 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
     for n in &r.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
     }
+    // Every section `cushim summary` has (pinned host memory, segment kinds, driver memory
+    // used = explained + unexplained), as it prints them.
+    let _ = writeln!(
+        out,
+        "<h2>summary</h2>\n<pre>{}</pre>",
+        esc(&crate::analyze::summary::render(
+            snap,
+            &crate::analyze::summary::Options::default()
+        ))
+    );
     out.push_str("</body></html>\n");
     Ok(out)
 }

@@ -57,10 +57,32 @@ pub struct Node {
     pub frame: String,
     pub bytes: u64,
     pub children: Vec<Node>,
+    /// The source lines merged into this node (a tree by function, [`tree_by_function`]).
+    pub lines: Vec<i64>,
 }
 
-/// The top-down tree of `blocks`: outermost program frame at the root, `depth` levels.
+/// The top-down tree of `blocks`: outermost program frame at the root, `depth` levels,
+/// one node per calling line.
 pub fn tree<'a>(stacks: &Stacks, blocks: impl Iterator<Item = &'a Live>, depth: usize) -> Node {
+    tree_keyed(stacks, blocks, depth, false)
+}
+
+/// The top-down tree of `blocks` with one node per function (`name (file)`), the lines
+/// it was called from merged into it (`lines`): a flame graph's shape.
+pub fn tree_by_function<'a>(
+    stacks: &Stacks,
+    blocks: impl Iterator<Item = &'a Live>,
+    depth: usize,
+) -> Node {
+    tree_keyed(stacks, blocks, depth, true)
+}
+
+fn tree_keyed<'a>(
+    stacks: &Stacks,
+    blocks: impl Iterator<Item = &'a Live>,
+    depth: usize,
+    by_function: bool,
+) -> Node {
     let mut per_stack: HashMap<u32, u64> = HashMap::new();
     for l in blocks {
         *per_stack.entry(l.stack).or_default() += l.size;
@@ -72,12 +94,23 @@ pub fn tree<'a>(stacks: &Stacks, blocks: impl Iterator<Item = &'a Live>, depth: 
     for (stack, bytes) in per_stack {
         root.bytes += bytes;
         let frames = program_frames(stacks, stack);
-        let mut path: Vec<String> = frames.iter().rev().map(|f| describe(f)).collect();
+        let mut path: Vec<(String, i64)> = frames
+            .iter()
+            .rev()
+            .map(|f| {
+                let key = if by_function {
+                    format!("{} ({})", f.name, f.file)
+                } else {
+                    describe(f)
+                };
+                (key, f.line)
+            })
+            .collect();
         if path.is_empty() {
-            path.push("<no stack>".into());
+            path.push(("<no stack>".into(), 0));
         }
         let mut node = &mut root;
-        for f in path.into_iter().take(depth.max(1)) {
+        for (f, line) in path.into_iter().take(depth.max(1)) {
             let i = match node.children.iter().position(|c| c.frame == f) {
                 Some(i) => i,
                 None => {
@@ -90,6 +123,9 @@ pub fn tree<'a>(stacks: &Stacks, blocks: impl Iterator<Item = &'a Live>, depth: 
             };
             node = &mut node.children[i];
             node.bytes += bytes;
+            if by_function && !node.lines.contains(&line) {
+                node.lines.push(line);
+            }
         }
     }
     sort(&mut root);
@@ -97,6 +133,7 @@ pub fn tree<'a>(stacks: &Stacks, blocks: impl Iterator<Item = &'a Live>, depth: 
 }
 
 fn sort(n: &mut Node) {
+    n.lines.sort_unstable();
     n.children
         .sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
     n.children.iter_mut().for_each(sort);

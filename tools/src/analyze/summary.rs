@@ -14,8 +14,9 @@
 
 use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
+use crate::analyze::recorded_stats::{recorded_peaks, PeakSource};
 use crate::analyze::sites::{by_site, tree, Node};
-use crate::analyze::timeline::{end_state, peaks, start_of, State};
+use crate::analyze::timeline::{end_state, peaks, start_of, state_after, State};
 use cushim::snapshot::value::Value;
 use std::fmt::Write;
 
@@ -51,9 +52,15 @@ pub struct DeviceSummary {
     pub pending: u64,
     pub peak_reserved: u64,
     pub peak_allocated: u64,
+    /// Where the peaks come from (`analyze::recorded_stats`).
+    pub peak_source: PeakSource,
     pub largest_free_block: u64,
     /// `(site, live bytes, live count)` of allocated blocks, sorted by bytes descending.
     pub sites: Vec<(String, u64, u64)>,
+    /// The same at the trace's peak of allocated bytes (as `report` shows them), with the
+    /// event it followed; empty without a trace.
+    pub peak_sites: Vec<(String, u64, u64)>,
+    pub peak_at: usize,
     /// The top-down tree of allocated bytes.
     pub tree: Node,
     /// Events that contradict the recorded state.
@@ -82,6 +89,20 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
     } else {
         crate::analyze::timeline::state_after(dev, &st, dev.events.len())
     };
+    // The recorded statistics cover the whole run (a trace, its window; no trace at all
+    // with history off): they give the peaks when the snapshot has them.
+    let (peak_allocated, peak_reserved, peak_source) = match recorded_peaks(snap, dev.ordinal) {
+        Some((a, r)) => (
+            a.max(end.allocated_bytes),
+            r.max(end.reserved),
+            PeakSource::Stats,
+        ),
+        None => (
+            p.allocated.max(end.allocated_bytes),
+            p.reserved.max(end.reserved),
+            PeakSource::Trace,
+        ),
+    };
     let largest_free_block = dev
         .segments
         .iter()
@@ -94,13 +115,25 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
         .into_iter()
         .map(|r| (r.site, r.bytes, r.count))
         .collect();
+    let peak_sites = if dev.events.is_empty() {
+        Vec::new()
+    } else {
+        let at = state_after(dev, &st, p.allocated_at);
+        by_site(&snap.stacks, at.allocated.values(), opts.depth)
+            .into_iter()
+            .map(|r| (r.site, r.bytes, r.count))
+            .collect()
+    };
     DeviceSummary {
+        peak_sites,
+        peak_at: p.allocated_at,
         segments: dev.segments.len(),
         reserved: end.reserved,
         allocated: end.allocated_bytes,
         pending: end.pending_bytes,
-        peak_reserved: p.reserved.max(end.reserved),
-        peak_allocated: p.allocated.max(end.allocated_bytes),
+        peak_reserved,
+        peak_allocated,
+        peak_source,
         largest_free_block,
         sites,
         tree: if opts.tree {
@@ -143,9 +176,10 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     let _ = writeln!(out, "{title}:");
     let _ = writeln!(
         out,
-        "  allocated: {} (peak {})",
+        "  allocated: {} (peak {}, {})",
         mib(s.allocated),
-        mib(s.peak_allocated)
+        mib(s.peak_allocated),
+        s.peak_source.describe()
     );
     if s.pending > 0 {
         let _ = writeln!(
@@ -157,11 +191,24 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     if s.reserved_known {
         let _ = writeln!(
             out,
-            "  reserved:  {} (peak {})",
+            "  reserved:  {} (peak {}, {})",
             mib(s.reserved),
-            mib(s.peak_reserved)
+            mib(s.peak_reserved),
+            s.peak_source.describe()
         );
-        let _ = writeln!(out, "  fragmentation: {:.1}%", s.fragmentation() * 100.0);
+        let cached = s.reserved.saturating_sub(s.allocated);
+        let _ = writeln!(
+            out,
+            "  fragmentation: {:.1}% of reserved memory is held by the cache but not \
+             allocated ({} free inside segments{})",
+            s.fragmentation() * 100.0,
+            mib(cached),
+            if s.pending > 0 {
+                format!(", {} of it pending free", mib(s.pending))
+            } else {
+                String::new()
+            }
+        );
         let _ = writeln!(out, "  segments: {}", s.segments);
         let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
     } else {
@@ -180,18 +227,35 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     if s.sites.is_empty() {
         return;
     }
-    let _ = writeln!(out, "  top allocation sites by live bytes:");
+    if !s.peak_sites.is_empty() {
+        let _ = writeln!(
+            out,
+            "  top allocation sites at the trace's peak allocated (after event {}), as `report` \
+             shows them:",
+            s.peak_at
+        );
+        for (name, bytes, count) in s.peak_sites.iter().take(opts.top) {
+            let _ = writeln!(out, "    {:>12}  {count:>7} blocks  {name}", mib(*bytes));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  top allocation sites by live bytes (live at the end):"
+    );
     for (name, bytes, count) in s.sites.iter().take(opts.top) {
         let _ = writeln!(out, "    {:>12}  {count:>7} blocks  {name}", mib(*bytes));
     }
     let mut by_count: Vec<&(String, u64, u64)> = s.sites.iter().collect();
     by_count.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
-    let _ = writeln!(out, "  top allocation sites by count:");
+    let _ = writeln!(out, "  top allocation sites by count (live at the end):");
     for (name, bytes, count) in by_count.into_iter().take(opts.top) {
         let _ = writeln!(out, "    {count:>7} blocks  {:>12}  {name}", mib(*bytes));
     }
     if opts.tree && !s.tree.children.is_empty() {
-        let _ = writeln!(out, "  live bytes top-down (outermost caller first):");
+        let _ = writeln!(
+            out,
+            "  live bytes at the end, top-down (outermost caller first):"
+        );
         write_tree(out, &s.tree, 0, s.allocated, opts.top);
     }
 }

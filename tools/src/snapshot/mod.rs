@@ -9,4 +9,7 @@ pub mod convert;
 pub mod from_log;
 pub mod log_reader;
 mod memo;
+pub mod progress;
 pub mod reader;
+pub mod sniff;
+pub mod stream;

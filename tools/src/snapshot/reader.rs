@@ -24,8 +24,9 @@ use std::sync::Arc;
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
 /// falling back to msgpack.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    read_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = crate::snapshot::sniff::read_decompressed(path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e))
 }
 
 /// Decode snapshot bytes in any supported format (detected from the content).
@@ -39,6 +40,11 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
             Ok(restore_tuples(Value::from_json(&j)))
         }
         Format::Msgpack => {
+            if !crate::snapshot::sniff::starts_msgpack_map(bytes) {
+                return Err(crate::snapshot::sniff::not_snapshot(
+                    crate::snapshot::sniff::describe(bytes),
+                ));
+            }
             let j = read_msgpack_value(bytes)?;
             check_depth(&j, "msgpack")?;
             Ok(restore_tuples(Value::from_json(&j)))
@@ -88,7 +94,7 @@ fn check_depth(j: &serde_json::Value, what: &str) -> Result<(), String> {
 
 /// JSON and msgpack have no tuples: turn the schema's tuple (`segment_pool_id`) back into
 /// one, so a converted snapshot is the same as the original.
-fn restore_tuples(mut v: Value) -> Value {
+pub(crate) fn restore_tuples(mut v: Value) -> Value {
     let Value::Dict(top) = &mut v else { return v };
     for (k, segs) in Arc::make_mut(top).iter_mut() {
         if !matches!(k.as_str(), Some("segments" | "host_segments")) {
@@ -664,6 +670,22 @@ impl Reader<'_, '_> {
                     let (v, d) = (top.v.clone(), top.depth);
                     self.push_at(v, d)
                 }
+                0x96 => {
+                    // BYTEARRAY8 (protocol 5): bytes, read as the other byte strings are.
+                    let n = usize::try_from(u64::from_le_bytes(self.le()?))
+                        .map_err(|_| "pickle: bytearray too long")?;
+                    let v = Self::text(self.take(n)?);
+                    self.push(v)
+                }
+                b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => {
+                    // GLOBAL, STACK_GLOBAL, REDUCE, BUILD, NEWOBJ(_EX), INST, OBJ: a
+                    // pickle of Python objects (torch.save, numpy, ...), never a snapshot.
+                    return Err(crate::snapshot::sniff::not_snapshot(format!(
+                        "a pickle of Python objects: opcode {op:#04x} at byte {} builds \
+                         objects, not plain data as in a memory snapshot",
+                        self.pos - 1
+                    )));
+                }
                 other => {
                     return Err(format!(
                         "pickle opcode {other:#04x} at byte {} is not plain data",
@@ -726,7 +748,10 @@ pub fn read_pickle_file_with(
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     let len = usize::try_from(len).map_err(|_| "file too large".to_string())?;
     let src = Source::Stream {
-        r: Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+        r: Box::new(std::io::BufReader::with_capacity(
+            1 << 20,
+            crate::snapshot::progress::Progress::new(f, &path.display().to_string(), len as u64),
+        )),
         buf: Vec::new(),
     };
     Ok((run(src, len, Some(hook))?, len))

@@ -33,19 +33,25 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, Strin
     Ok(0)
 }
 
-pub fn replay(file: &Path, confs: &[String]) -> Result<i32, String> {
+pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Result<i32, String> {
+    let opts = replay::Options {
+        device_memory: device_memory
+            .map(cushim_tools::analyze::device_size::parse_size)
+            .transpose()?,
+    };
     let snap = input::read(file)?;
     let confs = if confs.is_empty() {
         replay::default_confs()
     } else {
         confs.to_vec()
     };
-    let r = replay::replay(&snap, &confs).map_err(|e| format!("{}: {e}", file.display()))?;
+    let r = replay::replay_with(&snap, &confs, &opts)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     print!("{}", replay::render(&r));
     Ok(0)
 }
 
-pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String> {
+pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Result<i32, String> {
     // The two files are independent: read them on two threads (a 1M-event pickle takes
     // about as long to read as the whole diff takes after it).
     let (ra, rb) = std::thread::scope(|s| {
@@ -57,9 +63,17 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize) -> Result<i32, String>
         (first, second)
     });
     let (sa, sb) = (ra?, rb?);
+    let pairing = if by_number {
+        diff::Pairing::ByNumber
+    } else {
+        diff::Pairing::Auto
+    };
     print!(
         "{}",
-        diff::render(&diff::diff(&sa, &sb, depth.max(1)), top.max(1))
+        diff::render(
+            &diff::diff_paired(&sa, &sb, depth.max(1), pairing),
+            top.max(1)
+        )
     );
     Ok(0)
 }

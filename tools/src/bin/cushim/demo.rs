@@ -135,7 +135,7 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
         mib(dev(&with, "peak_bytes_in_use"))
     );
     println!();
-    println!("the cache: {} allocations served by {} device allocations; peak allocated {}, peak reserved {}; {} cached at exit",
+    println!("the cache: {} allocations served by {} device allocations; peak allocated {} (allocated_bytes.all.peak, as `cushim summary` shows it), peak reserved {}; {} cached at exit",
         stat("allocation.all.allocated"), stat("num_device_alloc"),
         mib(stat("allocated_bytes.all.peak")), mib(stat("reserved_bytes.all.peak")),
         mib(stat("reserved_bytes.all.current").saturating_sub(stat("allocated_bytes.all.current"))));

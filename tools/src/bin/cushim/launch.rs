@@ -97,7 +97,9 @@ impl Launch {
             && std::env::var_os("CUSHIM_HISTORY").is_none()
             && self.history.is_none()
         {
-            cmd.env("CUSHIM_HISTORY", "enabled=all,stacks=native");
+            // Only `enabled`: every other key keeps CUSHIM_HISTORY's own default
+            // (stacks=all), so `cushim run` and the variable record the same stacks.
+            cmd.env("CUSHIM_HISTORY", "enabled=all");
         }
         if self.observe {
             cmd.env("CUSHIM_MODE", "observe");

@@ -39,7 +39,8 @@ enum Cmd {
         /// Stream every event to this whole-run log (path template, as --snapshot).
         #[arg(long)]
         log: Option<PathBuf>,
-        /// CUSHIM_HISTORY settings (default with --snapshot or --log: enabled=all,stacks=native).
+        /// CUSHIM_HISTORY settings (default with --snapshot or --log: enabled=all, whose other keys take
+        /// CUSHIM_HISTORY's defaults).
         #[arg(long)]
         history: Option<String>,
         /// Run on simcuda, the simulated GPU (the default when no CUDA driver is installed).
@@ -97,6 +98,11 @@ enum Cmd {
         /// PyTorch's defaults, expandable segments, max_split_size_mb 32/128/512, GC 0.6.
         #[arg(long = "conf")]
         confs: Vec<String>,
+        /// The device memory to replay on (80GiB, 40960MiB, bytes). Default: the size the
+        /// file records, else inferred from the trace (release-and-retry, out-of-memory),
+        /// else 256 GiB; the output says which and why.
+        #[arg(long)]
+        device_memory: Option<String>,
     },
     /// Write a self-contained HTML report (timeline, top sites and flame graph at the peak,
     /// segments, replay table).
@@ -117,6 +123,10 @@ enum Cmd {
         /// Sites listed per device.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Pair devices by number even when each file has one device (by default two
+        /// single-device files are compared device to device, whatever their numbers).
+        #[arg(long)]
+        by_number: bool,
     },
     /// Write a snapshot (memory_viz opens it) of one moment of a whole-run event log
     /// (`CUSHIM_LOG`, `cushim run --log`).
@@ -181,9 +191,19 @@ fn main() -> ExitCode {
         } => demo::demo(expandable, snapshot, steps),
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
         Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
-        Cmd::Replay { file, confs } => analyze::replay(&file, &confs),
+        Cmd::Replay {
+            file,
+            confs,
+            device_memory,
+        } => analyze::replay(&file, &confs, device_memory.as_deref()),
         Cmd::Report { file, output } => analyze::report(&file, &output),
-        Cmd::Diff { a, b, depth, top } => analyze::diff(&a, &b, depth, top),
+        Cmd::Diff {
+            a,
+            b,
+            depth,
+            top,
+            by_number,
+        } => analyze::diff(&a, &b, depth, top, by_number),
         Cmd::Snapshot {
             log,
             at,

@@ -1,0 +1,242 @@
+//! The device memory a replay runs on: given (`--device-memory`), recorded in the file, or
+//! inferred from what the recording shows of the device's limit; and the reason, which
+//! `replay` prints.
+//!
+//! Policy, in order:
+//! 1. `--device-memory SIZE`: the user knows best.
+//! 2. The size the file records (`cushim.memory[].total`).
+//! 3. A recorded out-of-memory: PyTorch's `oom` entry carries the free memory the driver
+//!    reported (`device_free`); with the bytes reserved at that moment it is the memory the
+//!    process could use.
+//! 4. PyTorch's release-and-retry: when a device allocation fails, the allocator frees its
+//!    cached segments (`segment_free` entries) and allocates again (`segment_alloc`). The
+//!    failed attempt bounds the usable memory from above (reserved before the release plus
+//!    the new segment), every segment held bounds it from below (the peak reserved). The
+//!    replay runs at the middle of the tightest bounds, so both the failures and the
+//!    successes of the recording happen again. An episode whose bound is below the peak
+//!    reserved was a program's own `empty_cache` before an allocation, not a failure, and
+//!    is ignored.
+//! 5. Otherwise 256 GiB, beyond any GPU so far (no replay runs out of memory).
+
+use crate::analyze::model::Device;
+use crate::analyze::timeline::Start;
+use cushim::trace::event::Action;
+
+/// Device memory for inputs that say nothing of the device's size.
+pub const UNLIMITED: u64 = 256 << 30;
+
+/// The device size chosen and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSize {
+    pub bytes: u64,
+    pub why: String,
+}
+
+/// What the trace shows of the device's limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// The most bytes reserved at once (start included).
+    pub peak_reserved: u64,
+    /// Release-and-retry episodes seen, and the smallest reserved + new segment among them.
+    pub retries: u64,
+    pub retry_bound: Option<u64>,
+    /// Segments freed in the trace, all told.
+    pub segment_frees: u64,
+    /// Recorded out-of-memory entries, and the largest reserved + reported free among them.
+    pub ooms: u64,
+    pub oom_capacity: Option<u64>,
+}
+
+/// Walk `dev`'s trace from `st` and collect the [`Evidence`].
+pub fn evidence(dev: &Device, st: &Start) -> Evidence {
+    let mut e = Evidence::default();
+    let mut reserved = st.state.reserved;
+    e.peak_reserved = reserved;
+    // Reserved before the current run of segment frees, if one is running.
+    let mut run_start: Option<u64> = None;
+    let mut bounds: Vec<u64> = Vec::new();
+    for ev in &dev.events {
+        match ev.action {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                e.segment_frees += u64::from(ev.action == Action::SegmentFree);
+                run_start.get_or_insert(reserved);
+                reserved = reserved.saturating_sub(ev.size);
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if let Some(r) = run_start.take() {
+                    bounds.push(r.saturating_add(ev.size));
+                }
+                reserved = reserved.saturating_add(ev.size);
+                e.peak_reserved = e.peak_reserved.max(reserved);
+            }
+            Action::Oom => {
+                run_start = None;
+                e.ooms += 1;
+                if ev.addr > 0 {
+                    let c = reserved.saturating_add(ev.addr);
+                    e.oom_capacity = Some(e.oom_capacity.map_or(c, |o: u64| o.max(c)));
+                }
+            }
+            _ => run_start = None,
+        }
+    }
+    let valid: Vec<u64> = bounds
+        .into_iter()
+        .filter(|&b| b > e.peak_reserved)
+        .collect();
+    e.retries = valid.len() as u64;
+    e.retry_bound = valid.into_iter().min();
+    e
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// The device size for a replay of a device with evidence `e`: `given` by the user, else
+/// `recorded` by the file, else inferred (see the module comment).
+pub fn choose(given: Option<u64>, recorded: Option<u64>, e: &Evidence) -> DeviceSize {
+    if let Some(b) = given {
+        return DeviceSize {
+            bytes: b,
+            why: format!("{} ({b} bytes), as given by --device-memory", gib(b)),
+        };
+    }
+    if let Some(b) = recorded {
+        let b = b.min(UNLIMITED);
+        return DeviceSize {
+            bytes: b,
+            why: format!("{} ({b} bytes), the size the file records", gib(b)),
+        };
+    }
+    if let Some(c) = e.oom_capacity {
+        let b = c.max(e.peak_reserved);
+        return DeviceSize {
+            bytes: b,
+            why: format!(
+                "{} ({b} bytes), inferred: at a recorded out-of-memory the driver reported \
+                 the rest of it free while the cache held the rest",
+                gib(b)
+            ),
+        };
+    }
+    if let Some(u) = e.retry_bound {
+        let lo = e.peak_reserved;
+        let mid = lo + (u - lo) / 2;
+        let b = (mid & !((1 << 20) - 1)).max(lo);
+        return DeviceSize {
+            bytes: b,
+            why: format!(
+                "{} ({b} bytes), inferred: the recording released cached segments to retry a \
+                 failed device allocation {} times, so the device held at least {} (peak \
+                 reserved) and less than {}; the replay runs midway",
+                gib(b),
+                e.retries,
+                gib(lo),
+                gib(u)
+            ),
+        };
+    }
+    DeviceSize {
+        bytes: UNLIMITED,
+        why: "256 GiB: the file records no device size and the trace never reached the \
+              device's limit (no release-and-retry, no out-of-memory), so no replay runs out \
+              of memory and garbage_collection_threshold never triggers"
+            .into(),
+    }
+}
+
+/// Parse a size such as `80GiB`, `81920MiB`, `40G`, `1024M` or a byte count.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("--device-memory {s:?}: expected a size such as 80GiB"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => return Err(format!("--device-memory {s:?}: unknown unit {u:?}")),
+    };
+    let b = n * mult as f64;
+    if !(1.0..=(1u64 << 50) as f64).contains(&b) {
+        return Err(format!("--device-memory {s:?}: out of range"));
+    }
+    Ok(b as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::model::Event;
+
+    fn ev(action: Action, addr: u64, size: u64) -> Event {
+        Event {
+            action,
+            addr,
+            size,
+            stream: 0,
+            stack: 0,
+        }
+    }
+
+    #[test]
+    fn release_and_retry_bounds_the_device_and_empty_cache_does_not() {
+        let g = 1u64 << 30;
+        let dev = Device {
+            ordinal: 0,
+            segments: Vec::new(),
+            events: vec![
+                ev(Action::SegmentAlloc, 0, 6 * g),
+                ev(Action::SegmentAlloc, 0, 2 * g),
+                // Failed at 8 + 4 GiB: released 2 GiB, then 4 GiB fit.
+                ev(Action::SegmentFree, 0, 2 * g),
+                ev(Action::SegmentAlloc, 0, 4 * g),
+                // The program's empty_cache then a small segment: bound 10 + 1 < peak? no:
+                // 10 GiB reserved, frees 4, allocates 1: bound 11 GiB, above the peak.
+            ],
+        };
+        let e = evidence(&dev, &Start::default());
+        assert_eq!(
+            (e.peak_reserved, e.retries, e.retry_bound),
+            (10 * g, 1, Some(12 * g))
+        );
+        let d = choose(None, None, &e);
+        assert_eq!(d.bytes, 11 * g);
+        assert!(d.why.contains("inferred"), "{}", d.why);
+        assert_eq!(choose(Some(5 * g), Some(g), &e).bytes, 5 * g);
+        assert_eq!(choose(None, Some(g), &e).bytes, g);
+        let none = evidence(&Device::default(), &Start::default());
+        assert_eq!(choose(None, None, &none).bytes, UNLIMITED);
+    }
+
+    #[test]
+    fn a_recorded_oom_gives_reserved_plus_reported_free() {
+        let g = 1u64 << 30;
+        let dev = Device {
+            ordinal: 0,
+            segments: Vec::new(),
+            events: vec![
+                ev(Action::SegmentAlloc, 0, 3 * g),
+                ev(Action::Oom, g, 2 * g),
+            ],
+        };
+        let e = evidence(&dev, &Start::default());
+        assert_eq!(choose(None, None, &e).bytes, 4 * g);
+    }
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("80GiB").unwrap(), 80 << 30);
+        assert_eq!(parse_size("1024M").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

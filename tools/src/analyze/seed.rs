@@ -1,0 +1,103 @@
+//! The layout of a device when its trace began: each segment live then, at its address,
+//! and the blocks inside it in address order (allocated, pending a free, or a free gap),
+//! so a replay starts from the recorded layout instead of re-allocating the live blocks
+//! (which packs them and loses the gaps a cache has after a while).
+//!
+//! Policy: the segments at the start are the segments at the end with the trace's segment
+//! events undone newest first (a `segment_alloc` removes one, a `segment_free` puts it
+//! back; expandable segments' map/unmap are left as they end, and such a segment is seeded
+//! by its blocks only). A block live at the start (`timeline::start`) lies in the segment
+//! that contains its address; what a segment's blocks leave uncovered is a free gap. A
+//! live block outside every start segment (an inconsistent input) is left to the caller.
+
+use crate::analyze::model::Device;
+use crate::analyze::timeline::Start;
+use cushim::trace::event::Action;
+use std::collections::BTreeMap;
+
+/// What a piece of a segment held when the trace began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Allocated,
+    Pending,
+    Free,
+}
+
+/// One segment live when the trace began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedSegment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub expandable: bool,
+    /// `(address, size, piece)` in address order, covering the segment.
+    pub pieces: Vec<(u64, u64, Piece)>,
+}
+
+/// The recorded layout when `dev`'s trace began, and the live blocks that lie in no start
+/// segment (`(address, size, pending)`).
+pub fn layout_at_start(dev: &Device, st: &Start) -> (Vec<SeedSegment>, Vec<(u64, u64, bool)>) {
+    // address -> (size, stream, expandable)
+    let mut segs: BTreeMap<u64, (u64, u64, bool)> = dev
+        .segments
+        .iter()
+        .map(|s| (s.address, (s.total_size, s.stream, s.expandable)))
+        .collect();
+    for ev in dev.events.iter().rev() {
+        match ev.action {
+            Action::SegmentAlloc => {
+                segs.remove(&ev.addr);
+            }
+            Action::SegmentFree => {
+                segs.insert(ev.addr, (ev.size, ev.stream, false));
+            }
+            _ => {}
+        }
+    }
+    let mut blocks: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for (&a, l) in &st.state.allocated {
+        blocks.insert(a, (l.size, false));
+    }
+    for (&a, l) in &st.state.pending {
+        blocks.insert(a, (l.size, true));
+    }
+    let mut out = Vec::with_capacity(segs.len());
+    let mut outside = Vec::new();
+    for (&address, &(size, stream, expandable)) in &segs {
+        let end = address.saturating_add(size);
+        let mut pieces = Vec::new();
+        let mut at = address;
+        let inside: Vec<(u64, (u64, bool))> =
+            blocks.range(address..end).map(|(&a, &b)| (a, b)).collect();
+        for (a, (bsize, pending)) in inside {
+            blocks.remove(&a);
+            if a < at || a.saturating_add(bsize) > end {
+                outside.push((a, bsize, pending));
+                continue;
+            }
+            if a > at {
+                pieces.push((at, a - at, Piece::Free));
+            }
+            let p = if pending {
+                Piece::Pending
+            } else {
+                Piece::Allocated
+            };
+            pieces.push((a, bsize, p));
+            at = a + bsize;
+        }
+        if at < end {
+            pieces.push((at, end - at, Piece::Free));
+        }
+        out.push(SeedSegment {
+            address,
+            size,
+            stream,
+            expandable,
+            pieces,
+        });
+    }
+    outside.extend(blocks.into_iter().map(|(a, (s, p))| (a, s, p)));
+    outside.sort_unstable();
+    (out, outside)
+}

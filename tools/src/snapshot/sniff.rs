@@ -1,0 +1,202 @@
+//! What a file a user hands the tools is, by its content: compressed (gzip, zstd: read
+//! through transparently), a snapshot, or something else, named in one line.
+//!
+//! Policy: the name of a file never decides anything (a `.pickle` may be gzip, a `.gz` may
+//! be plain). A file that is not a snapshot is refused as `FILE is not a snapshot (found
+//! WHAT)`, WHAT saying what it looks like (an ELF file, a zip archive, CSV with header ...,
+//! a dict with keys ...), so the user sees at once they passed the wrong file; a file that
+//! is a snapshot but damaged keeps its precise error (`FILE: truncated pickle at byte N`).
+//! A compressed input is decompressed in memory (snapshots compress about tenfold; the
+//! pickle reader then reads the bytes as it would a file's).
+
+use std::io::Read;
+use std::path::Path;
+
+/// How [`not_snapshot`] errors start, so [`name_error`] can word them.
+const NOT_A_SNAPSHOT: &str = "not a snapshot (found ";
+
+/// The error for content that is not a snapshot; `found` says what it is.
+pub fn not_snapshot(found: impl std::fmt::Display) -> String {
+    format!("{NOT_A_SNAPSHOT}{found})")
+}
+
+/// Whether `e` is a [`not_snapshot`] error.
+pub fn is_not_snapshot(e: &str) -> bool {
+    e.starts_with(NOT_A_SNAPSHOT)
+}
+
+/// `e`, an error reading `path`, as one line naming the file: `FILE is not a snapshot
+/// (found ...)` or `FILE: e`.
+pub fn name_error(path: &Path, e: &str) -> String {
+    if is_not_snapshot(e) {
+        format!("{} is {e}", path.display())
+    } else {
+        format!("{}: {e}", path.display())
+    }
+}
+
+/// A compression a file may be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Gzip,
+    Zstd,
+}
+
+/// The compression of bytes starting with `head`, by magic number.
+pub fn compression(head: &[u8]) -> Option<Compression> {
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Some(Compression::Gzip)
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Some(Compression::Zstd)
+    } else {
+        None
+    }
+}
+
+/// `bytes` decompressed when they are gzip or zstd (nested compressions too), else as
+/// they are.
+pub fn decompress(mut bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    // A compressed file inside a compressed file is unwrapped as well, a few levels deep.
+    for _ in 0..4 {
+        let mut out = Vec::new();
+        match compression(&bytes) {
+            None => return Ok(bytes),
+            Some(Compression::Gzip) => {
+                flate2::read::MultiGzDecoder::new(&bytes[..])
+                    .read_to_end(&mut out)
+                    .map_err(|e| format!("gzip: {e}"))?;
+            }
+            Some(Compression::Zstd) => {
+                let mut d = ruzstd::decoding::StreamingDecoder::new(&bytes[..])
+                    .map_err(|e| format!("zstd: {e}"))?;
+                d.read_to_end(&mut out).map_err(|e| format!("zstd: {e}"))?;
+            }
+        }
+        bytes = out;
+    }
+    Err("compressed more than four times over".into())
+}
+
+/// Read `path` whole, decompressed.
+pub fn read_decompressed(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    decompress(bytes)
+}
+
+/// Whether the first byte of `bytes` can start a msgpack snapshot (a map).
+pub fn starts_msgpack_map(bytes: &[u8]) -> bool {
+    matches!(bytes.first(), Some(0x81..=0x8f | 0xde | 0xdf))
+}
+
+/// What bytes that are not a snapshot look like, in a few words.
+pub fn describe(bytes: &[u8]) -> String {
+    const MAGIC: &[(&[u8], &str)] = &[
+        (b"\x7fELF", "an ELF executable or library"),
+        (
+            b"PK\x03\x04",
+            "a zip archive: torch.save writes these; a memory snapshot is the pickle \
+             torch.cuda.memory._dump_snapshot writes",
+        ),
+        (b"\x89PNG", "a PNG image"),
+        (b"%PDF", "a PDF document"),
+        (b"SQLite format 3", "an SQLite database"),
+        (b"\x93NUMPY", "a NumPy array file"),
+    ];
+    if let Some((_, what)) = MAGIC.iter().find(|(m, _)| bytes.starts_with(m)) {
+        return (*what).to_string();
+    }
+    let head = &bytes[..bytes.len().min(4096)];
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => Some(t),
+        Err(e) if e.valid_up_to() + 4 >= head.len() && e.valid_up_to() > 0 => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).ok()
+        }
+        Err(_) => None,
+    };
+    let printable = |t: &str| {
+        t.chars()
+            .all(|c| !c.is_control() || c.is_ascii_whitespace())
+    };
+    match text {
+        Some(t) if printable(t) => {
+            let mut lines = t.lines().map(str::trim).filter(|l| !l.is_empty());
+            let line = lines.next().unwrap_or("");
+            let cut: String = line.chars().take(60).collect();
+            let more = if cut.len() < line.len() { "..." } else { "" };
+            // CSV: the first two lines have the same number of commas (one at least).
+            let commas = |l: &str| l.matches(',').count();
+            let csv = commas(line) > 0 && lines.next().is_some_and(|l| commas(l) == commas(line));
+            if csv {
+                format!("CSV with header {cut:?}{more}, not RMM's Thread,Time,Action,... log")
+            } else {
+                format!("text starting {cut:?}{more}")
+            }
+        }
+        _ => {
+            let b: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+            format!("binary data starting with bytes {}", b.join(" "))
+        }
+    }
+}
+
+/// What a decoded top-level value that is not a snapshot dict is: `keys` are its keys
+/// when it is a dict.
+pub fn describe_dict(keys: &[&str]) -> String {
+    if keys.contains(&"traceEvents") {
+        return "a Chrome trace (a dict with traceEvents): a profiler's trace, not a memory \
+                snapshot"
+            .into();
+    }
+    let mut shown: Vec<&str> = keys.iter().take(6).copied().collect();
+    if keys.len() > 6 {
+        shown.push("...");
+    }
+    if keys.is_empty() {
+        "an empty dict".into()
+    } else {
+        format!("a dict with keys {}", shown.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_and_zstd_are_read_through_and_plain_bytes_pass_unchanged() {
+        let data = b"\x80\x04}\x94.".to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&data).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(compression(&gz), Some(Compression::Gzip));
+        assert_eq!(decompress(gz).unwrap(), data);
+        let zst = ruzstd::encoding::compress_to_vec(
+            &data[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert_eq!(compression(&zst), Some(Compression::Zstd));
+        assert_eq!(decompress(zst).unwrap(), data);
+        assert_eq!(decompress(data.clone()).unwrap(), data);
+        assert!(decompress(vec![0x1f, 0x8b, 1, 2]).is_err());
+    }
+
+    #[test]
+    fn other_files_are_described() {
+        assert!(describe(b"\x7fELF\x02\x01").contains("ELF"));
+        assert!(describe(b"a,b,c\n1,2,3\n").contains("CSV with header \"a,b,c\""));
+        assert!(describe(b"hello world\n").contains("text starting \"hello world\""));
+        assert!(describe(&[0x00, 0xff, 0x13, 0x37, 9]).contains("00 ff 13 37"));
+        assert!(describe_dict(&["traceEvents", "displayTimeUnit"]).contains("Chrome trace"));
+        assert_eq!(
+            describe_dict(&["name", "version"]),
+            "a dict with keys name, version"
+        );
+        let e = not_snapshot("x");
+        assert_eq!(
+            name_error(Path::new("f"), &e),
+            "f is not a snapshot (found x)"
+        );
+        assert_eq!(name_error(Path::new("f"), "bad"), "f: bad");
+    }
+}
