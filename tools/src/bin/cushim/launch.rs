@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cushim_testsupport::artifacts;
+use crate::locate;
 
 /// What to set up around the program.
 #[derive(Debug, Default, Clone)]
@@ -47,21 +47,14 @@ fn prepend(var: &str, value: &Path) -> OsString {
 impl Launch {
     /// Build the command for `program args...`.
     pub fn command(&self, program: &OsString, args: &[OsString]) -> Result<Command, String> {
-        let dir = artifacts::build_dir().map_err(|e| format!("locating cushim's files: {e}"))?;
         let mut cmd = Command::new(program);
         cmd.args(args);
         if self.preload {
-            let shim = dir.join(artifacts::SHIM_LIB);
-            if !shim.exists() {
-                return Err(format!(
-                    "{} not found: build it with `cargo build --release`",
-                    shim.display()
-                ));
-            }
+            let (shim, _) = locate::shim()?;
             cmd.env("LD_PRELOAD", prepend("LD_PRELOAD", &shim));
         }
         if self.sim || !driver_present() {
-            let layout = artifacts::sim_layout(&dir).map_err(|e| format!("simcuda: {e}"))?;
+            let layout = locate::sim_layout()?;
             cmd.env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &layout));
         }
         if self.expandable {
