@@ -18,6 +18,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cushim",
+    max_term_width = 100,
     about = "A PyTorch-compatible CUDA caching allocator, preloaded into unmodified programs"
 )]
 struct Cli {
