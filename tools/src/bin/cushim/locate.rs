@@ -80,10 +80,11 @@ pub fn shim() -> Result<(PathBuf, Origin), String> {
     }
     find(artifacts::SHIM_LIB).ok_or_else(|| {
         format!(
-            "{} not found (looked in {}); build it with `cargo build --release`, \
-             or set CUSHIM_LIB to its path",
+            "{} not found (looked in {}); build it with `cargo build --release \
+             --manifest-path {}`, or set CUSHIM_LIB to its path",
             artifacts::SHIM_LIB,
-            searched()
+            searched(),
+            artifacts::source_root().join("Cargo.toml").display()
         )
     })
 }
@@ -104,9 +105,11 @@ pub fn simcuda() -> Result<(PathBuf, Origin), String> {
     }
     find(artifacts::SIMCUDA_LIB).ok_or_else(|| {
         format!(
-            "{} not found (looked in {}); build it with `cargo build --release`",
+            "{} not found (looked in {}); build it with `cargo build --release \
+             --manifest-path {}`",
             artifacts::SIMCUDA_LIB,
-            searched()
+            searched(),
+            artifacts::source_root().join("Cargo.toml").display()
         )
     })
 }
