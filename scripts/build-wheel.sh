@@ -11,7 +11,8 @@ case "$profile" in
     *) dir="$profile" ;;
 esac
 maturin="${MATURIN:-maturin}"
-cargo build --profile "$profile" -p cushim-shim -p simcuda
+# The same package set as the tests' build, so that neither relinks the other's shim.
+cargo build --profile "$profile" -p cushim-shim -p simcuda -p cushim-tools
 data=target/wheel-data/data/lib/cushim
 rm -rf target/wheel-data
 mkdir -p "$data"
