@@ -207,8 +207,12 @@ fn path_tag(p: &Path) -> String {
 /// The layout in the cache: absolute symlinks to `lib`, each made under a unique name and
 /// renamed over, so concurrent runs never see a missing or half-made link.
 fn cached_layout(lib: &Path) -> io::Result<PathBuf> {
+    cached_layout_in(&cache_root()?, lib)
+}
+
+fn cached_layout_in(root: &Path, lib: &Path) -> io::Result<PathBuf> {
     let lib = lib.canonicalize()?;
-    let layout = cache_root()?.join(format!("simcuda-lib-{}", path_tag(&lib)));
+    let layout = root.join(format!("simcuda-lib-{}", path_tag(&lib)));
     private_dir(&layout)?;
     for name in artifacts::SIM_NAMES {
         let link = layout.join(name);
@@ -221,4 +225,55 @@ fn cached_layout(lib: &Path) -> io::Result<PathBuf> {
         std::fs::rename(&tmp, &link)?;
     }
     Ok(layout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cushim-locate-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+        dir
+    }
+
+    #[test]
+    fn the_cached_layout_links_every_nvidia_name_to_the_one_library_and_repairs_a_wrong_link() {
+        let dir = scratch("layout");
+        let lib = dir.join(artifacts::SIMCUDA_LIB);
+        std::fs::write(&lib, b"not really a library").expect("writing");
+        let root = dir.join("cache");
+        private_dir(&root).expect("making the cache root");
+        let layout = cached_layout_in(&root, &lib).expect("laying out");
+        let canonical = lib.canonicalize().expect("canonical path");
+        std::fs::remove_file(layout.join("libcuda.so.1")).expect("removing a link");
+        std::fs::remove_file(layout.join("libcudart.so.12")).expect("removing a link");
+        std::os::unix::fs::symlink("/nonexistent", layout.join("libcudart.so.12"))
+            .expect("planting a wrong link");
+        let again = cached_layout_in(&root, &lib).expect("laying out again");
+        assert_eq!(again, layout, "one directory per library path");
+        for name in artifacts::SIM_NAMES {
+            let target = std::fs::read_link(layout.join(name)).expect("a link");
+            assert_eq!(target, canonical, "{name}");
+        }
+        let mode = std::fs::metadata(&layout).expect("stat").mode() & 0o777;
+        assert_eq!(mode, 0o700, "the layout directory is private");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_cache_directory_that_is_a_symlink_is_refused() {
+        let dir = scratch("symlink");
+        let real = dir.join("real");
+        std::fs::create_dir_all(&real).expect("creating");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        assert!(
+            private_dir(&link).is_err(),
+            "a planted symlink is not our directory"
+        );
+        assert!(private_dir(&real).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
