@@ -1,5 +1,10 @@
-//! `cushim demo`: build the bundled workload (`examples/demo.c`, plain CUDA runtime API),
-//! run it on simcuda without the shim and with it, and print what the cache changed.
+//! `cushim demo`: run the bundled workload (`examples/demo.c`, plain CUDA runtime API, built
+//! with cushim and embedded in its binary) on simcuda without the shim and with it, and print
+//! what the cache changed.
+//!
+//! Policy: the demo writes only into a private temporary directory (the workload and
+//! simcuda's reports, removed at the end) and its snapshot into the current directory (or
+//! `--snapshot`), never next to the installed binary, which may be read-only.
 //!
 //! The device side of each figure comes from simcuda's own ledger (`SIMCUDA_REPORT`), the
 //! cache side from the shim's statistics in the snapshot it writes at exit, so the two are
@@ -9,10 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cushim_testsupport::artifacts;
 use serde_json::Value;
 
 use crate::launch::{exit_code, Launch};
+use crate::workload;
 
 /// The latency model for the demo's simulated GPU.
 const LATENCY_MODEL: &str =
@@ -63,13 +68,9 @@ fn mib(bytes: u64) -> String {
 }
 
 pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i32, String> {
-    let dir = artifacts::build_dir().map_err(|e| format!("locating cushim's files: {e}"))?;
-    let layout = artifacts::sim_layout(&dir).map_err(|e| format!("simcuda: {e}"))?;
-    let work = dir.join("demo");
-    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
-    let exe = work.join("cushim-demo");
-    let src = artifacts::source_root().join("examples").join("demo.c");
-    artifacts::compile_c(&src, &exe, &layout, &[]).map_err(|e| e.to_string())?;
+    let work = workload::TempDir::new()?;
+    let exe = workload::write_demo(work.path())?;
+    let work = work.path();
     let snapshot = snapshot.unwrap_or_else(|| PathBuf::from("cushim-demo.pickle"));
     let log = snapshot.with_extension("log");
 
@@ -140,7 +141,7 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
         mib(stat("allocated_bytes.all.peak")), mib(stat("reserved_bytes.all.peak")),
         mib(stat("reserved_bytes.all.current").saturating_sub(stat("allocated_bytes.all.current"))));
     println!(
-        "snapshot: {} (open it at https://pytorch.org/memory_viz, or `cushim summary {}`)",
+        "wrote {} (open it at https://pytorch.org/memory_viz, or `cushim summary {}`)",
         snapshot.display(),
         snapshot.display()
     );

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cushim_testsupport::artifacts;
+use crate::locate;
 
 /// What to set up around the program.
 #[derive(Debug, Default, Clone)]
@@ -49,17 +49,10 @@ fn prepend(var: &str, value: &Path) -> OsString {
 impl Launch {
     /// Build the command for `program args...`.
     pub fn command(&self, program: &OsString, args: &[OsString]) -> Result<Command, String> {
-        let dir = artifacts::build_dir().map_err(|e| format!("locating cushim's files: {e}"))?;
         let mut cmd = Command::new(program);
         cmd.args(args);
         if self.preload {
-            let shim = dir.join(artifacts::SHIM_LIB);
-            if !shim.exists() {
-                return Err(format!(
-                    "{} not found: build it with `cargo build --release`",
-                    shim.display()
-                ));
-            }
+            let (shim, _) = locate::shim()?;
             cmd.env("LD_PRELOAD", prepend("LD_PRELOAD", &shim));
         }
         if self.sim || !driver_present() {
@@ -68,7 +61,7 @@ impl Launch {
                     "cushim: no CUDA driver (libcuda.so.1) found; running on simcuda, the simulated GPU"
                 );
             }
-            let layout = artifacts::sim_layout(&dir).map_err(|e| format!("simcuda: {e}"))?;
+            let layout = locate::sim_layout()?;
             cmd.env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &layout));
         }
         if self.expandable {

@@ -3,22 +3,25 @@
 mod analyze;
 mod bench;
 mod demo;
+mod doctor;
 mod forward;
 mod launch;
+mod locate;
 mod run_checks;
 mod snapshot_cmd;
 mod tools;
+mod workload;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     name = "cushim",
-    version = cushim::version::LONG,
+    max_term_width = 100,
     about = "A PyTorch-compatible CUDA caching allocator, preloaded into unmodified programs"
 )]
 struct Cli {
@@ -81,6 +84,7 @@ enum Cmd {
     /// Print a summary of a snapshot (ours in any format, PyTorch's pickle, an RMM or
     /// alloc/free log); several files (one per rank) add a per-rank table.
     Summary {
+        /// Snapshot files (ours in any format, PyTorch's pickle, RMM or alloc/free logs).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Frames per allocation site: the program's first frame and its callers.
@@ -93,6 +97,7 @@ enum Cmd {
     /// Replay a recorded trace through the engine under the recorded settings and others,
     /// and print peaks, fragmentation, device allocations and OOMs side by side.
     Replay {
+        /// The snapshot whose trace to replay (recorded with allocation history).
         file: PathBuf,
         /// A configuration to replay (PYTORCH_CUDA_ALLOC_CONF syntax); repeatable. Default:
         /// PyTorch's defaults, expandable segments, max_split_size_mb 32/128/512, GC 0.6.
@@ -107,6 +112,7 @@ enum Cmd {
     /// Write a self-contained HTML report (timeline, top sites and flame graph at the peak,
     /// segments, replay table).
     Report {
+        /// The snapshot to report on.
         file: PathBuf,
         /// The HTML file to write.
         #[arg(short, long)]
@@ -115,7 +121,9 @@ enum Cmd {
     /// Compare two runs: peaks and the allocation sites that grew, shrank, appeared or
     /// vanished, per device.
     Diff {
+        /// The first run's snapshot (the baseline).
         a: PathBuf,
+        /// The second run's snapshot, compared against A.
         b: PathBuf,
         /// Frames per allocation site.
         #[arg(long, default_value_t = 1)]
@@ -149,20 +157,49 @@ enum Cmd {
         output: PathBuf,
     },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
-    Convert { input: PathBuf, output: PathBuf },
+    Convert {
+        /// The snapshot to read (any supported format).
+        input: PathBuf,
+        /// The file to write; its extension (.pickle/.pkl, .msgpack, .json) picks the format.
+        output: PathBuf,
+    },
     /// Ask a running process under the shim to write a live snapshot: sends its dump signal
     /// (the process's CUSHIM_DUMP_SIGNAL, else this one's, else USR1); refuses a process that
     /// has not loaded the shim.
     Dump {
+        /// The process id of a program running under the shim.
         pid: i32,
         /// The signal to send: a name (USR2, SIGUSR2) or a number.
         #[arg(long)]
         signal: Option<String>,
     },
+    /// Say what a first run needs: the driver found (or simcuda) and its version, the shim's
+    /// path, membarrier, frame pointers, whether the snapshot directory is writable.
+    Doctor,
+}
+
+/// `VERSION (commit C)`, as the first line of `--version` and `doctor`.
+pub fn version_line() -> String {
+    format!("cushim {}", cushim::version::LONG)
+}
+
+/// `--version`: the release, the commit, and the shim `run` will preload.
+fn long_version() -> String {
+    let shim = match locate::shim() {
+        Ok((p, o)) => format!("{} ({})", p.display(), o.describe()),
+        Err(e) => format!("not found: {e}"),
+    };
+    format!("{}\nshim: {shim}", cushim::version::LONG)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The version names the shim's path, found at run time; clap keeps it for the process.
+    let version: &'static str = Box::leak(long_version().into_boxed_str());
+    let matches = Cli::command().version(version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.cmd {
         Cmd::Run {
             expandable,
@@ -221,6 +258,7 @@ fn main() -> ExitCode {
         }
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
+        Cmd::Doctor => doctor::doctor(),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cushim::snapshot::json;
+use cushim::snapshot::{json, Format};
 use cushim_tools::snapshot::reader;
 use serde_json::Value;
 
@@ -14,14 +14,24 @@ pub fn read_snapshot_json(path: &Path) -> Result<Value, String> {
     serde_json::from_slice(&bytes).map_err(|e| format!("snapshot {} as JSON: {e}", path.display()))
 }
 
+/// Convert by the output's extension; an extension that names no format is refused rather
+/// than written as pickle under a misleading name.
 pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {
-    cushim_tools::snapshot::convert::convert(input, output, None).map_err(|e| {
+    let format = Format::from_extension(output).ok_or_else(|| {
+        format!(
+            "{}: unknown extension; name the output .pickle (or .pkl), .msgpack or .json",
+            output.display()
+        )
+    })?;
+    cushim_tools::snapshot::convert::convert(input, output, Some(format)).map_err(|e| {
         format!(
             "converting {} to {}: {e}",
             input.display(),
             output.display()
         )
     })?;
+    let name = format!("{format:?}").to_ascii_lowercase();
+    eprintln!("cushim: wrote {} ({name})", output.display());
     Ok(0)
 }
 
