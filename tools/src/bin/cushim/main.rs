@@ -139,6 +139,7 @@ enum Cmd {
     /// Write a snapshot (memory_viz opens it) of one moment of a whole-run event log
     /// (`CUSHIM_LOG`, `cushim run --log`).
     Snapshot {
+        /// The whole-run event log to read (`CUSHIM_LOG`, `cushim run --log`).
         log: PathBuf,
         /// The moment SECONDS after the run's start.
         #[arg(long, conflicts_with_all = ["peak", "end"])]
