@@ -35,6 +35,7 @@ pub mod ipc;
 pub mod ipc_expandable;
 pub mod ipc_records;
 pub mod lasterror;
+pub mod nvtx;
 pub mod observe;
 pub mod observe_driver;
 pub mod observe_runtime;

@@ -198,6 +198,7 @@ impl DeviceState {
             time_us: now_us(),
             stack,
             device_free: 0,
+            range: 0,
         });
     }
 
@@ -423,6 +424,7 @@ impl DeviceState {
                 time_us: now_us(),
                 stack,
                 device_free,
+                range: 0,
             });
         }
         Err(AllocError::OutOfMemory)

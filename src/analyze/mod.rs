@@ -9,6 +9,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod by_range;
 pub mod diff;
 pub mod frames;
 pub mod input;

@@ -9,6 +9,7 @@ pub mod event;
 pub mod intern;
 pub mod module_epochs;
 pub mod python;
+pub mod range;
 pub mod ring;
 pub mod runtime_frames;
 pub mod stack;
