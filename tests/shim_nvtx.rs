@@ -90,7 +90,9 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
             .iter()
             .find(|e| e["action"] == "alloc" && e["size"].as_i64() == Some(mib * MIB))
             .unwrap_or_else(|| panic!("no alloc of {mib} MiB in the trace"));
-        e.get("user_metadata").and_then(|m| m.as_str()).map(String::from)
+        e.get("user_metadata")
+            .and_then(|m| m.as_str())
+            .map(String::from)
     };
     let want = [
         (1, Some("step")),
@@ -145,7 +147,12 @@ fn second_tool() -> PathBuf {
 /// The second tool's counts: pushes, pops, starts, ends.
 fn tool_counts(report: &Path) -> String {
     std::fs::read_to_string(report)
-        .unwrap_or_else(|e| panic!("the second tool wrote no report at {}: {e}", report.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "the second tool wrote no report at {}: {e}",
+                report.display()
+            )
+        })
         .trim()
         .to_string()
 }

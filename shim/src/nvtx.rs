@@ -423,8 +423,11 @@ extern "C" fn domain_create_w(s: *const i32) -> *const c_void {
     quiet(h, || new_handle(h, &wstr(s).unwrap_or_default()))
 }
 
+/// Implementations by callback id.
+type Impls = [(usize, FnPtr); 8];
+
 /// Our CORE and CORE2 implementations, by callback id.
-fn ours() -> ([(usize, FnPtr); 8], [(usize, FnPtr); 8]) {
+fn ours() -> (Impls, Impls) {
     (
         [
             (RANGE_START_EX, range_start_ex as FnPtr),
