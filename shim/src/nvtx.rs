@@ -133,6 +133,11 @@ static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x10);
 /// Our own start/end ids (when no downstream made one).
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
 
+/// The handle table's lock, held across `fork` (see `fork.rs`); a leaf lock.
+pub fn hold_for_fork() -> parking_lot::MutexGuard<'static, HashMap<usize, NameId>> {
+    HANDLES.lock()
+}
+
 fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }

@@ -202,6 +202,19 @@ fn close(which: impl Fn(&Open) -> bool, domain: NameId) -> i32 {
     .unwrap_or(-1)
 }
 
+/// The path table's lock, held across `fork` (see the shim's `fork.rs`); dropping it
+/// releases it. A leaf lock: nothing else is taken while it is held.
+pub struct ForkHold {
+    _held: parking_lot::MutexGuard<'static, Table>,
+}
+
+/// Take the path table's lock until the returned hold is dropped.
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold {
+        _held: TABLE.lock(),
+    }
+}
+
 /// The rendered path of `id` (`domain:name` levels joined by [`SEPARATOR`]), `None` for
 /// `NO_RANGE` or an id this process never made.
 pub fn path(id: RangeId) -> Option<String> {
