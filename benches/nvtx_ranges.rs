@@ -4,9 +4,8 @@
 //! a three-level range path (the added cost is one thread-local read either way).
 //! Prints median nanoseconds; `cargo bench --bench nvtx_ranges`.
 
-#[path = "workloads/timing.rs"]
-#[allow(dead_code)]
-mod timing;
+#[path = "workloads/mod.rs"]
+mod workloads;
 
 use cushim::config::history::{parse, HistoryConf};
 use cushim::trace::event::{now_us, Action, EventSink, TraceEvent};
@@ -14,6 +13,7 @@ use cushim::trace::range::{self, DEFAULT_DOMAIN};
 use cushim::trace::ring::TraceRing;
 use std::hint::black_box;
 use std::time::Duration;
+use workloads::timing;
 
 fn ring() -> TraceRing {
     let conf = parse("enabled=all,max_entries=100000").unwrap_or_else(|_| HistoryConf::off());
