@@ -59,18 +59,23 @@ fn program() -> Option<PathBuf> {
     Some(common::compile("nvtx_ranges", &[&flag, "-ldl"]))
 }
 
-/// Run the program under the shim (NVTX pointed at it) and return the JSON snapshot.
-fn run_under_shim(exe: &Path, dir: &Path) -> (PathBuf, serde_json::Value) {
-    let snap = dir.join("snap.json");
-    let report = dir.join("report.json");
+/// Run the program under the shim (NVTX pointed at it), writing the snapshot to `name` in
+/// `dir` (its format by extension); returns its path.
+fn run_to(exe: &Path, dir: &Path, name: &str) -> PathBuf {
+    let snap = dir.join(name);
     let out = common::run_ok(
         common::shim_cmd(exe)
             .env("NVTX_INJECTION64_PATH", common::shim_path())
             .env("CUSHIM_SNAPSHOT", &snap)
-            .env("CUSHIM_HISTORY", "enabled=all,context=all,stacks=native")
-            .env("SIMCUDA_REPORT", &report),
+            .env("CUSHIM_HISTORY", "enabled=all,context=all,stacks=native"),
     );
     assert!(out.contains("ok"), "{out}");
+    snap
+}
+
+/// Run the program under the shim (NVTX pointed at it) and return the JSON snapshot.
+fn run_under_shim(exe: &Path, dir: &Path) -> (PathBuf, serde_json::Value) {
+    let snap = run_to(exe, dir, "snap.json");
     let text = std::fs::read_to_string(&snap)
         .unwrap_or_else(|e| panic!("the shim wrote no snapshot at {}: {e}", snap.display()));
     let v: serde_json::Value = serde_json::from_str(&text).expect("parsing the JSON snapshot");
@@ -113,7 +118,8 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
 fn summary_by_range_charges_bytes_to_their_ranges() {
     let Some(exe) = program() else { return };
     let dir = common::scratch("nvtx-summary");
-    let (snap, _) = run_under_shim(&exe, &dir);
+    // A pickle, as PyTorch writes them: the writer and reader carry `user_metadata` too.
+    let snap = run_to(&exe, &dir, "snap.pickle");
     let out = common::run_ok(
         Command::new(common::cushim_bin())
             .args(["summary", "--by", "range"])

@@ -158,3 +158,41 @@ pub fn render(devs: &[DeviceRanges]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(entries: serde_json::Value) -> Value {
+        Value::from_json(&serde_json::json!({ "segments": [], "device_traces": [entries] }))
+    }
+
+    #[test]
+    fn bytes_are_charged_to_the_path_they_were_made_in_until_freed() {
+        let s = snap(serde_json::json!([
+            {"action": "alloc", "addr": 1, "size": 10, "user_metadata": "a"},
+            {"action": "alloc", "addr": 2, "size": 30, "user_metadata": "a/b"},
+            {"action": "free_requested", "addr": 2, "size": 30},
+            {"action": "free_completed", "addr": 2, "size": 30},
+            {"action": "alloc", "addr": 3, "size": 5},
+        ]));
+        let d = &by_range(&s).unwrap()[0];
+        assert_eq!(d.peak, 40);
+        let ab = &d.paths["a/b"];
+        assert_eq!(
+            (ab.allocated, ab.peak, ab.at_peak, ab.live_at_end),
+            (30, 30, 30, 0)
+        );
+        let a = &d.paths["a"];
+        assert_eq!((a.at_peak, a.live_at_end), (10, 10));
+        assert_eq!(d.paths[NO_RANGE].live_at_end, 5);
+        assert!(render(&[d.clone()]).contains("held the most at the peak: a/b"));
+    }
+
+    #[test]
+    fn a_trace_without_sizes_is_an_error_naming_the_entry() {
+        let s = snap(serde_json::json!([{"action": "alloc", "addr": 1}]));
+        let e = by_range(&s).unwrap_err();
+        assert!(e.contains("device_traces[0][0].size"), "{e}");
+    }
+}
