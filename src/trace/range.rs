@@ -6,8 +6,10 @@
 //! event carries one `u32` and the dump renders `parent/.../name` once per distinct path.
 //!
 //! Policy (cost): each thread keeps its own stack of open ranges and its current path id in
-//! thread-locals; a push or pop takes the table's one lock only to find (or add) the child
-//! node, and recording an event reads one thread-local `Cell`. A program that never opens a
+//! thread-locals; a push takes the table's one lock only when the child node (or the name)
+//! is not among the thread's recent lookups (a small direct-mapped cache), a pop only when
+//! it closes a range under another domain's, and recording an event reads one thread-local
+//! `Cell`. A program that never opens a
 //! range pays that one read per recorded event and nothing else. Not for signal handlers.
 //!
 //! Policy (semantics, as NVTX defines them): push/pop nest per thread and per domain (a
@@ -116,6 +118,77 @@ pub fn current() -> RangeId {
     CURRENT.try_with(Cell::get).unwrap_or(NO_RANGE)
 }
 
+/// Slots of a thread's cache of recent lookups (a power of two).
+const RECENT: usize = 32;
+
+/// A thread's recent lookups, so a repeated push takes no lock: `(parent, domain, name) ->
+/// child` and name string -> id, each direct-mapped by a hash (a miss asks the table).
+struct Recent {
+    nodes: [(RangeId, NameId, NameId, RangeId); RECENT],
+    names: Vec<(u64, Box<str>, NameId)>,
+}
+
+thread_local! {
+    static RECENT_LOOKUPS: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            nodes: [(0, 0, 0, NO_RANGE); RECENT],
+            names: Vec::new(),
+        })
+    };
+}
+
+fn slot(h: u64) -> usize {
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % RECENT
+}
+
+/// The child node `(parent, domain, name)`, from the thread's cache or the table.
+fn child(parent: RangeId, domain: NameId, name: NameId) -> RangeId {
+    let h = slot(u64::from(parent) << 40 ^ u64::from(domain) << 20 ^ u64::from(name));
+    let hit = RECENT_LOOKUPS
+        .try_with(|r| {
+            let (p, d, n, node) = r.borrow().nodes[h];
+            (node != NO_RANGE && (p, d, n) == (parent, domain, name)).then_some(node)
+        })
+        .ok()
+        .flatten();
+    if let Some(node) = hit {
+        return node;
+    }
+    let node = TABLE.lock().child(parent, domain, name);
+    let _ = RECENT_LOOKUPS.try_with(|r| r.borrow_mut().nodes[h] = (parent, domain, name, node));
+    node
+}
+
+/// The id of name `s`, from the thread's cache or the table.
+fn recent_name(s: &str) -> NameId {
+    let h = s.bytes().fold(s.len() as u64, |h, b| {
+        (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+    });
+    let at = slot(h);
+    let hit = RECENT_LOOKUPS
+        .try_with(|r| {
+            r.borrow()
+                .names
+                .get(at)
+                .filter(|(k, n, id)| *id != 0 && *k == h && &**n == s)
+                .map(|e| e.2)
+        })
+        .ok()
+        .flatten();
+    if let Some(id) = hit {
+        return id;
+    }
+    let id = TABLE.lock().name(s);
+    let _ = RECENT_LOOKUPS.try_with(|r| {
+        let mut r = r.borrow_mut();
+        if r.names.len() < RECENT {
+            r.names.resize(RECENT, (0, Box::from(""), 0));
+        }
+        r.names[at] = (h, s.into(), id);
+    });
+    id
+}
+
 /// Intern a name (a registered string, a domain's name).
 pub fn intern_name(s: &str) -> NameId {
     TABLE.lock().name(s)
@@ -131,7 +204,7 @@ pub fn name_of(id: NameId) -> String {
 /// the thread's open ranges of that domain (what `nvtxRangePush` returns), `-1` if the
 /// thread is exiting.
 pub fn open(domain: NameId, name: NameId, started: u64) -> i32 {
-    let node = TABLE.lock().child(current(), domain, name);
+    let node = child(current(), domain, name);
     enter(Open {
         domain,
         name,
@@ -150,14 +223,11 @@ fn enter(o: Open) -> i32 {
     .unwrap_or(-1)
 }
 
-/// Open a range named by the string `name` (interned under the same lock as the path).
+/// Open a range named by the string `name`.
 pub fn open_str(domain: NameId, name: &str, started: u64) -> i32 {
     let parent = current();
-    let (name, node) = {
-        let mut t = TABLE.lock();
-        let name = t.name(name);
-        (name, t.child(parent, domain, name))
-    };
+    let name = recent_name(name);
+    let node = child(parent, domain, name);
     enter(Open {
         domain,
         name,
@@ -244,6 +314,9 @@ mod tests {
             assert_eq!(pop(DEFAULT_DOMAIN), 0);
             assert_eq!(pop(DEFAULT_DOMAIN), -1);
             assert_eq!(current(), NO_RANGE);
+            open_str(DEFAULT_DOMAIN, "", 0);
+            assert_eq!(path(current()).as_deref(), Some(""), "an unnamed range");
+            pop(DEFAULT_DOMAIN);
         })
         .join()
         .unwrap();
