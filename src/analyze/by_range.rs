@@ -186,7 +186,7 @@ mod tests {
         let a = &d.paths["a"];
         assert_eq!((a.at_peak, a.live_at_end), (10, 10));
         assert_eq!(d.paths[NO_RANGE].live_at_end, 5);
-        assert!(render(&[d.clone()]).contains("held the most at the peak: a/b"));
+        assert!(render(std::slice::from_ref(d)).contains("held the most at the peak: a/b"));
     }
 
     #[test]
