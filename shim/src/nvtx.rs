@@ -130,6 +130,8 @@ fn down(core2: bool, id: usize) -> FnPtr {
 static HANDLES: Lazy<Mutex<HashMap<usize, NameId>>> = Lazy::new(Default::default);
 /// Our own handles (when no downstream made one): distinct, never dereferenced by NVTX users.
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x10);
+/// Whether NVTX has initialised this library (see [`InitializeInjectionNvtx2`]).
+static INITIALISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Our own start/end ids (when no downstream made one).
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
 
@@ -580,6 +582,11 @@ unsafe fn fill(cb: &Callbacks, module: c_int, ours: &[(usize, FnPtr)], core2: bo
 pub unsafe extern "C" fn InitializeInjectionNvtx2(get: Option<GetExportTable>) -> c_int {
     quiet(0, || {
         let Some(get) = get else { return 0 };
+        // Once per process: a forward that names this library again (another path to it)
+        // would otherwise initialise itself against its own slots, forever.
+        if INITIALISED.swap(true, Ordering::AcqRel) {
+            return 0;
+        }
         if let Some(p) = std::env::var("CUSHIM_NVTX_FORWARD")
             .ok()
             .filter(|p| !p.is_empty())
