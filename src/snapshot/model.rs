@@ -12,7 +12,8 @@
 //!   stream, segment_type ("small"|"large"), segment_pool_id (tuple), is_expandable,
 //!   frames, blocks`; an observed one also `kind` and `flags`.
 //! - block: `address, size, requested_size, state, frames`.
-//! - trace entry: `action, addr, size, stream, time_us, frames` (`oom`: `device_free`
+//! - trace entry: `action, addr, size, stream, time_us, frames`, plus `user_metadata` (the
+//!   NVTX range path, `trace::range`) on entries made inside a range (`oom`: `device_free`
 //!   instead of `addr`).
 //! - frame: `name, filename, line`.
 
