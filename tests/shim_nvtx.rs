@@ -7,57 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 const MIB: i64 = 1024 * 1024;
-
-/// The wheel's `include` directory, fetched with pip and unpacked under `target/` once; None
-/// when it cannot be had here.
-fn nvtx_include() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = common::build_dir().parent()?.join("nvtx-wheel");
-        let include = root.join("x/nvidia/nvtx/include");
-        if include.join("nvtx3/nvToolsExt.h").exists() {
-            return Some(include);
-        }
-        std::fs::create_dir_all(&root).ok()?;
-        let got = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--quiet"])
-            .args(["nvidia-nvtx-cu12", "-d"])
-            .arg(&root)
-            .status()
-            .ok()?;
-        if !got.success() {
-            return None;
-        }
-        let wheel = std::fs::read_dir(&root)
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))?;
-        let unpacked = Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
-            .arg(&wheel)
-            .arg(root.join("x"))
-            .status()
-            .ok()?;
-        (unpacked.success() && include.join("nvtx3/nvToolsExt.h").exists()).then_some(include)
-    })
-    .as_deref()
-}
-
-fn program() -> Option<PathBuf> {
-    let Some(inc) = nvtx_include() else {
-        common::skip::skip(
-            "NVTX ranges from NVIDIA's NVTX headers",
-            "the nvidia-nvtx-cu12 wheel cannot be downloaded here",
-        );
-        return None;
-    };
-    let flag = format!("-I{}", inc.display());
-    Some(common::compile("nvtx_ranges", &[&flag, "-ldl"]))
-}
 
 /// Run the program under the shim (NVTX pointed at it), writing the snapshot to `name` in
 /// `dir` (its format by extension); returns its path.
@@ -84,7 +35,9 @@ fn run_under_shim(exe: &Path, dir: &Path) -> (PathBuf, serde_json::Value) {
 
 #[test]
 fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
-    let Some(exe) = program() else { return };
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
     let dir = common::scratch("nvtx-paths");
     let (_, snap) = run_under_shim(&exe, &dir);
     let trace = snap["device_traces"][0]
@@ -116,7 +69,9 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
 
 #[test]
 fn summary_by_range_charges_bytes_to_their_ranges() {
-    let Some(exe) = program() else { return };
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
     let dir = common::scratch("nvtx-summary");
     // A pickle, as PyTorch writes them: the writer and reader carry `user_metadata` too.
     let snap = run_to(&exe, &dir, "snap.pickle");
@@ -165,7 +120,9 @@ fn tool_counts(report: &Path) -> String {
 
 #[test]
 fn a_second_injection_library_receives_every_range_too() {
-    let Some(exe) = program() else { return };
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
     let dir = common::scratch("nvtx-forward");
     let snap = dir.join("snap.json");
     let report = dir.join("tool.txt");
@@ -195,7 +152,9 @@ fn a_second_injection_library_receives_every_range_too() {
 
 #[test]
 fn cushim_run_points_nvtx_at_the_shim_and_keeps_the_users_injection() {
-    let Some(exe) = program() else { return };
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
     let dir = common::scratch("nvtx-run");
     let snap = dir.join("snap.json");
     let report = dir.join("tool.txt");

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 pub use cushim::artifacts;
 
+pub mod nvtx;
 pub mod skip;
 pub mod stand_in;
 
