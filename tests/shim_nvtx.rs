@@ -65,6 +65,22 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
     for (mib, path) in want {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
     }
+    // Every range's start and end, as PyTorch writes external annotations.
+    let ann = snap["external_annotations"]
+        .as_array()
+        .expect("external_annotations");
+    assert_eq!(ann.len(), 14, "7 ranges opened and closed: {ann:?}");
+    for name in ["step", "layer", "mem:phase", "request", "backward"] {
+        for stage in ["START", "END"] {
+            assert!(
+                ann.iter().any(|a| a["name"] == name
+                    && a["stage"] == stage
+                    && a["device"] == 0
+                    && a["time_us"].as_i64().is_some_and(|t| t > 0)),
+                "{stage} of {name} in {ann:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -4,8 +4,8 @@
 //! shim's state has: the allocator's (each device's in ordinal order, then the pinned
 //! host's), the interned-stack table's, the DWARF unwinder's module list, the module
 //! epochs' registry (`trace/module_epochs.rs`), then the observed-allocation tables' (leaf
-//! locks: `alloc/observed.rs`), then the NVTX handle table and range-path table (leaf locks:
-//! `nvtx.rs`, `trace/range.rs`). That is the
+//! locks: `alloc/observed.rs`), then the NVTX handle table, range-path table and range
+//! annotations (leaf locks: `nvtx.rs`, `trace/range.rs`, `trace/annotations.rs`). That is the
 //! order the rest of the shim nests them in (a stack is captured and interned before the
 //! allocator's lock is taken, and never under it, so no thread holds a later lock while
 //! waiting for an earlier one). After `fork` the parent releases them unchanged, so its
@@ -25,7 +25,7 @@ use std::cell::RefCell;
 use engine::alloc::observed::ObservedHold;
 use engine::alloc::ForkHold;
 use engine::trace::intern::{StackTable, TableHold};
-use engine::trace::{module_epochs, range, unwind_dwarf};
+use engine::trace::{annotations, module_epochs, range, unwind_dwarf};
 
 use crate::state;
 
@@ -38,6 +38,7 @@ struct Held {
     observed: ObservedHold<'static>,
     nvtx_handles: parking_lot::MutexGuard<'static, std::collections::HashMap<usize, u32>>,
     ranges: range::ForkHold,
+    annotations: annotations::ForkHold,
 }
 
 thread_local! {
@@ -60,7 +61,7 @@ extern "C" fn prepare() {
             return;
         };
         // Order: allocator, stack table, module list, module epochs, observed tables, NVTX
-        // handles, range paths (module docs).
+        // handles, range paths, range annotations (module docs).
         let held = Held {
             alloc: s.alloc.hold_for_fork(),
             stacks: StackTable::global().hold_for_fork(),
@@ -69,6 +70,7 @@ extern "C" fn prepare() {
             observed: s.observed.hold_for_fork(),
             nvtx_handles: crate::nvtx::hold_for_fork(),
             ranges: range::hold_for_fork(),
+            annotations: annotations::hold_for_fork(),
         };
         let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
     });
@@ -105,7 +107,9 @@ fn release(h: Held, in_child: bool) {
         observed,
         nvtx_handles,
         ranges,
+        annotations,
     } = h;
+    drop(annotations);
     drop(ranges);
     drop(nvtx_handles);
     drop(observed);

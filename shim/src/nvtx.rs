@@ -140,6 +140,12 @@ pub fn hold_for_fork() -> parking_lot::MutexGuard<'static, HashMap<usize, NameId
     HANDLES.lock()
 }
 
+/// The device a range start or end is recorded on: the one the shim allocates on for the
+/// calling thread (0 before the shim's state exists).
+pub fn annotation_device() -> i32 {
+    crate::state::get_if_ready().map_or(0, crate::state::alloc_device)
+}
+
 fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
@@ -586,6 +592,12 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(get: Option<GetExportTable>) -
         // would otherwise initialise itself against its own slots, forever.
         if INITIALISED.swap(true, Ordering::AcqRel) {
             return 0;
+        }
+        // Starts and ends are kept from the first range on, even one opened before the
+        // program's first CUDA call builds the shim's state.
+        let conf = engine::config::history::HistoryConf::from_env();
+        if conf.records_history() {
+            engine::trace::annotations::enable(conf.max_entries, annotation_device);
         }
         if let Some(p) = std::env::var("CUSHIM_NVTX_FORWARD")
             .ok()

@@ -271,6 +271,23 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
             Value::from_json(&input.allocator_settings),
         ),
     ];
+    if !input.annotations.is_empty() {
+        let list = input
+            .annotations
+            .iter()
+            .map(|a| {
+                let stage = b.s.get(if a.start { "START" } else { "END" });
+                let name = crate::trace::range::level_name(a.domain, a.name);
+                Value::dict(vec![
+                    (b.s.get("stage"), stage),
+                    (b.s.get("name"), b.s.get(&name)),
+                    (b.s.get("device"), Value::Int(i64::from(a.device))),
+                    (b.s.get("time_us"), Value::Int(a.time_us)),
+                ])
+            })
+            .collect();
+        top.push((b.s.get("external_annotations"), Value::list(list)));
+    }
     if let Some((segs, evs)) = &input.host {
         let hs = b.segments(
             segs.iter(),

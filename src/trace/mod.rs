@@ -4,6 +4,7 @@
 //! Invariant: the hot path (capture, intern, record) stores raw return addresses and ids
 //! only; names, files and lines are produced at dump time by `symbolize`.
 
+pub mod annotations;
 pub mod clock;
 pub mod event;
 pub mod intern;

@@ -214,6 +214,9 @@ pub fn open(domain: NameId, name: NameId, started: u64) -> i32 {
 }
 
 fn enter(o: Open) -> i32 {
+    if crate::trace::annotations::on() {
+        crate::trace::annotations::record(true, o.domain, o.name);
+    }
     OPEN.try_with(|open| {
         let mut open = open.borrow_mut();
         open.push(o);
@@ -256,7 +259,10 @@ fn close(which: impl Fn(&Open) -> bool, domain: NameId) -> i32 {
             return -1;
         };
         let level = open[..at].iter().filter(|o| o.domain == domain).count() as i32;
-        open.remove(at);
+        let gone = open.remove(at);
+        if crate::trace::annotations::on() {
+            crate::trace::annotations::record(false, gone.domain, gone.name);
+        }
         if at < open.len() {
             // A range closed under others: re-derive the paths above it.
             let mut t = TABLE.lock();
@@ -282,6 +288,16 @@ pub struct ForkHold {
 pub fn hold_for_fork() -> ForkHold {
     ForkHold {
         _held: TABLE.lock(),
+    }
+}
+
+/// The text of one level: `name`, or `domain:name` outside the default domain.
+pub fn level_name(domain: NameId, name: NameId) -> String {
+    let t = TABLE.lock();
+    if domain == DEFAULT_DOMAIN {
+        t.name_str(name).to_string()
+    } else {
+        format!("{}:{}", t.name_str(domain), t.name_str(name))
     }
 }
 
