@@ -1,6 +1,7 @@
 //! NVTX range cost: a push/pop pair on the engine's per-thread range stack (what the shim's
 //! `nvtxRangePushA`/`nvtxRangePop` callbacks do, without NVTX's own dispatch), by name and by
-//! registered string; and one recorded event into a full ring outside every range and inside
+//! registered string, and by name with history on (each start and end kept as an annotation);
+//! and one recorded event into a full ring outside every range and inside
 //! a three-level range path (the added cost is one thread-local read either way).
 //! Prints median nanoseconds; `cargo bench --bench nvtx_ranges`.
 
@@ -55,6 +56,14 @@ fn main() {
             range::pop(DEFAULT_DOMAIN);
         }
     });
+    // With history on, every start and end is also kept as an annotation.
+    cushim::trace::annotations::enable(100_000, || 0);
+    let push_pop_annotated = timing::median_ns(batch, reps, |n| {
+        for _ in 0..n {
+            range::open_str(DEFAULT_DOMAIN, black_box("forward"), 0);
+            range::pop(DEFAULT_DOMAIN);
+        }
+    });
     let mut r = ring();
     let outside = timing::median_ns(batch, reps, |n| {
         for i in 0..n {
@@ -71,6 +80,7 @@ fn main() {
     });
     println!("push+pop by name:              {push_pop_str:7.1} ns");
     println!("push+pop by registered string: {push_pop_registered:7.1} ns");
+    println!("push+pop by name, annotated:   {push_pop_annotated:7.1} ns");
     println!("event outside every range:     {outside:7.1} ns");
     println!("event inside a 3-level path:   {inside:7.1} ns");
 }
