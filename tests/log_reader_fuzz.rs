@@ -28,6 +28,7 @@ fn ev(i: u64) -> TraceEvent {
         time_us: 1_000_000 + i as i64 * 7,
         stack: (i % 4) as u32,
         device_free: 0,
+        range: 0,
     }
 }
 

@@ -422,3 +422,25 @@ fn snapshot_converted_through_json_reads_in_pytorchs_memory_viz() {
     );
     check_all_views(script, &dir, &back);
 }
+
+#[test]
+fn nvtx_range_paths_read_in_pytorchs_memory_viz() {
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let (dir, snap) = snapshot_of(
+        "memviz-nvtx",
+        common::shim_cmd(&exe).env("NVTX_INJECTION64_PATH", common::shim_path()),
+    );
+    let v = check_all_views(script, &dir, &snap);
+    let paths: Vec<&str> = v["device_traces"][0]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["user_metadata"].as_str())
+        .collect();
+    assert!(paths.contains(&"step/forward/layer"), "{paths:?}");
+}

@@ -88,6 +88,7 @@ impl Events {
             time_us: self.t,
             stack,
             device_free: if action == Action::Oom { 123 * MIB } else { 0 },
+            range: 0,
         });
     }
 }

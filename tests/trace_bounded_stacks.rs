@@ -58,6 +58,7 @@ fn run(distinct: u64, events: u64) -> (u64, StackTable, TraceRing) {
             time_us: i as i64,
             stack,
             device_free: 0,
+            range: 0,
         });
     }
     let grown = rss_bytes().saturating_sub(before);

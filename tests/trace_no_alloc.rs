@@ -60,6 +60,7 @@ fn capture_intern_and_record_allocate_nothing_after_warm_up() {
         time_us: 0,
         stack,
         device_free: 0,
+        range: 0,
     };
     // Round 0 warms up (fills the ring, interns the stacks, looks up this thread's stack
     // bounds); round 1 is counted. Same call sites in both, so the same stacks.

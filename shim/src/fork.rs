@@ -4,7 +4,8 @@
 //! shim's state has: the allocator's (each device's in ordinal order, then the pinned
 //! host's), the interned-stack table's, the DWARF unwinder's module list, the module
 //! epochs' registry (`trace/module_epochs.rs`), then the observed-allocation tables' (leaf
-//! locks: `alloc/observed.rs`). That is the
+//! locks: `alloc/observed.rs`), then the NVTX handle table, range-path table and range
+//! annotations (leaf locks: `nvtx.rs`, `trace/range.rs`, `trace/annotations.rs`). That is the
 //! order the rest of the shim nests them in (a stack is captured and interned before the
 //! allocator's lock is taken, and never under it, so no thread holds a later lock while
 //! waiting for an earlier one). After `fork` the parent releases them unchanged, so its
@@ -24,7 +25,7 @@ use std::cell::RefCell;
 use cushim::alloc::observed::ObservedHold;
 use cushim::alloc::ForkHold;
 use cushim::trace::intern::{StackTable, TableHold};
-use cushim::trace::{module_epochs, unwind_dwarf};
+use cushim::trace::{annotations, module_epochs, range, unwind_dwarf};
 
 use crate::state;
 
@@ -35,6 +36,9 @@ struct Held {
     unwinder: unwind_dwarf::ForkHold,
     modules: module_epochs::ForkHold,
     observed: ObservedHold<'static>,
+    nvtx_handles: parking_lot::MutexGuard<'static, std::collections::HashMap<usize, u32>>,
+    ranges: range::ForkHold,
+    annotations: annotations::ForkHold,
 }
 
 thread_local! {
@@ -56,14 +60,17 @@ extern "C" fn prepare() {
         let Some(s) = state::get_if_ready() else {
             return;
         };
-        // Order: allocator, stack table, module list, module epochs, observed tables
-        // (module docs).
+        // Order: allocator, stack table, module list, module epochs, observed tables, NVTX
+        // handles, range paths, range annotations (module docs).
         let held = Held {
             alloc: s.alloc.hold_for_fork(),
             stacks: StackTable::global().hold_for_fork(),
             unwinder: unwind_dwarf::hold_for_fork(),
             modules: module_epochs::hold_for_fork(),
             observed: s.observed.hold_for_fork(),
+            nvtx_handles: crate::nvtx::hold_for_fork(),
+            ranges: range::hold_for_fork(),
+            annotations: annotations::hold_for_fork(),
         };
         let _ = HELD.try_with(|h| *h.borrow_mut() = Some(held));
     });
@@ -98,7 +105,13 @@ fn release(h: Held, in_child: bool) {
         unwinder,
         modules,
         observed,
+        nvtx_handles,
+        ranges,
+        annotations,
     } = h;
+    drop(annotations);
+    drop(ranges);
+    drop(nvtx_handles);
     drop(observed);
     drop(modules);
     drop(unwinder);

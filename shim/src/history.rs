@@ -23,6 +23,9 @@ impl History {
         let conf = HistoryConf::from_env();
         StackTable::global().set_limit(conf.max_stacks);
         cushim::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
+        if conf.records_history() {
+            cushim::trace::annotations::enable(conf.max_entries, crate::nvtx::annotation_device);
+        }
         History {
             conf,
             skip: SkipRange::of_module_containing(History::from_env as *const () as usize),

@@ -37,6 +37,7 @@ pub mod ipc_expandable;
 pub mod ipc_records;
 pub mod lasterror;
 pub mod log_writer;
+pub mod nvtx;
 pub mod observe;
 pub mod observe_driver;
 pub mod observe_runtime;

@@ -499,6 +499,7 @@ const NO_EVENT: TraceEvent = TraceEvent {
     time_us: 0,
     stack: NO_STACK,
     device_free: 0,
+    range: 0,
 };
 static HELD: Held = Held(std::cell::UnsafeCell::new([NO_EVENT; BATCH]));
 static HELD_LEN: AtomicUsize = AtomicUsize::new(0);

@@ -33,6 +33,7 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         allocator_settings: s.alloc.conf().settings_json(),
         history: s.history.conf.clone(),
         cmdline: std::env::args().collect(),
+        annotations: cushim::trace::annotations::entries(),
         ..SnapshotInput::default()
     };
     for d in s.alloc.snapshot() {

@@ -397,6 +397,7 @@ impl CachingAllocator {
                 time_us: now_us(),
                 stack: 0,
                 device_free: 0,
+                range: 0,
             });
         }
         out.push(DeviceSnapshot {

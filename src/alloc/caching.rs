@@ -199,6 +199,7 @@ impl DeviceState {
             time_us: now_us(),
             stack,
             device_free: 0,
+            range: 0,
         });
     }
 
@@ -402,6 +403,7 @@ impl DeviceState {
                 time_us: now_us(),
                 stack: req.stack,
                 device_free,
+                range: 0,
             });
         }
         Err(AllocError::OutOfMemory)

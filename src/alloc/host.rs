@@ -78,6 +78,7 @@ impl HostCache {
                 time_us: now_us(),
                 stack,
                 device_free: 0,
+                range: 0,
             });
         }
     }
@@ -217,6 +218,7 @@ impl HostCache {
                             time_us: now_us(),
                             stack: b.seg_stack,
                             device_free: 0,
+                            range: 0,
                         });
                     }
                 }

@@ -129,6 +129,7 @@ impl Table {
                 time_us: now_us(),
                 stack,
                 device_free: 0,
+                range: 0,
             });
         }
     }

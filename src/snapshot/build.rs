@@ -16,6 +16,7 @@ use crate::snapshot::value::{Strings, Value};
 use crate::trace::event::{StackId, TraceEvent, NO_STACK};
 use crate::trace::intern::StackTable;
 use crate::trace::module_epochs;
+use crate::trace::range::NO_RANGE;
 use crate::trace::runtime_frames::leading_runtime_frames;
 use crate::trace::symbolize::Symbolizer;
 use std::collections::HashMap;
@@ -180,7 +181,13 @@ impl Builder<'_> {
     /// stack's frame list built once.
     fn trace(&mut self, mut evs: Vec<TraceEvent>) -> Value {
         let mut lists = HashMap::new();
+        let mut ranges = HashMap::new();
         for ev in &mut evs {
+            if ev.range != NO_RANGE && !ranges.contains_key(&ev.range) {
+                if let Some(p) = crate::trace::range::path(ev.range) {
+                    ranges.insert(ev.range, self.s.get(&p));
+                }
+            }
             if !self.history.trace_frames_for(ev.action) {
                 ev.stack = NO_STACK;
             }
@@ -194,7 +201,9 @@ impl Builder<'_> {
             .get_or_insert_with(|| EventKeys::new(&mut self.s))
             .clone();
         let empty = self.frames.empty.clone();
-        Value::Events(Arc::new(EventList::new(evs, lists, empty, keys)))
+        Value::Events(Arc::new(
+            EventList::new(evs, lists, empty, keys).with_ranges(ranges),
+        ))
     }
 }
 
@@ -262,6 +271,23 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
             Value::from_json(&input.allocator_settings),
         ),
     ];
+    if !input.annotations.is_empty() {
+        let list = input
+            .annotations
+            .iter()
+            .map(|a| {
+                let stage = b.s.get(if a.start { "START" } else { "END" });
+                let name = crate::trace::range::level_name(a.domain, a.name);
+                Value::dict(vec![
+                    (b.s.get("stage"), stage),
+                    (b.s.get("name"), b.s.get(&name)),
+                    (b.s.get("device"), Value::Int(i64::from(a.device))),
+                    (b.s.get("time_us"), Value::Int(a.time_us)),
+                ])
+            })
+            .collect();
+        top.push((b.s.get("external_annotations"), Value::list(list)));
+    }
     if let Some((segs, evs)) = &input.host {
         let hs = b.segments(
             segs.iter(),

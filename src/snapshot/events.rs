@@ -2,12 +2,13 @@
 //! entries inside a snapshot tree, without a dict per entry in memory.
 //!
 //! Invariant: entry `i` means exactly the dict `{action, addr | device_free, size, stream,
-//! time_us, frames}` that [`EventList::entry`] returns; its `frames` is the one shared list
+//! time_us, frames[, user_metadata]}` that [`EventList::entry`] returns; its `frames` is the one shared list
 //! of its stack (or the shared empty list), keys and action names are shared strings. A
 //! million entries cost 48 bytes each here, not a dict each; writers stream them.
 
 use crate::snapshot::value::{Strings, Value};
 use crate::trace::event::{Action, StackId, TraceEvent, NO_STACK};
+use crate::trace::range::{RangeId, NO_RANGE};
 use std::collections::HashMap;
 
 /// The shared key and action-name strings of trace entries.
@@ -20,6 +21,8 @@ pub struct EventKeys {
     pub stream: Value,
     pub time_us: Value,
     pub frames: Value,
+    /// The entry's NVTX range path (present only on entries made inside a range).
+    pub user_metadata: Value,
     pub actions: Vec<Value>,
 }
 
@@ -33,6 +36,7 @@ impl EventKeys {
             stream: s.get("stream"),
             time_us: s.get("time_us"),
             frames: s.get("frames"),
+            user_metadata: s.get("user_metadata"),
             actions: Action::ALL.iter().map(|a| s.get(a.name())).collect(),
         }
     }
@@ -45,6 +49,8 @@ pub struct EventList {
     lists: HashMap<StackId, Value>,
     empty: Value,
     keys: EventKeys,
+    /// Rendered range paths of the entries' `range` ids (see [`EventList::with_ranges`]).
+    ranges: HashMap<RangeId, Value>,
 }
 
 impl PartialEq for EventList {
@@ -67,7 +73,28 @@ impl EventList {
             lists,
             empty,
             keys,
+            ranges: HashMap::new(),
         }
+    }
+
+    /// The same list whose entries with a `range` in `ranges` carry that path as their
+    /// `user_metadata` (entries with another range, or none, carry no `user_metadata`).
+    pub fn with_ranges(mut self, ranges: HashMap<RangeId, Value>) -> EventList {
+        self.ranges = ranges;
+        self
+    }
+
+    /// The `user_metadata` of entry `i`, if any.
+    pub fn metadata_of(&self, i: usize) -> Option<&Value> {
+        match self.events[i].range {
+            NO_RANGE => None,
+            r => self.ranges.get(&r),
+        }
+    }
+
+    /// The number of `(key, value)` pairs of entry `i`.
+    pub fn pair_count(&self, i: usize) -> usize {
+        6 + usize::from(self.metadata_of(i).is_some())
     }
 
     pub fn len(&self) -> usize {
@@ -97,7 +124,15 @@ impl EventList {
     }
 
     /// The `(key, value)` pairs of entry `i`, in snapshot order.
-    pub fn pairs(&self, i: usize) -> [(&Value, Value); 6] {
+    pub fn pairs(&self, i: usize) -> impl Iterator<Item = (&Value, Value)> {
+        let meta = self
+            .metadata_of(i)
+            .map(|m| (&self.keys.user_metadata, m.clone()));
+        self.fixed_pairs(i).into_iter().chain(meta)
+    }
+
+    /// The pairs every entry has.
+    fn fixed_pairs(&self, i: usize) -> [(&Value, Value); 6] {
         let e = &self.events[i];
         let k = &self.keys;
         let (addr_key, addr) = if e.action == Action::Oom {
@@ -117,12 +152,7 @@ impl EventList {
 
     /// Entry `i` as a dict.
     pub fn entry(&self, i: usize) -> Value {
-        Value::dict(
-            self.pairs(i)
-                .into_iter()
-                .map(|(k, v)| (k.clone(), v))
-                .collect(),
-        )
+        Value::dict(self.pairs(i).map(|(k, v)| (k.clone(), v)).collect())
     }
 
     /// All entries as dicts (a plain list).

@@ -12,9 +12,12 @@
 //!   stream, segment_type ("small"|"large"), segment_pool_id (tuple), is_expandable,
 //!   frames, blocks`; an observed one also `kind` and `flags`.
 //! - block: `address, size, requested_size, state, frames`.
-//! - trace entry: `action, addr, size, stream, time_us, frames` (`oom`: `device_free`
+//! - trace entry: `action, addr, size, stream, time_us, frames`, plus `user_metadata` (the
+//!   NVTX range path, `trace::range`) on entries made inside a range (`oom`: `device_free`
 //!   instead of `addr`).
 //! - frame: `name, filename, line`.
+//! - `external_annotations` (when any NVTX range opened with history on): `stage`
+//!   (`START`/`END`), `name`, `device`, `time_us` per start or end.
 
 use crate::alloc::info::SegmentInfo;
 use crate::alloc::observed::ObservedSegment;
@@ -49,6 +52,8 @@ pub struct SnapshotInput {
     /// cache does not serve): device segments join `segments`, host ones `host_segments`,
     /// each with its `kind` and `flags`.
     pub observed: Vec<ObservedSegment>,
+    /// NVTX range starts and ends, written as `external_annotations` when any.
+    pub annotations: Vec<crate::trace::annotations::Annotation>,
     /// More keys for the `cushim` dict (an object: `mode`, `memory`, ...).
     pub extra: serde_json::Value,
 }

@@ -200,10 +200,9 @@ struct EntryRef<'a>(&'a EventList, usize);
 
 impl serde::Serialize for EntryRef<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let pairs = self.0.pairs(self.1);
-        let mut map = s.serialize_map(Some(pairs.len()))?;
-        for (k, v) in &pairs {
-            map.serialize_entry(*k, v)?;
+        let mut map = s.serialize_map(Some(self.0.pair_count(self.1)))?;
+        for (k, v) in self.0.pairs(self.1) {
+            map.serialize_entry(k, &v)?;
         }
         map.end()
     }

@@ -28,6 +28,8 @@ pub struct TraceEvent {
     pub stack: StackId,
     /// Free device bytes, for `Oom` only (0 otherwise).
     pub device_free: u64,
+    /// The recording thread's open NVTX range path ([`crate::trace::range`]); `0`: none.
+    pub range: crate::trace::range::RangeId,
 }
 
 /// Microseconds since the Unix epoch, for `TraceEvent::time_us`; monotonic within the

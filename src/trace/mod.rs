@@ -4,12 +4,14 @@
 //! Invariant: the hot path (capture, intern, record) stores raw return addresses and ids
 //! only; names, files and lines are produced at dump time by `symbolize`.
 
+pub mod annotations;
 pub mod clock;
 pub mod event;
 pub mod intern;
 pub mod log;
 pub mod module_epochs;
 pub mod python;
+pub mod range;
 pub mod ring;
 pub mod runtime_frames;
 pub mod stack;

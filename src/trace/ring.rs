@@ -7,6 +7,7 @@
 
 use crate::config::history::HistoryConf;
 use crate::trace::event::{Action, EventSink, TraceEvent, NO_STACK};
+use crate::trace::range::NO_RANGE;
 
 /// Bit set of actions whose trace entries keep their stack.
 fn frame_mask(conf: &HistoryConf) -> u16 {
@@ -91,6 +92,9 @@ impl EventSink for TraceRing {
         if self.keep_stack & ev.action.bit() == 0 {
             ev.stack = NO_STACK;
         }
+        if ev.range == NO_RANGE {
+            ev.range = crate::trace::range::current();
+        }
         if self.buf.len() < self.max {
             if self.buf.capacity() == self.buf.len() {
                 let grow = self
@@ -132,6 +136,7 @@ mod tests {
             time_us: addr as i64,
             stack: 7,
             device_free: 0,
+            range: 0,
         }
     }
 

@@ -42,6 +42,7 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_ipc_private",
     "shim_log",
     "shim_no_runtime_start",
+    "shim_nvtx",
     "shim_observe",
     "shim_peer",
     "shim_python",
@@ -99,6 +100,10 @@ pub const EXEMPT: &[(&str, &str)] = &[
     ),
     (
         "shim_observe::cushim_run_observe_sets_the_observing_mode",
+        "launched by `cushim run`, which preloads the built libcushim.so itself, not the switch's library",
+    ),
+    (
+        "shim_nvtx::cushim_run_points_nvtx_at_the_shim_and_keeps_the_users_injection",
         "launched by `cushim run`, which preloads the built libcushim.so itself, not the switch's library",
     ),
 ];

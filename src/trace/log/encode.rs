@@ -138,6 +138,9 @@ pub fn decode_events(payload: &[u8], mut each: impl FnMut(TraceEvent)) -> Result
             time_us: time,
             stack,
             device_free,
+            // The log format does not carry NVTX range paths yet: events read back from a
+            // log have none.
+            range: 0,
         });
         i += 1;
     }
@@ -160,6 +163,7 @@ mod tests {
                 time_us: 1_700_000_000_000_000 + (i as i64) * 13 - (i as i64 % 5),
                 stack: (i % 5) as u32,
                 device_free: if i % 9 == 7 { 12345 } else { 0 },
+                range: 0,
             })
             .collect();
         let mut buf = vec![0u8; 1 << 16];

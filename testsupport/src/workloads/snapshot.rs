@@ -75,6 +75,7 @@ pub fn input(n_events: usize, frames: usize) -> SnapshotInput {
             time_us: t0 + i as i64,
             stack: stacks[(k % stacks.len() as u64) as usize],
             device_free: 0,
+            range: 0,
         });
     }
     let segment = SegmentInfo {

@@ -27,6 +27,7 @@ pub fn event(i: u64, stack: StackId) -> TraceEvent {
         time_us: now_us(),
         stack,
         device_free: 0,
+        range: 0,
     }
 }
 

@@ -11,6 +11,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod by_range;
 pub mod device_size;
 pub mod diff;
 pub mod frames;

@@ -2,7 +2,8 @@
 //! asked (or when no driver is installed), and the cushim variables set.
 //!
 //! Invariant: the program's own environment is kept; cushim only prepends to `LD_PRELOAD` and
-//! `LD_LIBRARY_PATH` and sets the `CUSHIM_*` variables the options ask for.
+//! `LD_LIBRARY_PATH`, sets the `CUSHIM_*` variables the options ask for, and points NVTX at
+//! the shim (keeping the user's own NVTX injection, see `nvtx_env`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -54,6 +55,7 @@ impl Launch {
         if self.preload {
             let (shim, _) = locate::shim()?;
             cmd.env("LD_PRELOAD", prepend("LD_PRELOAD", &shim));
+            crate::nvtx_env::route_nvtx(&mut cmd, &shim);
         }
         if self.sim || !driver_present() {
             if !self.sim {

@@ -2,11 +2,13 @@
 
 mod analyze;
 mod bench;
+mod by_range;
 mod demo;
 mod doctor;
 mod forward;
 mod launch;
 mod locate;
+mod nvtx_env;
 mod run_checks;
 mod snapshot_cmd;
 mod tools;
@@ -93,6 +95,10 @@ enum Cmd {
         /// Also print the top-down tree of live bytes.
         #[arg(long)]
         tree: bool,
+        /// Group bytes by something else than allocation site: `range` (the NVTX range path
+        /// each allocation was made in).
+        #[arg(long, value_parser = ["range"])]
+        by: Option<String>,
     },
     /// Replay a recorded trace through the engine under the recorded settings and others,
     /// and print peaks, fragmentation, device allocations and OOMs side by side.
@@ -228,7 +234,12 @@ fn main() -> ExitCode {
             steps,
         } => demo::demo(expandable, snapshot, steps),
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
-        Cmd::Summary { files, depth, tree } => analyze::summary(&files, depth, tree),
+        Cmd::Summary {
+            files, by: Some(_), ..
+        } => by_range::summary(&files),
+        Cmd::Summary {
+            files, depth, tree, ..
+        } => analyze::summary(&files, depth, tree),
         Cmd::Replay {
             file,
             confs,

@@ -1,0 +1,75 @@
+//! NVTX range starts and ends, as a snapshot's `external_annotations` (PyTorch's key: one
+//! dict per start or end with `stage` `"START"`/`"END"`, `name`, `device`, `time_us`).
+//!
+//! Policy: recorded only while history is on (the shim calls [`enable`] from its history
+//! configuration), so a program without history pays one relaxed load per push or pop. The
+//! newest `max` are kept (the history's `max_entries`), under one short lock of their own (a
+//! leaf: nothing else is taken while it is held). The device is the one the shim would
+//! allocate on for the calling thread, asked of a function the shim registers.
+
+use crate::trace::range::NameId;
+use once_cell::sync::{Lazy, OnceCell};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// One range start or end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Annotation {
+    pub start: bool,
+    pub domain: NameId,
+    pub name: NameId,
+    pub device: i32,
+    pub time_us: i64,
+}
+
+static ON: AtomicBool = AtomicBool::new(false);
+static DEVICE: OnceCell<fn() -> i32> = OnceCell::new();
+static KEPT: Lazy<Mutex<(VecDeque<Annotation>, usize)>> =
+    Lazy::new(|| Mutex::new((VecDeque::new(), 0)));
+
+/// Record starts and ends from now on, keeping the newest `max`; `device` names the
+/// calling thread's device.
+pub fn enable(max: usize, device: fn() -> i32) {
+    let _ = DEVICE.set(device);
+    KEPT.lock().1 = max.max(1);
+    ON.store(true, Ordering::Release);
+}
+
+/// Whether starts and ends are recorded.
+#[inline]
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Record a start (`start`) or end of range `name` in `domain`, now.
+pub fn record(start: bool, domain: NameId, name: NameId) {
+    let device = DEVICE.get().map_or(0, |f| f());
+    let a = Annotation {
+        start,
+        domain,
+        name,
+        device,
+        time_us: crate::trace::event::now_us(),
+    };
+    let mut k = KEPT.lock();
+    if k.0.len() >= k.1 {
+        k.0.pop_front();
+    }
+    k.0.push_back(a);
+}
+
+/// The kept starts and ends, oldest first.
+pub fn entries() -> Vec<Annotation> {
+    KEPT.lock().0.iter().copied().collect()
+}
+
+/// The kept annotations' lock, held across `fork` (see the shim's `fork.rs`).
+pub struct ForkHold {
+    _held: parking_lot::MutexGuard<'static, (VecDeque<Annotation>, usize)>,
+}
+
+/// Take the kept annotations' lock until the returned hold is dropped.
+pub fn hold_for_fork() -> ForkHold {
+    ForkHold { _held: KEPT.lock() }
+}

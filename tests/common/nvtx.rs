@@ -1,0 +1,67 @@
+//! NVIDIA's NVTX v3 headers for the C test programs: the `nvidia-nvtx-cu12` wheel, fetched
+//! with pip into `target/nvtx-wheel/` on first use (never committed), and the program
+//! `tests/c/nvtx_ranges.c` built against them.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The wheel's `include` directory, fetched with pip and unpacked under `target/` once; None
+/// when it cannot be had here.
+pub fn nvtx_include() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = super::build_dir().parent()?.join("nvtx-wheel");
+        let include = root.join("x/nvidia/nvtx/include");
+        if include.join("nvtx3/nvToolsExt.h").exists() {
+            return Some(include);
+        }
+        // Downloaded and unpacked under this process's own names, then renamed into place:
+        // two test binaries fetching at once never read half a header.
+        let mine = root.join(format!("fetch-{}", std::process::id()));
+        std::fs::create_dir_all(&mine).ok()?;
+        let got = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--quiet"])
+            .args(["nvidia-nvtx-cu12", "-d"])
+            .arg(&mine)
+            .status()
+            .ok()?;
+        if !got.success() {
+            return None;
+        }
+        let wheel = std::fs::read_dir(&mine)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))?;
+        let unpacked = Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(mine.join("x"))
+            .status()
+            .ok()?;
+        if unpacked.success() {
+            // Another process may have won the race: its copy is as good as ours.
+            let _ = std::fs::rename(mine.join("x"), root.join("x"));
+        }
+        let _ = std::fs::remove_dir_all(&mine);
+        include
+            .join("nvtx3/nvToolsExt.h")
+            .exists()
+            .then_some(include)
+    })
+    .as_deref()
+}
+
+pub fn program() -> Option<PathBuf> {
+    let Some(inc) = nvtx_include() else {
+        super::skip::skip(
+            "NVTX ranges from NVIDIA's NVTX headers",
+            "the nvidia-nvtx-cu12 wheel cannot be downloaded here",
+        );
+        return None;
+    };
+    let flag = format!("-I{}", inc.display());
+    Some(super::compile("nvtx_ranges", &[&flag, "-ldl"]))
+}
