@@ -279,18 +279,25 @@ impl DeviceState {
         if stream > 2 && self.pending.is_dead(stream) {
             return Err(AllocError::InvalidHandle);
         }
-        let req = Request::new(ctx.conf, size, stream, stack);
         if self.deferred.is_some() && !self.pending.any() {
+            let req = Request::new(ctx.conf, size, stream, stack);
             if let Some(ptr) = self.malloc_deferred(ctx, &req) {
                 return Ok(ptr);
             }
         }
-        self.malloc_full(ctx, &req)
+        self.malloc_full(ctx, size, stream, stack)
     }
 
     /// The whole malloc sequence (kept out of line: the cached path above stays small).
     #[inline(never)]
-    fn malloc_full(&mut self, ctx: &Ctx, req: &Request) -> Result<DevPtr, AllocError> {
+    fn malloc_full(
+        &mut self,
+        ctx: &Ctx,
+        size: u64,
+        stream: Stream,
+        stack: StackId,
+    ) -> Result<DevPtr, AllocError> {
+        let req = &Request::new(ctx.conf, size, stream, stack);
         self.settle();
         self.complete_pending(ctx, false);
         let mut found = self.best_fit(ctx, req);

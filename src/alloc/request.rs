@@ -1,10 +1,13 @@
 //! `Request`: one allocation request as the malloc sequence carries it down, from the
 //! program's size to the block that serves it.
 //!
-//! Policy: the request is decided once, at the top of `malloc` (the size rounded as
-//! PyTorch rounds it, and the pool it is served from), and every step below reads the same
+//! Policy: the request is built once per path by [`Request::new`] (the size rounded as
+//! PyTorch rounds it, and the pool it is served from), and every step below reads that
 //! value, so no step can round again or pick the other pool. Plain `Copy` data, passed by
-//! reference: building it allocates nothing and the steps inline as before.
+//! reference. Where it is built: on the cached path (the deferred block) inside `malloc`,
+//! and otherwise at the head of the out-of-line full sequence, which takes the program's
+//! three values; a request built before that call would have to be written to memory for
+//! it on every cached malloc as well (BENCHMARKS.md, "Measurements behind design choices").
 
 use super::rounding::{is_small, round_size};
 use crate::config::alloc::AllocConf;
