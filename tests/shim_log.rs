@@ -165,14 +165,36 @@ fn the_header_records_the_process_and_its_settings() {
     assert!(c.frames > 0);
 }
 
+/// A child that is killed (and reaped) when the test lets go of it, also when an assertion
+/// fails first: an idle loop program left running would keep the test's output pipes open
+/// (and a runner reading them, such as the mutation check, waiting for ever).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Killed {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
 /// Start the loop case with the log; returns the child and its stdout lines.
 fn start_loop(
     n: u64,
     dir: &Path,
-) -> (
-    std::process::Child,
-    std::io::Lines<BufReader<std::process::ChildStdout>>,
-) {
+) -> (Killed, std::io::Lines<BufReader<std::process::ChildStdout>>) {
     let mut cmd = common::shim_cmd(&prog());
     let mut child = cmd
         .arg(n.to_string())
@@ -183,7 +205,7 @@ fn start_loop(
         .spawn()
         .expect("starting the loop");
     let out = child.stdout.take().expect("stdout");
-    (child, BufReader::new(out).lines())
+    (Killed(child), BufReader::new(out).lines())
 }
 
 #[test]

@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 /// The integration test targets whose tests run programs with the shim preloaded.
 pub const SHIM_TARGETS: &[&str] = &[
+    "cli_help",
     "cli_signals",
     "cudarc_client",
     "driver_api",
@@ -62,6 +63,18 @@ pub const SHIM_TARGETS: &[&str] = &[
 /// Tests in [`SHIM_TARGETS`] that may pass against the stand-in although their names do not
 /// say so, each with the reason.
 pub const EXEMPT: &[(&str, &str)] = &[
+    (
+        "cli_help::every_help_line_fits_in_100_columns_and_every_positional_is_described",
+        "checks the command line's help text, runs no program under the shim",
+    ),
+    (
+        "cli_help::convert_refuses_an_extension_that_names_no_format_and_names_the_format_it_wrote",
+        "checks cushim convert on a file, runs no program under the shim",
+    ),
+    (
+        "cli_help::cushim_lib_names_the_shim_to_preload_and_a_wrong_one_is_an_error",
+        "checks where the cushim command finds a library named by CUSHIM_LIB, runs no program",
+    ),
     (
         "smoke_build::shim_and_simcuda_build_and_lay_out_as_cuda_libraries",
         "checks the build's files, runs no program",
