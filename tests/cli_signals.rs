@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 fn prog() -> PathBuf {
     common::compile("shim_end", &[])
@@ -14,7 +14,7 @@ fn prog() -> PathBuf {
 
 /// Start `cmd` and wait until the program prints "ready" (its allocations made, the shim's
 /// signal handling armed).
-fn start_ready(cmd: &mut Command) -> Child {
+fn start_ready(cmd: &mut Command) -> common::Killed {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -25,6 +25,7 @@ fn start_ready(cmd: &mut Command) -> Child {
     BufReader::new(out)
         .read_line(&mut line)
         .expect("reading the program's first line");
+    let child = common::Killed(child);
     assert_eq!(line.trim(), "ready", "the program's first line");
     child
 }
@@ -69,22 +70,6 @@ fn live_bytes(path: &Path) -> u64 {
         .sum()
 }
 
-/// No core files from the QUIT case (the wrapper and the program inherit the limit).
-fn no_core(cmd: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit is async-signal safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let zero = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            Ok(())
-        })
-    }
-}
-
 fn wrapped(dir: &Path) -> Command {
     let mut cmd = Command::new(common::cushim_bin());
     cmd.env_remove("CUSHIM_DUMP_SIGNAL")
@@ -96,6 +81,7 @@ fn wrapped(dir: &Path) -> Command {
         .arg(prog())
         .arg("0")
         .arg("wait");
+    common::default_signals_no_core(&mut cmd);
     cmd
 }
 
@@ -103,7 +89,7 @@ fn wrapped(dir: &Path) -> Command {
 fn run_forwards_each_ending_signal_to_the_program_and_ends_with_it() {
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
         let dir = common::scratch(&format!("cli-forward-{sig}"));
-        let mut child = start_ready(no_core(&mut wrapped(&dir)));
+        let mut child = start_ready(&mut wrapped(&dir));
         kill(child.id(), sig);
         let status = child.wait().expect("waiting for cushim run");
         assert_eq!(status.signal(), Some(sig), "{status}");

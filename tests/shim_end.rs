@@ -5,29 +5,14 @@
 
 mod common;
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Output};
+use std::process::{ExitStatus, Output};
 
 const HISTORY: &str = "enabled=all,stacks=none";
 
 fn prog() -> PathBuf {
     common::compile("shim_end", &[])
-}
-
-/// No core files from the QUIT cases (the status still says which signal ended it).
-fn no_core(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit is async-signal safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let zero = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            Ok(())
-        })
-    }
 }
 
 fn run_case(sig: i32, case: &str, shim: bool, dir: &Path) -> Output {
@@ -36,7 +21,7 @@ fn run_case(sig: i32, case: &str, shim: bool, dir: &Path) -> Output {
         .arg(case)
         .env("CUSHIM_SNAPSHOT", dir.join("snap-%n.pickle"))
         .env("CUSHIM_HISTORY", HISTORY);
-    common::run(no_core(&mut cmd))
+    common::run(common::default_signals_no_core(&mut cmd))
 }
 
 fn describe(s: ExitStatus) -> (Option<i32>, Option<i32>) {

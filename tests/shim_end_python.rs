@@ -21,13 +21,12 @@ fn run(case: &str) -> (std::process::Output, std::path::PathBuf) {
     let dir = common::scratch(&format!("py-end-{case}"));
     let snap = dir.join("snap.pickle");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/end_signals.py");
-    let out = common::run(
-        common::shim_cmd(Path::new("python3"))
-            .arg(script)
-            .arg(case)
-            .env("CUSHIM_SNAPSHOT", &snap)
-            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
-    );
+    let mut cmd = common::shim_cmd(Path::new("python3"));
+    cmd.arg(script)
+        .arg(case)
+        .env("CUSHIM_SNAPSHOT", &snap)
+        .env("CUSHIM_HISTORY", "enabled=all,stacks=none");
+    let out = common::run(common::default_signals_no_core(&mut cmd));
     (out, snap)
 }
 

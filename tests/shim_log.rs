@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -49,20 +49,6 @@ fn allocs_of(c: &Collect, size: u64) -> usize {
         .count()
 }
 
-fn no_core(cmd: &mut Command) -> &mut Command {
-    // SAFETY: setrlimit is async-signal safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let zero = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            Ok(())
-        })
-    }
-}
-
 /// Run a `shim_end` case with the log (and the snapshot when `snapshot`).
 fn run_case(sig: i32, case: &str, snapshot: bool, dir: &Path) -> std::process::Output {
     let mut cmd = common::shim_cmd(&prog());
@@ -73,7 +59,7 @@ fn run_case(sig: i32, case: &str, snapshot: bool, dir: &Path) -> std::process::O
     if snapshot {
         cmd.env("CUSHIM_SNAPSHOT", dir.join("snap-%n.pickle"));
     }
-    common::run(no_core(&mut cmd))
+    common::run(common::default_signals_no_core(&mut cmd))
 }
 
 fn the_log(dir: &Path) -> PathBuf {
@@ -165,36 +151,14 @@ fn the_header_records_the_process_and_its_settings() {
     assert!(c.frames > 0);
 }
 
-/// A child that is killed (and reaped) when the test lets go of it, also when an assertion
-/// fails first: an idle loop program left running would keep the test's output pipes open
-/// (and a runner reading them, such as the mutation check, waiting for ever).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for Killed {
-    type Target = std::process::Child;
-    fn deref(&self) -> &std::process::Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Killed {
-    fn deref_mut(&mut self) -> &mut std::process::Child {
-        &mut self.0
-    }
-}
-
 /// Start the loop case with the log; returns the child and its stdout lines.
 fn start_loop(
     n: u64,
     dir: &Path,
-) -> (Killed, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+) -> (
+    common::Killed,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
     let mut cmd = common::shim_cmd(&prog());
     let mut child = cmd
         .arg(n.to_string())
@@ -205,7 +169,7 @@ fn start_loop(
         .spawn()
         .expect("starting the loop");
     let out = child.stdout.take().expect("stdout");
-    (Killed(child), BufReader::new(out).lines())
+    (common::Killed(child), BufReader::new(out).lines())
 }
 
 #[test]

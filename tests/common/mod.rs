@@ -536,3 +536,63 @@ pub fn snapshot_frames_start_at_the_programs_call_sites(exe: &Path, name: &str) 
         );
     }
 }
+
+/// Start `cmd`'s program as a shell in the foreground would: the ending and dump signals at
+/// their default action and unblocked (a test runner started as a background job of a
+/// non-interactive shell passes SIGINT and SIGQUIT on ignored, which would make "the default
+/// action" cases meaningless), and no core files from the cases that end by SIGQUIT (the
+/// status still names the signal).
+pub fn default_signals_no_core(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal, sigprocmask and setrlimit are async-signal safe and touch only the
+    // child, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let zero = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
+/// A child that is killed (and reaped) when the test lets go of it, also when an assertion
+/// fails first: an idle loop program left running would keep the test's output pipes open
+/// (and a runner reading them, such as the mutation check, waiting for ever).
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Killed {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
