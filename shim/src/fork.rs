@@ -21,6 +21,7 @@
 //! and never hangs on a lock of its own.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cushim::alloc::observed::ObservedHold;
 use cushim::alloc::ForkHold;
@@ -88,7 +89,19 @@ extern "C" fn parent() {
     });
 }
 
+/// Set in a `fork` child (and never cleared: `exec` starts a new image).
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a `fork` child of a process that ran the shim. Its dumps make no
+/// device call of the shim's own: the parent's threads may have held the driver's locks at
+/// the fork (CUDA leaves any use of the driver after `fork` undefined), so a dump that asked
+/// the driver could wait for ever on a lock no thread of the child will release.
+pub fn in_forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::Relaxed)
+}
+
 extern "C" fn child() {
+    FORKED_CHILD.store(true, Ordering::Relaxed);
     let _ = std::panic::catch_unwind(|| {
         if let Some(h) = take_held() {
             release(h, true);

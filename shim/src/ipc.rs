@@ -136,9 +136,7 @@ static REFUSED_TOLD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn remove_records() {
     if let Some(e) = Lazy::get(&EXPORTS) {
-        for f in e.lock().files.drain(..) {
-            let _ = std::fs::remove_file(f);
-        }
+        crate::ipc_records::remove_at_exit(e, |x| &mut x.files);
     }
 }
 

@@ -184,9 +184,7 @@ static TOLD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn remove_records() {
     if let Some(e) = Lazy::get(&EXPORTS) {
-        for f in e.lock().files.drain(..) {
-            let _ = std::fs::remove_file(f);
-        }
+        crate::ipc_records::remove_at_exit(e, |x| &mut x.files);
     }
 }
 

@@ -138,6 +138,35 @@ pub fn name(pid: u32, serial: u32, token: u64) -> String {
     format!("cushim-ipc-{pid}-{serial}-{token:016x}")
 }
 
+/// Remove, at exit, the record files this process wrote (`files` picks the list out of the
+/// table `table` guards). A `fork` child inherits its parent's list: it removes only the
+/// files named for its own pid (the parent's handles stay open to importers), and leaves the
+/// list alone if a thread that does not exist in the child held it at the fork.
+pub fn remove_at_exit<T>(
+    table: &parking_lot::Mutex<T>,
+    files: impl FnOnce(&mut T) -> &mut Vec<std::path::PathBuf>,
+) {
+    let forked = crate::fork::in_forked_child();
+    let mut guard = if forked {
+        match table.try_lock() {
+            Some(g) => g,
+            None => return,
+        }
+    } else {
+        table.lock()
+    };
+    let own = format!("cushim-ipc-{}-", std::process::id());
+    for f in files(&mut guard).drain(..) {
+        let mine = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&own));
+        if !forked || mine {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 impl Dir {
     /// Create `name` in this directory exclusively (never following or reusing an existing
     /// name), mode 0600, holding `bytes`.

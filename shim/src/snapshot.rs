@@ -36,7 +36,14 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         annotations: cushim::trace::annotations::entries(),
         ..SnapshotInput::default()
     };
-    for d in s.alloc.snapshot() {
+    // In a `fork` child the dump asks the driver nothing (`fork.rs`).
+    let forked = crate::fork::in_forked_child();
+    let devices = if forked {
+        s.alloc.snapshot_without_device_calls()
+    } else {
+        s.alloc.snapshot()
+    };
+    for d in devices {
         if d.device < 0 {
             if s.history.conf.record_host {
                 input.host = Some((d.segments, d.events));

@@ -5,7 +5,8 @@
 //! through paths it does not intercept).
 //!
 //! Invariant: a device whose primary context is not active is not asked (asking would
-//! create a context, which itself takes device memory); its entry says so. Runs on the
+//! create a context, which itself takes device memory), nor is any device in a `fork` child
+//! (`fork.rs`); its entry says so. Runs on the
 //! dumping thread, outside every allocator lock; the driver calls go straight to the real
 //! driver (`driver_entry.rs`).
 
@@ -18,6 +19,9 @@ use crate::state::Shim;
 
 /// `(free, total)` of device `dev`, if its primary context is active.
 fn driver_info(dev: i32) -> Option<(u64, u64)> {
+    if crate::fork::in_forked_child() {
+        return None;
+    }
     let (mut flags, mut active) = (0u32, 0i32);
     // SAFETY: valid out-pointers; `dev` is an ordinal below the device count.
     let r = unsafe { drv::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };

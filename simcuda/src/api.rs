@@ -99,6 +99,7 @@ pub fn count_of(id: usize) -> u64 {
 /// plan says this call fails.
 fn enter(api: Api) -> Option<CUresult> {
     let id = api as usize;
+    crate::after_fork::check(NAMES[id]);
     let n = COUNTS[id].fetch_add(1, Ordering::Relaxed) + 1;
     crate::latency::apply(id);
     crate::fault::check(id, n)

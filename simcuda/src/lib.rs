@@ -24,6 +24,7 @@
 //! `not_unsafe_ptr_arg_deref` allowance.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod after_fork;
 pub mod api;
 pub mod attributes;
 pub mod capture;

@@ -374,11 +374,25 @@ impl CachingAllocator {
     /// whose work is done (their streams synchronized or destroyed) completed first,
     /// without waiting, so the snapshot does not show as pending what already finished.
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
+        self.snapshot_asking(true)
+    }
+
+    /// [`Self::snapshot`] without a single device call: pending frees are shown as they
+    /// stand, neither covered nor polled. For a `fork` child, where the driver's own locks
+    /// may be held by threads that do not exist there (CUDA leaves its use after `fork`
+    /// undefined), so the shim's dump must not depend on it.
+    pub fn snapshot_without_device_calls(&self) -> Vec<DeviceSnapshot> {
+        self.snapshot_asking(false)
+    }
+
+    fn snapshot_asking(&self, ask_device: bool) -> Vec<DeviceSnapshot> {
         let mut out = Vec::with_capacity(self.states.len() + 1);
         let ctx = self.ctx();
         for st in &self.states {
             let mut g = settled(st);
-            g.settle_pending_for_snapshot(&ctx);
+            if ask_device {
+                g.settle_pending_for_snapshot(&ctx);
+            }
             g.record(Action::Snapshot, 0, 0, 0, 0);
             out.push(DeviceSnapshot {
                 device: g.dev,

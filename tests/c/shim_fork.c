@@ -68,6 +68,17 @@ static int wait_child(pid_t pid) {
             return 1;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - t0.tv_sec > 60) {
+            /* Say where it hangs before killing it: every thread's stack (gdb, where it is
+             * installed), else each thread's system call and kernel wait channel. */
+            char cmd[512];
+            snprintf(cmd, sizeof cmd,
+                     "gdb -batch -p %d -ex 'thread apply all bt' 2>/dev/null || "
+                     "for t in /proc/%d/task/*; do echo \"$t: $(cat $t/syscall) $(cat $t/wchan)\"; done",
+                     (int)pid, (int)pid);
+            printf("child %d hung; its threads:\n", (int)pid);
+            fflush(stdout);
+            if (system(cmd) != 0)
+                fprintf(stderr, "(could not read the hung child's threads)\n");
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             return 2;
