@@ -143,20 +143,20 @@ fn an_expandable_blocks_record_replaced_by_a_link_is_refused() {
 }
 
 #[test]
-fn the_export_of_a_freed_block_is_forgotten_at_the_next_export() {
-    let dir = common::scratch("ipc-exp-prune");
+fn the_export_of_a_block_is_forgotten_when_the_program_frees_it() {
+    let dir = common::scratch("ipc-exp-freed");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .expect("chmod");
     let mut cmd = common::shim_cmd(&exe());
-    cmd.arg("prune")
+    cmd.arg("freed")
         .env("CUSHIM_IPC_DIR", &dir)
         .env("CUSHIM_ALLOC_CONF", "expandable_segments:True");
     let out = common::run_ok(&mut cmd);
-    // One record per exported block; the freed block's goes when the third block is exported.
+    // One record per exported block, removed (descriptors closed) by cuMemFree / cudaFree.
     assert!(
-        out.contains("records 1 2 2") && out.contains("PASS prune"),
+        out.contains("records 2 1 0") && out.contains("PASS freed"),
         "{out}"
     );
     let left = std::fs::read_dir(&dir).expect("listing").count();
-    assert_eq!(left, 0, "records removed at exit");
+    assert_eq!(left, 0, "no record left");
 }

@@ -99,7 +99,7 @@ static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static int gate_open;
 
-static void CUDA_CB hold_stream(void *arg) {
+static void hold_stream(void *arg) {
     (void)arg;
     pthread_mutex_lock(&gate_mu);
     while (!gate_open)
