@@ -132,6 +132,44 @@ fn a_process_without_the_shim_is_refused_a_block_inside_an_expandable_segment() 
 }
 
 #[test]
+fn an_importer_without_ptrace_permission_over_the_exporter_is_refused_with_one_line() {
+    // What Yama's ptrace_scope 1 does to an importer that is not the exporter's ancestor:
+    // the exporter cannot be ptraced by it (here: the exporter is not dumpable and the
+    // importer gave up CAP_SYS_PTRACE), so pidfd_getfd fails with EPERM.
+    let r = run(
+        "ipc-exp-noptrace",
+        &[
+            ("SIM_IPC_NOT_DUMPABLE", "1"),
+            ("SIM_IPC_DROP_PTRACE", "1"),
+            ("SIM_IPC_EXPECT_REFUSED", "1"),
+        ],
+    );
+    assert!(
+        r.stdout.contains("import refused") && r.stdout.contains("PASS export"),
+        "{}",
+        r.stdout
+    );
+    let lines: Vec<_> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("pidfd_getfd"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("Operation not permitted") && lines[0].contains("ptrace permission"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        calls(&r.exporter, "cuMemExportToShareableHandle") >= 1,
+        "{}",
+        r.exporter
+    );
+    assert_eq!(calls(&r.importer, "cuMemImportFromShareableHandle"), 0);
+    assert_eq!(r.importer["devices"][0]["live_reservations"], 0);
+}
+
+#[test]
 fn an_expandable_blocks_record_replaced_by_a_link_is_refused() {
     let r = run(
         "ipc-exp-link",

@@ -447,7 +447,9 @@ fn import(key: &Key) -> Result<Import, String> {
             let e = std::io::Error::last_os_error();
             let why = if e.raw_os_error() == Some(libc::EPERM) {
                 " (copying a descriptor out of another process needs ptrace permission over \
-                 it: the same user with kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE)"
+                 it: the same user with kernel.yama.ptrace_scope 0, under ptrace_scope 1 only \
+                 an ancestor of the exporter or a process it named with prctl(PR_SET_PTRACER), \
+                 or CAP_SYS_PTRACE)"
             } else {
                 ""
             };

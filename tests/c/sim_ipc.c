@@ -8,6 +8,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -134,9 +137,24 @@ static int import_runtime(const char *hex, size_t size) {
     return 0;
 }
 
+/* Give up CAP_SYS_PTRACE (effective and permitted): an importer of the exporter's user that
+ * may not ptrace it, as under Yama's ptrace_scope 1 for a process that is not its ancestor. */
+static void drop_ptrace(void) {
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    REQUIRE(syscall(SYS_capget, &hdr, data) == 0);
+    data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    data[CAP_SYS_PTRACE / 32].permitted &= ~(1u << (CAP_SYS_PTRACE % 32));
+    data[CAP_SYS_PTRACE / 32].inheritable &= ~(1u << (CAP_SYS_PTRACE % 32));
+    REQUIRE(syscall(SYS_capset, &hdr, data) == 0);
+}
+
 /* A process without the shim given a handle of a block inside a cached segment: refused
- * with CUDA's error, never a pointer to other memory. */
+ * with CUDA's error, never a pointer to other memory. With SIM_IPC_DROP_PTRACE, a process
+ * under the shim that may not ptrace the exporter: refused the same way. */
 static int import_refused(const char *hex) {
+    if (getenv("SIM_IPC_DROP_PTRACE"))
+        drop_ptrace();
     init_ctx();
     records();
     CUipcMemHandle h;
@@ -185,6 +203,8 @@ int main(int argc, char **argv) {
             printf("export refused\n");
             return 0;
         }
+        if (getenv("SIM_IPC_NOT_DUMPABLE")) /* only a CAP_SYS_PTRACE holder may ptrace it */
+            REQUIRE(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0);
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
         REQUIRE(!memcmp(&h, &h2, sizeof h));
