@@ -34,6 +34,8 @@ LATENCY = ",".join(
     + [f"{n}:{LAT_HOST}" for n in ("cudaMallocHost", "cudaHostAlloc", "cuMemHostAlloc",
                                    "cuMemAllocHost_v2", "cudaFreeHost", "cuMemFreeHost")]
 )
+# CAFFE_BLOBS_LATENCY replaces the model (e.g. to add cuMemMap / cuMemSetAccess figures).
+LATENCY = os.environ.get("CAFFE_BLOBS_LATENCY", LATENCY)
 
 CONFIGS = [
     ("without the shim", None),

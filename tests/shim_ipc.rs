@@ -105,3 +105,19 @@ fn a_block_at_its_segments_base_gets_the_drivers_handle_and_works_without_the_sh
         "{out}"
     );
 }
+
+#[test]
+fn the_record_of_a_block_inside_a_cached_segment_is_removed_when_the_program_frees_it() {
+    let dir = common::scratch("shim-ipc-freed");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+    // Two blocks inside one cached segment, exported through the driver and the runtime:
+    // two records, one gone after cuMemFree, none after cudaFree, all while running.
+    let (out, _) = run("freed", true, &[], &dir);
+    assert!(
+        out.contains("records 2 1 0") && out.contains("PASS freed"),
+        "{out}"
+    );
+    let left = std::fs::read_dir(&dir).expect("listing").count();
+    assert_eq!(left, 0, "no record left");
+}

@@ -132,6 +132,44 @@ fn a_process_without_the_shim_is_refused_a_block_inside_an_expandable_segment() 
 }
 
 #[test]
+fn an_importer_without_ptrace_permission_over_the_exporter_is_refused_with_one_line() {
+    // What Yama's ptrace_scope 1 does to an importer that is not the exporter's ancestor:
+    // the exporter cannot be ptraced by it (here: the exporter is not dumpable and the
+    // importer gave up CAP_SYS_PTRACE), so pidfd_getfd fails with EPERM.
+    let r = run(
+        "ipc-exp-noptrace",
+        &[
+            ("SIM_IPC_NOT_DUMPABLE", "1"),
+            ("SIM_IPC_DROP_PTRACE", "1"),
+            ("SIM_IPC_EXPECT_REFUSED", "1"),
+        ],
+    );
+    assert!(
+        r.stdout.contains("import refused") && r.stdout.contains("PASS export"),
+        "{}",
+        r.stdout
+    );
+    let lines: Vec<_> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("pidfd_getfd"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("Operation not permitted") && lines[0].contains("ptrace permission"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        calls(&r.exporter, "cuMemExportToShareableHandle") >= 1,
+        "{}",
+        r.exporter
+    );
+    assert_eq!(calls(&r.importer, "cuMemImportFromShareableHandle"), 0);
+    assert_eq!(r.importer["devices"][0]["live_reservations"], 0);
+}
+
+#[test]
 fn an_expandable_blocks_record_replaced_by_a_link_is_refused() {
     let r = run(
         "ipc-exp-link",
@@ -143,20 +181,20 @@ fn an_expandable_blocks_record_replaced_by_a_link_is_refused() {
 }
 
 #[test]
-fn the_export_of_a_freed_block_is_forgotten_at_the_next_export() {
-    let dir = common::scratch("ipc-exp-prune");
+fn the_export_of_a_block_is_forgotten_when_the_program_frees_it() {
+    let dir = common::scratch("ipc-exp-freed");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .expect("chmod");
     let mut cmd = common::shim_cmd(&exe());
-    cmd.arg("prune")
+    cmd.arg("freed")
         .env("CUSHIM_IPC_DIR", &dir)
         .env("CUSHIM_ALLOC_CONF", "expandable_segments:True");
     let out = common::run_ok(&mut cmd);
-    // One record per exported block; the freed block's goes when the third block is exported.
+    // One record per exported block, removed (descriptors closed) by cuMemFree / cudaFree.
     assert!(
-        out.contains("records 1 2 2") && out.contains("PASS prune"),
+        out.contains("records 2 1 0") && out.contains("PASS freed"),
         "{out}"
     );
     let left = std::fs::read_dir(&dir).expect("listing").count();
-    assert_eq!(left, 0, "records removed at exit");
+    assert_eq!(left, 0, "no record left");
 }

@@ -127,12 +127,136 @@ fn vector_add_built_with_nvidia_headers_runs_on_simcuda() {
 fn device_props_peers_and_vmm_sharing_built_with_nvidia_headers_agree_on_simcuda() {
     let Some(inc) = nvidia_includes() else { return };
     let exe = compile_nvidia(&test_c("sim_peer"), "sim_peer", inc, &["-lcuda"]);
-    for case in ["props", "peer", "vmm_access", "vmm_share"] {
+    for case in ["props", "peer", "peer_async", "vmm_access", "vmm_share"] {
         let mut cmd = common::sim_cmd(&exe);
         cmd.arg(case).env("SIMCUDA_DEVICES", "2");
         let out = common::run_ok(&mut cmd);
         assert!(out.contains(&format!("PASS {case}")), "{out}");
     }
+}
+
+/// NVIDIA's deviceQuery / deviceQueryDrv samples (CUDA 12.9 tag, vendored in
+/// `tests/data/cuda-samples` under their BSD-3-Clause licence), built with `c++` against
+/// NVIDIA's headers and linked to simcuda; run on two simulated devices: their output.
+fn device_query(inc: &(PathBuf, PathBuf), sample: &str, lib: &str) -> String {
+    let dir = common::artifacts::source_root().join("tests/data/cuda-samples");
+    let out = common::build_dir()
+        .join("test-bin")
+        .join(format!("{sample}-{}", std::process::id()));
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let res = Command::new("c++")
+        .args(["-O1", "-I"])
+        .arg(&dir)
+        .arg("-I")
+        .arg(&inc.0)
+        .arg("-I")
+        .arg(&inc.1)
+        .arg(dir.join(format!("{sample}.cpp")))
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(common::sim_lib_dir())
+        .arg(lib)
+        .output()
+        .expect("running c++");
+    assert!(
+        res.status.success(),
+        "compiling {sample} against NVIDIA headers:\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let mut cmd = common::sim_cmd(&out);
+    cmd.env("SIMCUDA_DEVICES", "2");
+    common::run_ok(&mut cmd)
+}
+
+/// The lines both samples print, whitespace collapsed and the few labels the two samples
+/// spell differently made equal; `only_here` lists the lines (by prefix) one sample prints
+/// and the other does not.
+fn query_lines(out: &str, only_here: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|l| {
+            l.replace(
+                "Maximum Texture Dimension Size (x,y,z)",
+                "Max Texture Dimension Sizes",
+            )
+            .replace("), ", ") ")
+            .replace("Peer-to-Peer (P2P) access", "Peer access")
+        })
+        .filter(|l| !l.is_empty() && !only_here.iter().any(|p| l.starts_with(p)))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn nvidia_device_query_samples_through_runtime_and_driver_agree_on_simcuda() {
+    let Some(inc) = nvidia_includes_or_skip() else {
+        return;
+    };
+    if Command::new("c++").arg("--version").output().is_err() {
+        common::skip::skip("NVIDIA's deviceQuery samples", "no c++ compiler");
+        return;
+    }
+    let rt = device_query(inc, "deviceQuery", "-lcudart");
+    let drv = device_query(inc, "deviceQueryDrv", "-lcuda");
+    for out in [&rt, &drv] {
+        assert!(
+            out.contains("Detected 2 CUDA Capable device(s)") && out.contains("Result = PASS"),
+            "{out}"
+        );
+    }
+    // What the runtime's cudaDeviceProp once got wrong while the driver answered right.
+    for line in [
+        "Device supports Unified Addressing (UVA): Yes",
+        "Device supports Managed Memory: Yes",
+        "Support host page-locked memory mapping: Yes",
+        "Concurrent copy and kernel execution: Yes with 2 copy engine(s)",
+        "> Peer access from simcuda Device 0 (GPU0) -> simcuda Device 1 (GPU1) : Yes",
+    ] {
+        assert!(
+            query_lines(&rt, &[]).iter().any(|l| l == line),
+            "{line}\n{rt}"
+        );
+    }
+    let rt_lines = query_lines(
+        &rt,
+        &[
+            "/",
+            "CUDA Device Query (Runtime API)",
+            "CUDA Driver Version / Runtime Version",
+            "Total shared memory per multiprocessor",
+            "deviceQuery, CUDA Driver = CUDART",
+        ],
+    );
+    let drv_lines = query_lines(
+        &drv,
+        &[
+            "/",
+            "CUDA Device Query (Driver API)",
+            "CUDA Driver Version:",
+            "Concurrent kernel execution",
+        ],
+    );
+    assert!(rt_lines.len() > 60, "{rt}");
+    assert_eq!(
+        rt_lines, drv_lines,
+        "deviceQuery (runtime) and deviceQueryDrv (driver) differ"
+    );
+    // The lines only one of them prints still say what the attributes say.
+    assert!(
+        rt.contains("CUDA Driver Version / Runtime Version          12.9 / 12.9"),
+        "{rt}"
+    );
+    assert!(
+        drv.contains("CUDA Driver Version:                           12.9"),
+        "{drv}"
+    );
+    assert!(
+        rt.contains("Total shared memory per multiprocessor:        233472 bytes"),
+        "{rt}"
+    );
 }
 
 #[test]
@@ -250,6 +374,8 @@ const ABI_PROBE: &str = r#"
 #define V(x) printf("%s %lld\n", #x, (long long)(x));
 #define S(t) printf("sizeof(%s) %zu\n", #t, sizeof(t));
 #define O(t, f) printf("offsetof(%s,%s) %zu\n", #t, #f, offsetof(t, f));
+/* every field of CUDA 12's cudaDeviceProp, in declaration order */
+#define P(f) O(struct cudaDeviceProp, f)
 int main(void) {
     V(CUDA_VERSION) V(CUDART_VERSION)
     V(CUDA_SUCCESS) V(CUDA_ERROR_INVALID_VALUE) V(CUDA_ERROR_OUT_OF_MEMORY) V(CUDA_ERROR_NOT_INITIALIZED)
@@ -301,10 +427,31 @@ int main(void) {
     V(cudaHostAllocDefault) V(cudaHostAllocPortable) V(cudaHostAllocMapped) V(cudaHostAllocWriteCombined)
     S(cudaError_t) S(cudaStream_t) S(cudaEvent_t) S(cudaUUID_t) S(struct cudaPointerAttributes) S(struct cudaDeviceProp)
     O(struct cudaPointerAttributes, device) O(struct cudaPointerAttributes, devicePointer) O(struct cudaPointerAttributes, hostPointer)
-    O(struct cudaDeviceProp, uuid) O(struct cudaDeviceProp, totalGlobalMem) O(struct cudaDeviceProp, warpSize)
-    O(struct cudaDeviceProp, maxThreadsPerBlock) O(struct cudaDeviceProp, major) O(struct cudaDeviceProp, minor)
-    O(struct cudaDeviceProp, multiProcessorCount) O(struct cudaDeviceProp, memoryPoolsSupported)
-    O(struct cudaDeviceProp, unifiedFunctionPointers) O(struct cudaDeviceProp, reserved)
+    P(name) P(uuid) P(luid) P(luidDeviceNodeMask) P(totalGlobalMem) P(sharedMemPerBlock)
+    P(regsPerBlock) P(warpSize) P(memPitch) P(maxThreadsPerBlock) P(maxThreadsDim) P(maxGridSize)
+    P(clockRate) P(totalConstMem) P(major) P(minor) P(textureAlignment) P(texturePitchAlignment)
+    P(deviceOverlap) P(multiProcessorCount) P(kernelExecTimeoutEnabled) P(integrated)
+    P(canMapHostMemory) P(computeMode) P(maxTexture1D) P(maxTexture1DMipmap) P(maxTexture1DLinear)
+    P(maxTexture2D) P(maxTexture2DMipmap) P(maxTexture2DLinear) P(maxTexture2DGather)
+    P(maxTexture3D) P(maxTexture3DAlt) P(maxTextureCubemap) P(maxTexture1DLayered)
+    P(maxTexture2DLayered) P(maxTextureCubemapLayered) P(maxSurface1D) P(maxSurface2D)
+    P(maxSurface3D) P(maxSurface1DLayered) P(maxSurface2DLayered) P(maxSurfaceCubemap)
+    P(maxSurfaceCubemapLayered) P(surfaceAlignment) P(concurrentKernels) P(ECCEnabled) P(pciBusID)
+    P(pciDeviceID) P(pciDomainID) P(tccDriver) P(asyncEngineCount) P(unifiedAddressing)
+    P(memoryClockRate) P(memoryBusWidth) P(l2CacheSize) P(persistingL2CacheMaxSize)
+    P(maxThreadsPerMultiProcessor) P(streamPrioritiesSupported) P(globalL1CacheSupported)
+    P(localL1CacheSupported) P(sharedMemPerMultiprocessor) P(regsPerMultiprocessor) P(managedMemory)
+    P(isMultiGpuBoard) P(multiGpuBoardGroupID) P(hostNativeAtomicSupported)
+    P(singleToDoublePrecisionPerfRatio) P(pageableMemoryAccess) P(concurrentManagedAccess)
+    P(computePreemptionSupported) P(canUseHostPointerForRegisteredMem) P(cooperativeLaunch)
+    P(cooperativeMultiDeviceLaunch) P(sharedMemPerBlockOptin)
+    P(pageableMemoryAccessUsesHostPageTables) P(directManagedMemAccessFromHost)
+    P(maxBlocksPerMultiProcessor) P(accessPolicyMaxWindowSize) P(reservedSharedMemPerBlock)
+    P(hostRegisterSupported) P(sparseCudaArraySupported) P(hostRegisterReadOnlySupported)
+    P(timelineSemaphoreInteropSupported) P(memoryPoolsSupported) P(gpuDirectRDMASupported)
+    P(gpuDirectRDMAFlushWritesOptions) P(gpuDirectRDMAWritesOrdering)
+    P(memoryPoolSupportedHandleTypes) P(deferredMappingCudaArraySupported) P(ipcEventSupported)
+    P(clusterLaunch) P(unifiedFunctionPointers) P(reserved)
     return 0;
 }
 "#;

@@ -1,6 +1,6 @@
 //! simcuda across devices and processes (`SIMCUDA_DEVICES=2`): `cudaDeviceProp` agrees with
 //! the driver's attributes field by field; peer queries, enabling and copies answer the same
-//! through both APIs; virtual-memory access is per device; a physical allocation exported as
+//! through both APIs; asynchronous peer copies are stream-ordered; virtual-memory access is per device; a physical allocation exported as
 //! a POSIX descriptor is imported by a second process that sees and changes the same bytes.
 mod common;
 
@@ -29,6 +29,11 @@ fn every_device_prop_field_equals_the_drivers_attribute() {
 #[test]
 fn peer_access_and_peer_copies_answer_the_same_through_both_apis() {
     case("peer");
+}
+
+#[test]
+fn async_peer_copies_return_at_once_and_run_in_stream_order_through_both_apis() {
+    case("peer_async");
 }
 
 #[test]

@@ -255,6 +255,9 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
         None => s.alloc.free(ptr, dev, stack),
         Some(st) => s.alloc.free_async(ptr, st, dev, stack),
     };
+    if r.is_ok() {
+        crate::ipc::freed(ptr);
+    }
     match r {
         Ok(()) if degraded && stream.is_none() => Some(crate::failopen::drained(s)),
         Ok(()) => Some(SUCCESS),

@@ -163,7 +163,11 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
             }
             let stack = s.history.free_stack();
             let dev = state::alloc_device(s);
-            match s.alloc.free(ptr as u64, dev, stack) {
+            let r = s.alloc.free(ptr as u64, dev, stack);
+            if r.is_ok() {
+                crate::ipc::freed(ptr as u64);
+            }
+            match r {
                 Ok(()) if degraded => failopen::drained(s),
                 Ok(()) => SUCCESS,
                 Err(e) => refused_free("cudaFree", ptr, e, || {
@@ -206,7 +210,10 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
             let stack = s.history.free_stack();
             let dev = state::alloc_device(s);
             match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
-                Ok(()) => SUCCESS,
+                Ok(()) => {
+                    crate::ipc::freed(ptr as u64);
+                    SUCCESS
+                }
                 Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
                     observe::free(s, ptr as u64, dev, real)
                 }),

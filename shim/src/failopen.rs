@@ -226,7 +226,10 @@ pub fn free_fallback(
     if ptr != 0 {
         if let Some(s) = crate::state::get_if_ready() {
             match cache_free(s) {
-                Ok(()) => return drained(s),
+                Ok(()) => {
+                    crate::ipc::freed(ptr);
+                    return drained(s);
+                }
                 Err(FreeError::NotOurs) => {}
                 Err(FreeError::InvalidValue) => return crate::ffi::ERR_INVALID_VALUE,
                 Err(FreeError::InvalidHandle) => return crate::ffi::ERR_INVALID_HANDLE,

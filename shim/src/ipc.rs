@@ -13,7 +13,9 @@
 //! - A block at offset N > 0 gets a cushim handle ("CUSHIMH2", the exporter's pid, a
 //!   serial, N, the block size and a random token). The driver's handle of the segment is
 //!   kept in a record file private to the exporter's user ([`crate::ipc_records`] says where
-//!   and how it is created and checked), removed when the exporter exits. An importer under
+//!   and how it is created and checked), removed when the program frees the block (through
+//!   any free entry point: [`freed`]; CUDA's handle is valid only while the allocation
+//!   lives) and at the latest when the exporter exits. An importer under
 //!   cushim opens the segment with the driver's handle and gets base + N. When the record
 //!   directory fails its checks the export is refused (`CUDA_ERROR_NOT_SUPPORTED`,
 //!   `cudaErrorNotSupported`) with one `cushim:` line: the driver's own handle of an
@@ -31,7 +33,7 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use cushim::alloc::info::BlockState;
 use once_cell::sync::Lazy;
@@ -118,10 +120,30 @@ fn write_record(real: &IpcHandle, o: &mut Ours) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// One exported block.
+struct Exported {
+    /// The driver's handle of its segment.
+    real: IpcHandle,
+    /// Ours.
+    ours: IpcHandle,
+    record: PathBuf,
+}
+
 struct Exports {
-    /// Block address -> (the driver's handle of its segment, our handle).
-    by_block: HashMap<u64, (IpcHandle, IpcHandle)>,
+    by_block: HashMap<u64, Exported>,
+    /// Every record still on disk, for the exit handler.
     files: Vec<PathBuf>,
+}
+
+impl Exports {
+    /// Forget `block`'s export and remove its record.
+    fn forget(&mut self, block: u64) {
+        if let Some(e) = self.by_block.remove(&block) {
+            EXPORTED.fetch_sub(1, Ordering::Relaxed);
+            self.files.retain(|f| f != &e.record);
+            let _ = std::fs::remove_file(&e.record);
+        }
+    }
 }
 
 static EXPORTS: Lazy<Mutex<Exports>> = Lazy::new(|| {
@@ -131,6 +153,8 @@ static EXPORTS: Lazy<Mutex<Exports>> = Lazy::new(|| {
     })
 });
 static SERIAL: AtomicU32 = AtomicU32::new(1);
+/// Blocks with a live export (both kinds): a free looks further only when it is not 0.
+static EXPORTED: AtomicUsize = AtomicUsize::new(0);
 static TOLD: AtomicBool = AtomicBool::new(false);
 static REFUSED_TOLD: AtomicBool = AtomicBool::new(false);
 
@@ -189,10 +213,12 @@ pub fn export(
     }
     let mut ex = EXPORTS.lock();
     let handle = match ex.by_block.get(&block) {
-        Some((r, ours)) if *r == real && Ours::decode(ours).is_some_and(|o| o.size == size) => {
-            *ours
+        Some(e) if e.real == real && Ours::decode(&e.ours).is_some_and(|o| o.size == size) => {
+            e.ours
         }
         _ => {
+            // A block at this address exported before, since freed: its record goes.
+            ex.forget(block);
             let mut o = Ours {
                 pid: std::process::id(),
                 serial: SERIAL.fetch_add(1, Ordering::Relaxed),
@@ -217,9 +243,15 @@ pub fn export(
                 // SAFETY: registering a plain extern "C" function with no arguments.
                 unsafe { libc::atexit(remove_records) };
             }
-            ex.files.push(path);
+            ex.files.push(path.clone());
             let ours = o.encode();
-            ex.by_block.insert(block, (real, ours));
+            let e = Exported {
+                real,
+                ours,
+                record: path,
+            };
+            ex.by_block.insert(block, e);
+            EXPORTED.fetch_add(1, Ordering::Relaxed);
             ours
         }
     };
@@ -235,6 +267,29 @@ pub fn export(
     // SAFETY: `out` is the program's non-null out-pointer.
     unsafe { *out = handle };
     Some(SUCCESS)
+}
+
+/// An expandable block's export was made ([`crate::ipc_expandable`]).
+pub fn export_made() {
+    EXPORTED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An expandable block's export was forgotten.
+pub fn export_gone() {
+    EXPORTED.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The program freed the block at `ptr` (any free entry point, after the cache took it):
+/// its export, if any, is forgotten and its record removed. One relaxed load when nothing
+/// was exported.
+pub fn freed(ptr: u64) {
+    if EXPORTED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    if let Some(e) = Lazy::get(&EXPORTS) {
+        e.lock().forget(ptr);
+    }
+    crate::ipc_expandable::forget(ptr);
 }
 
 /// Imported pointer -> (segment base the driver mapped, opens not yet closed).

@@ -9,8 +9,9 @@
 //!   touches, found with `cuMemRetainAllocationHandle` / `cuMemGetAddressRange`) are exported
 //!   as POSIX descriptors (`cuMemExportToShareableHandle`; the cache creates its pages asking
 //!   for that handle type when the device supports it). The descriptors stay open in the
-//!   exporter until it exits, or until an export made after the program freed the block
-//!   (which closes them and removes the record: importers that mapped the pages keep them). Their numbers, each mapping's size, the block's offset in the
+//!   exporter until the program frees the block ([`forget`], from any free entry point) or
+//!   exits; freeing closes them and removes the record (importers that mapped the pages keep
+//!   their mappings). Their numbers, each mapping's size, the block's offset in the
 //!   first one, its size and the exporter's start time go into a record file made as
 //!   [`crate::ipc_records`] says (private to the user, exclusive, random name); the handle
 //!   ("CUSHIMX1", pid, serial, token) names it. Exporting the same block on the same pages
@@ -265,6 +266,19 @@ pub fn export(
     }
 }
 
+/// The program freed `block`: its export, if any, is forgotten (descriptors closed, record
+/// removed; importers keep their mappings).
+pub fn forget(block: u64) {
+    if let Some(e) = Lazy::get(&EXPORTS) {
+        let mut ex = e.lock();
+        if let Some(gone) = ex.by_block.remove(&block) {
+            crate::ipc::export_gone();
+            ex.files.retain(|f| f != &gone.record);
+            let _ = std::fs::remove_file(&gone.record);
+        }
+    }
+}
+
 /// Forget the exports of blocks the program has freed since: their descriptors are closed
 /// and their records removed (importers that mapped them keep their own mappings).
 fn prune(live: &impl Fn(u64, u64) -> bool) {
@@ -277,6 +291,7 @@ fn prune(live: &impl Fn(u64, u64) -> bool) {
         .collect();
     for b in dead {
         if let Some(e) = ex.by_block.remove(&b) {
+            crate::ipc::export_gone();
             ex.files.retain(|f| f != &e.record);
             let _ = std::fs::remove_file(&e.record);
         }
@@ -333,6 +348,13 @@ fn export_inner(block: u64, size: u64) -> Result<IpcHandle, String> {
     }
     ex.files.push(path.clone());
     let handle = key.encode();
+    crate::ipc::export_made();
+    if let Some(old) = ex.by_block.remove(&block) {
+        // The same address exported before on other pages: that export is gone.
+        crate::ipc::export_gone();
+        ex.files.retain(|f| f != &old.record);
+        let _ = std::fs::remove_file(&old.record);
+    }
     ex.by_block.insert(
         block,
         Exported {
@@ -423,7 +445,9 @@ fn import(key: &Key) -> Result<Import, String> {
             let e = std::io::Error::last_os_error();
             let why = if e.raw_os_error() == Some(libc::EPERM) {
                 " (copying a descriptor out of another process needs ptrace permission over \
-                 it: the same user with kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE)"
+                 it: the same user with kernel.yama.ptrace_scope 0, under ptrace_scope 1 only \
+                 an ancestor of the exporter or a process it named with prctl(PR_SET_PTRACER), \
+                 or CAP_SYS_PTRACE)"
             } else {
                 ""
             };

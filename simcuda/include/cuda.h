@@ -30,6 +30,8 @@ extern "C" {
 #define cuMemAllocHost              cuMemAllocHost_v2
 #define cuMemcpy                    __SIMCUDA_PTDS(cuMemcpy)
 #define cuMemcpyAsync               __SIMCUDA_PTSZ(cuMemcpyAsync)
+#define cuMemcpyPeer                __SIMCUDA_PTDS(cuMemcpyPeer)
+#define cuMemcpyPeerAsync           __SIMCUDA_PTSZ(cuMemcpyPeerAsync)
 #define cuIpcOpenMemHandle          cuIpcOpenMemHandle_v2
 #define cuMemcpyHtoD                __SIMCUDA_PTDS(cuMemcpyHtoD_v2)
 #define cuMemcpyDtoH                __SIMCUDA_PTDS(cuMemcpyDtoH_v2)
@@ -331,6 +333,7 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
 CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
 CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);

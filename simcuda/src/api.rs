@@ -78,6 +78,7 @@ entry_points! {
     cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess, cudaDeviceDisablePeerAccess,
     cudaMemcpyPeer, cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
     cuMemRetainAllocationHandle, cuMemGetAllocationPropertiesFromHandle, cuMemGetAccess,
+    cuMemcpyPeer_ptds, cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync,
 }
 
 /// Number of entry points.

@@ -1,6 +1,8 @@
 //! Peer access between simulated devices (`SIMCUDA_DEVICES` above 1): `cuDeviceCanAccessPeer`
 //! / `cudaDeviceCanAccessPeer`, `cuCtxEnablePeerAccess` / `cudaDeviceEnablePeerAccess` and
-//! their disabling twins, `cuMemcpyPeer` / `cudaMemcpyPeer`.
+//! their disabling twins, `cuMemcpyPeer` / `cudaMemcpyPeer` and their stream-ordered forms
+//! `cuMemcpyPeerAsync` / `cudaMemcpyPeerAsync` (and the per-thread-stream `_ptds` / `_ptsz`
+//! names NVIDIA's headers select).
 //!
 //! Policy (why: both APIs must say the same thing, as CUDA's do, so a client or the shim sees
 //! one answer whichever it asks):
@@ -13,11 +15,17 @@
 //! - It governs `cuMemAlloc` memory only, as in CUDA; virtual-memory mappings follow
 //!   `cuMemSetAccess` alone. Peer copies work whether or not it is enabled (the driver stages
 //!   them on a GPU); here device memory is host memory, so they are plain copies.
+//! - An asynchronous peer copy is queued on the stream it names (0: the current context's
+//!   default stream) and returns at once; it runs after the work queued before it on that
+//!   stream, and work queued after it sees its result, as any stream-ordered copy.
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::api::{driver, out, runtime, Api};
+use crate::copy::copy_async;
+use crate::driver_api::drv_stream;
 use crate::driver_mem_api::copy_c;
 use crate::error::*;
+use crate::runtime_api::rt_stream;
 use crate::state::{self, current_device, driver_device, runtime_device, Ctx, Device};
 use libc::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,6 +117,65 @@ pub extern "C" fn cuMemcpyPeer(
     })
 }
 
+#[no_mangle]
+pub extern "C" fn cuMemcpyPeer_ptds(
+    dst: u64,
+    dst_ctx: *mut Ctx,
+    src: u64,
+    src_ctx: *mut Ctx,
+    n: usize,
+) -> CUresult {
+    driver(Api::cuMemcpyPeer_ptds, || {
+        ctx_device(dst_ctx)?;
+        ctx_device(src_ctx)?;
+        copy_c(dst as usize, src as usize, n, true, true, true)
+    })
+}
+
+/// `cuMemcpyPeerAsync[_ptsz]`: both contexts checked, the copy queued on `h`.
+fn peer_async_c(
+    dst: u64,
+    dst_ctx: *mut Ctx,
+    src: u64,
+    src_ctx: *mut Ctx,
+    n: usize,
+    h: *mut c_void,
+    ptds: bool,
+) -> Result<(), CUresult> {
+    ctx_device(dst_ctx)?;
+    ctx_device(src_ctx)?;
+    let s = drv_stream(h, ptds)?;
+    copy_async(&s, dst as usize, src as usize, n, true, true)
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyPeerAsync(
+    dst: u64,
+    dst_ctx: *mut Ctx,
+    src: u64,
+    src_ctx: *mut Ctx,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyPeerAsync, || {
+        peer_async_c(dst, dst_ctx, src, src_ctx, n, h, false)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyPeerAsync_ptsz(
+    dst: u64,
+    dst_ctx: *mut Ctx,
+    src: u64,
+    src_ctx: *mut Ctx,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemcpyPeerAsync_ptsz, || {
+        peer_async_c(dst, dst_ctx, src, src_ctx, n, h, true)
+    })
+}
+
 fn runtime_ordinal(dev: c_int) -> Result<&'static Device, CUresult> {
     state::device(usize::try_from(dev).map_err(|_| INVALID_DEVICE)?)
 }
@@ -152,5 +219,22 @@ pub unsafe extern "C" fn cudaMemcpyPeer(
         runtime_ordinal(dst_dev)?;
         runtime_ordinal(src_dev)?;
         copy_c(dst as usize, src as usize, n, true, true, false)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyPeerAsync(
+    dst: *mut c_void,
+    dst_dev: c_int,
+    src: *const c_void,
+    src_dev: c_int,
+    n: usize,
+    h: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaMemcpyPeerAsync, || {
+        runtime_ordinal(dst_dev)?;
+        runtime_ordinal(src_dev)?;
+        let s = rt_stream(h)?;
+        copy_async(&s, dst as usize, src as usize, n, true, true)
     })
 }

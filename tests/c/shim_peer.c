@@ -3,7 +3,8 @@
  * device 0 then lies in mapped virtual-memory pages, whose access cuMemGetAccess reports
  * per device (without the shim cudaMalloc memory is no mapping and cuMemGetAccess refuses
  * it, so these cases fail). "runtime": cudaDeviceEnablePeerAccess / Disable; "driver":
- * cuCtxEnablePeerAccess / Disable. Pages mapped before and after enabling are checked. */
+ * cuCtxEnablePeerAccess / Disable (and the matching asynchronous peer copy). Pages mapped
+ * before and after enabling are checked. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include "sim_check.h"
@@ -67,6 +68,18 @@ int main(int argc, char **argv) {
     unsigned char x;
     EXPECT(cudaSuccess, cudaMemcpy(&x, (char *)after + 4 * MiB - 1, 1, cudaMemcpyDeviceToHost));
     REQUIRE(x == 0x21);
+    /* asynchronous peer copies out of expandable pages, on a stream of device 0, in order */
+    cudaStream_t s;
+    EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    EXPECT(cudaSuccess, cudaMemsetAsync(after, 0x5a, 4 * MiB, s));
+    if (driver)
+        EXPECT(CUDA_SUCCESS, cuMemcpyPeerAsync((CUdeviceptr)on1, c1, (CUdeviceptr)after, c0, 4 * MiB, (CUstream)s));
+    else
+        EXPECT(cudaSuccess, cudaMemcpyPeerAsync(on1, 1, after, 0, 4 * MiB, s));
+    EXPECT(cudaSuccess, cudaStreamSynchronize(s));
+    EXPECT(cudaSuccess, cudaMemcpy(&x, (char *)on1 + 4 * MiB - 1, 1, cudaMemcpyDeviceToHost));
+    REQUIRE(x == 0x5a);
+    EXPECT(cudaSuccess, cudaStreamDestroy(s));
     /* a device's own pages are not its peer's business: device 0's access to device 1's
      * memory is unchanged */
     REQUIRE(access_of(on1, 0) == 0);

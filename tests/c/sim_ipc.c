@@ -8,6 +8,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -134,9 +137,24 @@ static int import_runtime(const char *hex, size_t size) {
     return 0;
 }
 
+/* Give up CAP_SYS_PTRACE (effective and permitted): an importer of the exporter's user that
+ * may not ptrace it, as under Yama's ptrace_scope 1 for a process that is not its ancestor. */
+static void drop_ptrace(void) {
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    REQUIRE(syscall(SYS_capget, &hdr, data) == 0);
+    data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    data[CAP_SYS_PTRACE / 32].permitted &= ~(1u << (CAP_SYS_PTRACE % 32));
+    data[CAP_SYS_PTRACE / 32].inheritable &= ~(1u << (CAP_SYS_PTRACE % 32));
+    REQUIRE(syscall(SYS_capset, &hdr, data) == 0);
+}
+
 /* A process without the shim given a handle of a block inside a cached segment: refused
- * with CUDA's error, never a pointer to other memory. */
+ * with CUDA's error, never a pointer to other memory. With SIM_IPC_DROP_PTRACE, a process
+ * under the shim that may not ptrace the exporter: refused the same way. */
 static int import_refused(const char *hex) {
+    if (getenv("SIM_IPC_DROP_PTRACE"))
+        drop_ptrace();
     init_ctx();
     records();
     CUipcMemHandle h;
@@ -185,6 +203,8 @@ int main(int argc, char **argv) {
             printf("export refused\n");
             return 0;
         }
+        if (getenv("SIM_IPC_NOT_DUMPABLE")) /* only a CAP_SYS_PTRACE holder may ptrace it */
+            REQUIRE(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0);
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h2, b));
         REQUIRE(!memcmp(&h, &h2, sizeof h));
@@ -238,33 +258,36 @@ int main(int argc, char **argv) {
             REQUIRE(na[i] == 0x11);
         printf("offset_in_pair=%lld\nPASS export\n", (long long)(b - a));
     }
-    CASE("prune") {
-        /* Under the shim with expandable segments: the record (and descriptors) of a block
-         * the program freed go at the next export. Prints the record count after each step. */
+    CASE("freed") {
+        /* Under the shim: each exported block inside a segment has a record until the
+         * program frees it, through the driver or the runtime, whatever the segment kind.
+         * Prints the record count after two exports and after each free. */
         init_ctx();
         const char *dir = getenv("CUSHIM_IPC_DIR");
         REQUIRE(dir != NULL);
-        CUdeviceptr a, b, c;
+        CUdeviceptr a, b;
+        void *d = NULL;
         CUipcMemHandle h;
+        cudaIpcMemHandle_t rh;
         EXPECT(CUDA_SUCCESS, cuMemAlloc(&a, 2 * MiB));
         EXPECT(CUDA_SUCCESS, cuMemAlloc(&b, 3 * MiB));
+        EXPECT(cudaSuccess, cudaMalloc(&d, MiB + 512));
         EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, b));
-        int n1 = 0, n2 = 0, n3 = 0;
-        struct dirent *e;
-        DIR *d = opendir(dir);
-        while ((e = readdir(d)) != NULL) n1 += !strncmp(e->d_name, "cushim-ipc-", 11);
-        closedir(d);
-        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, a));
-        d = opendir(dir);
-        while ((e = readdir(d)) != NULL) n2 += !strncmp(e->d_name, "cushim-ipc-", 11);
-        closedir(d);
-        EXPECT(CUDA_SUCCESS, cuMemFree(b));
-        EXPECT(CUDA_SUCCESS, cuMemAlloc(&c, 1 * MiB));
-        EXPECT(CUDA_SUCCESS, cuIpcGetMemHandle(&h, c));
-        d = opendir(dir);
-        while ((e = readdir(d)) != NULL) n3 += !strncmp(e->d_name, "cushim-ipc-", 11);
-        closedir(d);
-        printf("records %d %d %d\nPASS prune\n", n1, n2, n3);
+        EXPECT(cudaSuccess, cudaIpcGetMemHandle(&rh, d));
+        int n[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++) {
+            if (k == 1)
+                EXPECT(CUDA_SUCCESS, cuMemFree(b));
+            if (k == 2)
+                EXPECT(cudaSuccess, cudaFree(d));
+            struct dirent *e;
+            DIR *dd = opendir(dir);
+            REQUIRE(dd != NULL);
+            while ((e = readdir(dd)) != NULL) n[k] += !strncmp(e->d_name, "cushim-ipc-", 11);
+            closedir(dd);
+        }
+        EXPECT(CUDA_SUCCESS, cuMemFree(a));
+        printf("records %d %d %d\nPASS freed\n", n[0], n[1], n[2]);
     }
     CASE("handles") {
         /* Not device memory: refused. A freed and reallocated allocation: a new handle. */

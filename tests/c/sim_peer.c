@@ -1,13 +1,15 @@
 /* simcuda across devices and processes, one case per argv[1] (run with SIMCUDA_DEVICES=2);
  * prints "PASS <case>". "props": every field of the runtime's cudaDeviceProp equals the
  * driver's attribute for it. "peer": peer queries, enabling and copies, the same through
- * both APIs. "vmm_access": per-device access on virtual-memory mappings. "vmm_share": a
+ * both APIs. "peer_async": cuMemcpyPeerAsync / cudaMemcpyPeerAsync return before their stream
+ * reaches them and copy in stream order. "vmm_access": per-device access on virtual-memory mappings. "vmm_share": a
  * physical allocation exported as a POSIX descriptor, imported by a second process (the
  * descriptor passed at spawn) which sees and changes the same bytes; retaining a handle
  * from an address; properties from a handle. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -90,6 +92,27 @@ static int props(int dev) {
     REQUIRE(p.unifiedAddressing == 1 && p.managedMemory == 1 && p.canMapHostMemory == 1);
     REQUIRE(p.asyncEngineCount == 2);
     return n;
+}
+
+/* A host function that holds its stream until released. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open;
+
+static void hold_stream(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&gate_mu);
+    while (!gate_open)
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    gate_open = 0;
+    pthread_mutex_unlock(&gate_mu);
+}
+
+static void release_stream(void) {
+    pthread_mutex_lock(&gate_mu);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
 }
 
 static CUmemAllocationProp prop_on(int dev, int posix) {
@@ -215,6 +238,55 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_SUCCESS, cuMemFree(a));
         EXPECT(CUDA_SUCCESS, cuMemFree(b));
         printf("PASS peer\n");
+    }
+    CASE("peer_async") {
+        /* driver: a copy from device 0 to device 1 queued behind a held stream of device 0 */
+        CUdeviceptr a, b;
+        unsigned char x[4096];
+        EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c1));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&b, 4096));
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(b, 0x10, 4096));
+        EXPECT(CUDA_SUCCESS, cuCtxSetCurrent(c0));
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&a, 4096));
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(a, 0x11, 4096));
+        CUstream s;
+        EXPECT(CUDA_SUCCESS, cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        EXPECT(CUDA_SUCCESS, cuLaunchHostFunc(s, hold_stream, NULL));
+        EXPECT(CUDA_SUCCESS, cuMemsetD8Async(a, 0x12, 4096, s));
+        EXPECT(CUDA_SUCCESS, cuMemcpyPeerAsync(b, c1, a, c0, 4096, s));
+        EXPECT(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(x, b, 4096));
+        REQUIRE(x[0] == 0x10 && x[4095] == 0x10); /* not run yet: the stream is held */
+        EXPECT(CUDA_ERROR_INVALID_CONTEXT, cuMemcpyPeerAsync(b, (CUcontext)0x1234, a, c0, 16, s));
+        release_stream();
+        EXPECT(CUDA_SUCCESS, cuStreamSynchronize(s));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(x, b, 4096));
+        REQUIRE(x[0] == 0x12 && x[4095] == 0x12); /* after the memset queued before it */
+        /* runtime: device 1 back to device 0 on a stream of device 0 */
+        EXPECT(cudaSuccess, cudaSetDevice(0));
+        cudaStream_t rs;
+        EXPECT(cudaSuccess, cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
+        EXPECT(cudaSuccess, cudaLaunchHostFunc(rs, hold_stream, NULL));
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(b, 0x13, 2048));
+        EXPECT(cudaSuccess, cudaMemcpyPeerAsync((void *)a, 0, (void *)b, 1, 4096, rs));
+        EXPECT(cudaErrorNotReady, cudaStreamQuery(rs));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(x, a, 4096));
+        REQUIRE(x[0] == 0x12);
+        EXPECT(cudaErrorInvalidDevice, cudaMemcpyPeerAsync((void *)a, 0, (void *)b, 2, 16, rs));
+        release_stream();
+        EXPECT(cudaSuccess, cudaStreamSynchronize(rs));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(x, a, 4096));
+        REQUIRE(x[0] == 0x13 && x[2047] == 0x13 && x[2048] == 0x12);
+        /* the legacy stream (0) of the current context */
+        EXPECT(cudaSuccess, cudaMemcpyPeerAsync((void *)b, 1, (void *)a, 0, 4096, 0));
+        EXPECT(cudaSuccess, cudaDeviceSynchronize());
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(x, b, 4096));
+        REQUIRE(x[0] == 0x13 && x[4095] == 0x12);
+        EXPECT(cudaSuccess, cudaStreamDestroy(rs));
+        EXPECT(CUDA_SUCCESS, cuStreamDestroy(s));
+        EXPECT(CUDA_SUCCESS, cuMemFree(a));
+        EXPECT(CUDA_SUCCESS, cuMemFree(b));
+        printf("PASS peer_async\n");
     }
     CASE("vmm_access") {
         CUmemAllocationProp p = prop_on(0, 0);
