@@ -116,6 +116,33 @@ fn summary_by_range_charges_bytes_to_their_ranges() {
     );
 }
 
+#[test]
+fn allocations_kept_past_their_iteration_range_are_reported_as_outliving_it() {
+    let Some(exe) = common::nvtx::program_named("nvtx_leak") else {
+        return;
+    };
+    let dir = common::scratch("nvtx-leak");
+    let snap = run_to(&exe, &dir, "snap.pickle");
+    let out = common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "range"])
+            .arg(&snap),
+    );
+    // Five 2 MiB buffers kept, never freed; the five 1 MiB scratch buffers freed inside.
+    assert!(
+        out.contains(
+            "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
+             (5 still live at the end)"
+        ),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_end().ends_with("  train/iteration"))
+        .unwrap_or_else(|| panic!("no row for train/iteration:\n{out}"));
+    assert!(row.contains("15.0 MiB"), "allocated in all: {row}");
+}
+
 /// The second injection library (`tests/c/nvtx_second_tool.c`), built as a shared object.
 fn second_tool() -> PathBuf {
     common::compile("nvtx_second_tool", &["-shared", "-fPIC"])

@@ -215,7 +215,7 @@ pub fn open(domain: NameId, name: NameId, started: u64) -> i32 {
 
 fn enter(o: Open) -> i32 {
     if crate::trace::annotations::on() {
-        crate::trace::annotations::record(true, o.domain, o.name);
+        crate::trace::annotations::record(true, o.domain, o.name, o.node);
     }
     OPEN.try_with(|open| {
         let mut open = open.borrow_mut();
@@ -261,7 +261,7 @@ fn close(which: impl Fn(&Open) -> bool, domain: NameId) -> i32 {
         let level = open[..at].iter().filter(|o| o.domain == domain).count() as i32;
         let gone = open.remove(at);
         if crate::trace::annotations::on() {
-            crate::trace::annotations::record(false, gone.domain, gone.name);
+            crate::trace::annotations::record(false, gone.domain, gone.name, gone.node);
         }
         if at < open.len() {
             // A range closed under others: re-derive the paths above it.

@@ -54,7 +54,15 @@ pub fn nvtx_include() -> Option<&'static Path> {
     .as_deref()
 }
 
+/// `tests/c/nvtx_ranges.c` built against NVIDIA's headers; None (skipped) where they cannot
+/// be had.
 pub fn program() -> Option<PathBuf> {
+    program_named("nvtx_ranges")
+}
+
+/// The C test program `name` built against NVIDIA's NVTX headers; None (skipped) where they
+/// cannot be had.
+pub fn program_named(name: &str) -> Option<PathBuf> {
     let Some(inc) = nvtx_include() else {
         super::skip::skip(
             "NVTX ranges from NVIDIA's NVTX headers",
@@ -63,5 +71,5 @@ pub fn program() -> Option<PathBuf> {
         return None;
     };
     let flag = format!("-I{}", inc.display());
-    Some(super::compile("nvtx_ranges", &[&flag, "-ldl"]))
+    Some(super::compile(name, &[&flag, "-ldl"]))
 }
