@@ -8,7 +8,8 @@
 //! loaded injection look up; NVIDIA's current headers leave that off on Linux, so plain
 //! `LD_PRELOAD` without `NVTX_INJECTION64_PATH` records no ranges.) We fill the
 //! CORE and CORE2 modules' function slots with the range calls: push/pop, start/end, their
-//! domain forms, domain creation and registered strings (ASCII and wide).
+//! domain forms, domain creation, registered strings, and thread and category names (ASCII
+//! and wide; what names change in a path: `trace::range`).
 //!
 //! Policy (forwarding): when `CUSHIM_NVTX_FORWARD` names another injection library (the
 //! `NVTX_INJECTION64_PATH` the user had set, e.g. Nsight Systems; `cushim run` moves it
@@ -50,12 +51,18 @@ const RANGE_PUSH_EX: usize = 8;
 const RANGE_PUSH_A: usize = 9;
 const RANGE_PUSH_W: usize = 10;
 const RANGE_POP: usize = 11;
+const NAME_CATEGORY_A: usize = 12;
+const NAME_CATEGORY_W: usize = 13;
+const NAME_OS_THREAD_A: usize = 14;
+const NAME_OS_THREAD_W: usize = 15;
 const CORE_SIZE: usize = 16;
 // CORE2 callback ids.
 const DOMAIN_RANGE_START_EX: usize = 2;
 const DOMAIN_RANGE_END: usize = 3;
 const DOMAIN_RANGE_PUSH_EX: usize = 4;
 const DOMAIN_RANGE_POP: usize = 5;
+const DOMAIN_NAME_CATEGORY_A: usize = 8;
+const DOMAIN_NAME_CATEGORY_W: usize = 9;
 const DOMAIN_REGISTER_STRING_A: usize = 10;
 const DOMAIN_REGISTER_STRING_W: usize = 11;
 const DOMAIN_CREATE_A: usize = 12;
@@ -188,7 +195,7 @@ fn domain_of(d: *const c_void) -> NameId {
     }
 }
 
-/// Open a range in `domain` named by `attr`'s message.
+/// Open a range in `domain` named by `attr`'s message, under its category.
 fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 {
     if attr.is_null() {
         return range::open_str(domain, "", started);
@@ -199,22 +206,22 @@ fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 
     if (a.size as usize) < std::mem::size_of::<EventAttributes>() {
         return range::open_str(domain, "", started);
     }
+    let text = |s: Option<String>| {
+        let s = s.unwrap_or_default();
+        if a.category == 0 {
+            range::open_str(domain, &s, started)
+        } else {
+            range::open_str_categorized(domain, a.category, &s, started)
+        }
+    };
     match a.message_type {
-        MESSAGE_ASCII => range::open_str(
-            domain,
-            &cstr(a.message as *const c_char).unwrap_or_default(),
-            started,
-        ),
-        MESSAGE_UNICODE => range::open_str(
-            domain,
-            &wstr(a.message as *const i32).unwrap_or_default(),
-            started,
-        ),
+        MESSAGE_ASCII => text(cstr(a.message as *const c_char)),
+        MESSAGE_UNICODE => text(wstr(a.message as *const i32)),
         MESSAGE_REGISTERED => match handle_name(a.message as usize) {
-            Some(n) => range::open(domain, n, started),
-            None => range::open_str(domain, "", started),
+            Some(n) => range::open(domain, range::categorized(domain, a.category, n), started),
+            None => text(None),
         },
-        _ => range::open_str(domain, "", started),
+        _ => text(None),
     }
 }
 
@@ -436,13 +443,91 @@ extern "C" fn domain_create_w(s: *const i32) -> *const c_void {
     quiet(h, || new_handle(h, &wstr(s).unwrap_or_default()))
 }
 
+extern "C" fn name_category_a(category: u32, name: *const c_char) {
+    forward!(
+        false,
+        NAME_CATEGORY_A,
+        extern "C" fn(u32, *const c_char),
+        (),
+        (category, name)
+    );
+    quiet((), || {
+        range::name_category(DEFAULT_DOMAIN, category, &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_category_w(category: u32, name: *const i32) {
+    forward!(
+        false,
+        NAME_CATEGORY_W,
+        extern "C" fn(u32, *const i32),
+        (),
+        (category, name)
+    );
+    quiet((), || {
+        range::name_category(DEFAULT_DOMAIN, category, &wstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn domain_name_category_a(d: *const c_void, category: u32, name: *const c_char) {
+    forward!(
+        true,
+        DOMAIN_NAME_CATEGORY_A,
+        extern "C" fn(*const c_void, u32, *const c_char),
+        (),
+        (d, category, name)
+    );
+    quiet((), || {
+        range::name_category(domain_of(d), category, &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn domain_name_category_w(d: *const c_void, category: u32, name: *const i32) {
+    forward!(
+        true,
+        DOMAIN_NAME_CATEGORY_W,
+        extern "C" fn(*const c_void, u32, *const i32),
+        (),
+        (d, category, name)
+    );
+    quiet((), || {
+        range::name_category(domain_of(d), category, &wstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
+    forward!(
+        false,
+        NAME_OS_THREAD_A,
+        extern "C" fn(u32, *const c_char),
+        (),
+        (tid, name)
+    );
+    quiet((), || {
+        range::name_thread(u64::from(tid), &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_os_thread_w(tid: u32, name: *const i32) {
+    forward!(
+        false,
+        NAME_OS_THREAD_W,
+        extern "C" fn(u32, *const i32),
+        (),
+        (tid, name)
+    );
+    quiet((), || {
+        range::name_thread(u64::from(tid), &wstr(name).unwrap_or_default())
+    })
+}
+
 /// Implementations by callback id.
-type Impls = [(usize, FnPtr); 8];
+type Impls = Vec<(usize, FnPtr)>;
 
 /// Our CORE and CORE2 implementations, by callback id.
 fn ours() -> (Impls, Impls) {
     (
-        [
+        vec![
             (RANGE_START_EX, range_start_ex as FnPtr),
             (RANGE_START_A, range_start_a as FnPtr),
             (RANGE_START_W, range_start_w as FnPtr),
@@ -451,8 +536,12 @@ fn ours() -> (Impls, Impls) {
             (RANGE_PUSH_A, range_push_a as FnPtr),
             (RANGE_PUSH_W, range_push_w as FnPtr),
             (RANGE_POP, range_pop as FnPtr),
+            (NAME_CATEGORY_A, name_category_a as FnPtr),
+            (NAME_CATEGORY_W, name_category_w as FnPtr),
+            (NAME_OS_THREAD_A, name_os_thread_a as FnPtr),
+            (NAME_OS_THREAD_W, name_os_thread_w as FnPtr),
         ],
-        [
+        vec![
             (DOMAIN_RANGE_START_EX, domain_range_start_ex as FnPtr),
             (DOMAIN_RANGE_END, domain_range_end as FnPtr),
             (DOMAIN_RANGE_PUSH_EX, domain_range_push_ex as FnPtr),
@@ -461,6 +550,8 @@ fn ours() -> (Impls, Impls) {
             (DOMAIN_REGISTER_STRING_W, domain_register_string_w as FnPtr),
             (DOMAIN_CREATE_A, domain_create_a as FnPtr),
             (DOMAIN_CREATE_W, domain_create_w as FnPtr),
+            (DOMAIN_NAME_CATEGORY_A, domain_name_category_a as FnPtr),
+            (DOMAIN_NAME_CATEGORY_W, domain_name_category_w as FnPtr),
         ],
     )
 }
