@@ -7,11 +7,15 @@
  * `outside` and `inside` batches alternate, so load changes hit them alike. Each figure is
  * the median over REPEATS batches of PAIRS pairs. Output, one line:
  *   nvtx push_pop_ns=X outside_ns=Y inside_ns=Z
- * usage: bench_nvtx [PAIRS] [REPEATS] */
+ * usage: bench_nvtx [PAIRS] [REPEATS] [ONLY]
+ * ONLY (`push_pop`, `outside` or `inside`) runs that loop alone, PAIRS times, and prints
+ * nothing: a fixed-count loop to count instructions under callgrind (a figure that, unlike
+ * time, does not move with the machine's load). */
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_ns(void) {
@@ -51,6 +55,26 @@ int main(int argc, char **argv) {
     }
     double pp[64], out[64], in[64];
     pairs(1000); /* the cache warm, the shim's state built */
+    if (argc > 3) {
+        const char *only = argv[3];
+        if (strcmp(only, "push_pop") == 0) {
+            for (long i = 0; i < n; i++) {
+                nvtxRangePushA("forward");
+                nvtxRangePop();
+            }
+        } else if (strcmp(only, "outside") == 0) {
+            pairs(n);
+        } else if (strcmp(only, "inside") == 0) {
+            nvtxRangePushA("step");
+            nvtxRangePushA("forward");
+            nvtxRangePushA("layer");
+            pairs(n);
+        } else {
+            fprintf(stderr, "unknown case %s\n", only);
+            return 2;
+        }
+        return 0;
+    }
     for (int r = 0; r < reps; r++) {
         double t0 = now_ns();
         for (long i = 0; i < n; i++) {

@@ -25,6 +25,7 @@
 use cushim::trace::range::{self, NameId, DEFAULT_DOMAIN};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -157,15 +158,33 @@ fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
-fn cstr(p: *const c_char) -> Option<String> {
+/// A NUL-terminated ASCII/UTF-8 string, borrowed (no allocation) when it is valid UTF-8, as
+/// NVTX messages are: a push by name allocates nothing here.
+fn cstr<'a>(p: *const c_char) -> Option<Cow<'a, str>> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: NVTX's contract: a non-null ASCII message is a NUL-terminated string.
-    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    // SAFETY: NVTX's contract: a non-null ASCII message is a NUL-terminated string, which
+    // outlives the call that passed it (the borrow does not leave the callback).
+    let c = unsafe { CStr::from_ptr(p) };
+    // The strict check first: much cheaper than the lossy one's chunking when it passes.
+    Some(
+        c.to_str()
+            .map_or_else(|_| c.to_string_lossy(), Cow::Borrowed),
+    )
 }
 
-fn wstr(p: *const i32) -> Option<String> {
+/// A NUL-terminated message's bytes (empty for null), borrowed: a push by name neither
+/// allocates nor checks UTF-8 once the thread has seen the name.
+fn cbytes<'a>(p: *const c_char) -> &'a [u8] {
+    if p.is_null() {
+        return &[];
+    }
+    // SAFETY: as in `cstr`.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+fn wstr<'a>(p: *const i32) -> Option<Cow<'a, str>> {
     if p.is_null() {
         return None;
     }
@@ -176,7 +195,7 @@ fn wstr(p: *const i32) -> Option<String> {
         // (32-bit on Linux) string, so every unit up to the terminator is readable.
         let c = unsafe { *p.add(i) };
         if c == 0 {
-            return Some(s);
+            return Some(Cow::Owned(s));
         }
         s.push(char::from_u32(c as u32).unwrap_or(char::REPLACEMENT_CHARACTER));
         i += 1;
@@ -206,7 +225,7 @@ fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 
     if (a.size as usize) < std::mem::size_of::<EventAttributes>() {
         return range::open_str(domain, "", started);
     }
-    let text = |s: Option<String>| {
+    let text = |s: Option<Cow<str>>| {
         let s = s.unwrap_or_default();
         if a.category == 0 {
             range::open_str(domain, &s, started)
@@ -215,6 +234,9 @@ fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 
         }
     };
     match a.message_type {
+        MESSAGE_ASCII if a.category == 0 => {
+            range::open_bytes(domain, cbytes(a.message as *const c_char), started)
+        }
         MESSAGE_ASCII => text(cstr(a.message as *const c_char)),
         MESSAGE_UNICODE => text(wstr(a.message as *const i32)),
         MESSAGE_REGISTERED => match handle_name(a.message as usize) {
@@ -278,9 +300,7 @@ extern "C" fn range_push_a(msg: *const c_char) -> c_int {
         0,
         (msg)
     );
-    quiet(-1, || {
-        range::open_str(DEFAULT_DOMAIN, &cstr(msg).unwrap_or_default(), 0)
-    })
+    quiet(-1, || range::open_bytes(DEFAULT_DOMAIN, cbytes(msg), 0))
 }
 
 extern "C" fn range_push_w(msg: *const i32) -> c_int {
@@ -326,7 +346,7 @@ extern "C" fn range_start_a(msg: *const c_char) -> u64 {
     );
     quiet(d, || {
         let id = started_id(d);
-        range::open_str(DEFAULT_DOMAIN, &cstr(msg).unwrap_or_default(), id);
+        range::open_bytes(DEFAULT_DOMAIN, cbytes(msg), id);
         id
     })
 }
@@ -623,7 +643,7 @@ fn load_downstream(path: &str) -> Result<(), String> {
     if h.is_null() {
         // SAFETY: dlerror returns null or a NUL-terminated message.
         let e = unsafe { libc::dlerror() };
-        return Err(cstr(e).unwrap_or_else(|| "dlopen failed".into()));
+        return Err(cstr(e).map_or_else(|| "dlopen failed".into(), Cow::into_owned));
     }
     // SAFETY: as above.
     let init = unsafe { libc::dlsym(h, c"InitializeInjectionNvtx2".as_ptr()) };

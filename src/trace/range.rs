@@ -240,7 +240,8 @@ const RECENT: usize = 32;
 /// child` and name string -> id, each direct-mapped by a hash (a miss asks the table).
 struct Recent {
     nodes: [(RangeId, NameId, NameId, RangeId); RECENT],
-    names: Vec<(u64, Box<str>, NameId)>,
+    /// `(hash, the name's bytes as given, id)`.
+    names: Vec<(u64, Box<[u8]>, NameId)>,
 }
 
 thread_local! {
@@ -276,8 +277,14 @@ fn child(parent: RangeId, domain: NameId, name: NameId) -> RangeId {
 
 /// The id of name `s`, from the thread's cache or the table.
 fn recent_name(s: &str) -> NameId {
-    let h = s.bytes().fold(s.len() as u64, |h, b| {
-        (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+    recent_name_bytes(s.as_bytes())
+}
+
+/// The id of the name whose bytes are `b` (UTF-8, invalid sequences replaced, checked only
+/// on a miss), from the thread's cache or the table.
+fn recent_name_bytes(b: &[u8]) -> NameId {
+    let h = b.iter().fold(b.len() as u64, |h, &c| {
+        (h.rotate_left(5) ^ u64::from(c)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
     });
     let at = slot(h);
     let hit = RECENT_LOOKUPS
@@ -285,7 +292,7 @@ fn recent_name(s: &str) -> NameId {
             r.borrow()
                 .names
                 .get(at)
-                .filter(|(k, n, id)| *id != 0 && *k == h && &**n == s)
+                .filter(|(k, n, id)| *id != 0 && *k == h && &**n == b)
                 .map(|e| e.2)
         })
         .ok()
@@ -293,13 +300,13 @@ fn recent_name(s: &str) -> NameId {
     if let Some(id) = hit {
         return id;
     }
-    let id = TABLE.lock().name(s);
+    let id = TABLE.lock().name(&String::from_utf8_lossy(b));
     let _ = RECENT_LOOKUPS.try_with(|r| {
         let mut r = r.borrow_mut();
         if r.names.len() < RECENT {
-            r.names.resize(RECENT, (0, Box::from(""), 0));
+            r.names.resize(RECENT, (0, Box::from(&b""[..]), 0));
         }
-        r.names[at] = (h, s.into(), id);
+        r.names[at] = (h, b.into(), id);
     });
     id
 }
@@ -347,6 +354,21 @@ pub fn open_str(domain: NameId, name: &str, started: u64) -> i32 {
     check_thread_name();
     let parent = current();
     let name = recent_name(name);
+    let node = child(parent, domain, name);
+    enter(Open {
+        domain,
+        name,
+        started,
+        node,
+    })
+}
+
+/// Open a range named by the bytes `name` (a C string's, UTF-8 checked only the first time
+/// the thread sees them).
+pub fn open_bytes(domain: NameId, name: &[u8], started: u64) -> i32 {
+    check_thread_name();
+    let parent = current();
+    let name = recent_name_bytes(name);
     let node = child(parent, domain, name);
     enter(Open {
         domain,
@@ -482,6 +504,22 @@ mod tests {
             assert_eq!(path(current()).as_deref(), Some("outer/dom:mid/inner"));
             assert_eq!(pop(d), 0);
             assert_eq!(path(current()).as_deref(), Some("outer/inner"));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_name_given_as_bytes_is_the_same_name_and_invalid_utf8_is_replaced() {
+        std::thread::spawn(|| {
+            open_bytes(DEFAULT_DOMAIN, b"fwd", 0);
+            let by_bytes = current();
+            pop(DEFAULT_DOMAIN);
+            open_str(DEFAULT_DOMAIN, "fwd", 0);
+            assert_eq!(current(), by_bytes);
+            pop(DEFAULT_DOMAIN);
+            open_bytes(DEFAULT_DOMAIN, b"a\xffb", 0);
+            assert_eq!(path(current()).as_deref(), Some("a\u{fffd}b"));
         })
         .join()
         .unwrap();
