@@ -3,6 +3,12 @@
 //! registered string, and by name with history on (each start and end kept as an annotation);
 //! and one recorded event into a full ring outside every range and inside
 //! a three-level range path (the added cost is one thread-local read either way).
+//! Then the same costs in a program, through NVTX's own dispatch and the shim's injection
+//! callbacks: `examples/bench_nvtx.c`, built against NVIDIA's NVTX headers (the wheel
+//! `cargo test --test shim_nvtx` fetches into `target/nvtx-wheel/`) and run on simcuda under
+//! `libcushim.so` of this profile (`cargo build --release` first), in one run of this bench:
+//! push+pop with history off, and a cached cudaMalloc+cudaFree pair outside and inside a
+//! three-level range path with history on (no stacks) and off.
 //! Prints median nanoseconds; `cargo bench --bench nvtx_ranges`.
 
 use cushim::config::history::{parse, HistoryConf};
@@ -11,6 +17,7 @@ use cushim::trace::range::{self, DEFAULT_DOMAIN};
 use cushim::trace::ring::TraceRing;
 use cushim_testsupport::workloads::timing;
 use std::hint::black_box;
+use std::path::Path;
 use std::time::Duration;
 
 fn ring() -> TraceRing {
@@ -80,4 +87,54 @@ fn main() {
     println!("push+pop by name, annotated:   {push_pop_annotated:7.1} ns");
     println!("event outside every range:     {outside:7.1} ns");
     println!("event inside a 3-level path:   {inside:7.1} ns");
+    if let Err(e) = in_a_program() {
+        println!("in a program: not measured: {e}");
+    }
+}
+
+/// The program-level figures (module docs).
+fn in_a_program() -> Result<(), String> {
+    use cushim_testsupport::artifacts;
+    use cushim_testsupport::workloads::procs::ProcEnv;
+    let dir = artifacts::build_dir().map_err(|e| format!("the build directory: {e}"))?;
+    let include = dir
+        .parent()
+        .ok_or("the build directory has no parent")?
+        .join("nvtx-wheel/x/nvidia/nvtx/include");
+    if !include.join("nvtx3/nvToolsExt.h").exists() {
+        return Err(format!(
+            "no NVTX headers at {} (cargo test --test shim_nvtx fetches them)",
+            include.display()
+        ));
+    }
+    let env = ProcEnv::new(&dir)?;
+    let exe = env.bins.join("bench_nvtx");
+    let src = artifacts::source_root().join("examples/bench_nvtx.c");
+    let flag = format!("-I{}", include.display());
+    artifacts::compile_c(&src, &exe, &env.layout, &["-O2", "-ldl", &flag])
+        .map_err(|e| format!("compiling {}: {e}", src.display()))?;
+    let shim = env.shim.display().to_string();
+    let run = |history: &str| -> Result<String, String> {
+        let mut vars = vec![("NVTX_INJECTION64_PATH", shim.as_str())];
+        if !history.is_empty() {
+            vars.push(("CUSHIM_HISTORY", history));
+        }
+        let out = env.run(
+            &exe,
+            &["200000", "7"],
+            true,
+            &vars,
+            Duration::from_secs(120),
+        )?;
+        out.lines()
+            .find(|l| l.starts_with("nvtx "))
+            .map(str::to_string)
+            .ok_or_else(|| format!("{}: no figures in {out:?}", Path::new(&exe).display()))
+    };
+    println!("in a program, history off:     {}", run("")?);
+    println!(
+        "in a program, history on:      {}",
+        run("enabled=all,context=all,stacks=none")?
+    );
+    Ok(())
 }

@@ -91,7 +91,9 @@ fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
             let _ = replay::render(&r);
         }));
         let _ = diff::render(&diff::diff(s, s, 2), 5);
-        out.push(report::report(s, "hostile").map(|h| assert!(h.len() < allowance(bytes.len()))));
+        out.push(
+            report::report(s, "hostile", &[]).map(|h| assert!(h.len() < allowance(bytes.len()))),
+        );
     }
     // Convert reads snapshots only: a log or CSV it refuses is not a hostile-input failure.
     let a_log = snap

@@ -56,11 +56,11 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
         (1, Some("step")),
         (2, Some("step/forward")),
         (3, Some("step/forward/layer")),
-        (4, Some("step/mem:phase")),
+        (4, Some("step/mem:phase [io]")),
         (5, Some("step/request")),
         (6, None),
-        (7, Some("worker")),
-        (8, Some("worker/backward")),
+        (7, Some("[loader]/worker")),
+        (8, Some("[loader]/worker/backward")),
     ];
     for (mib, path) in want {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
@@ -70,10 +70,17 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
         .as_array()
         .expect("external_annotations");
     assert_eq!(ann.len(), 14, "7 ranges opened and closed: {ann:?}");
-    for name in ["step", "layer", "mem:phase", "request", "backward"] {
+    for (name, range) in [
+        ("step", "step"),
+        ("layer", "step/forward/layer"),
+        ("mem:phase [io]", "step/mem:phase [io]"),
+        ("request", "step/request"),
+        ("backward", "[loader]/worker/backward"),
+    ] {
         for stage in ["START", "END"] {
             assert!(
                 ann.iter().any(|a| a["name"] == name
+                    && a["range"] == range
                     && a["stage"] == stage
                     && a["device"] == 0
                     && a["time_us"].as_i64().is_some_and(|t| t > 0)),
@@ -105,14 +112,97 @@ fn summary_by_range_charges_bytes_to_their_ranges() {
     // Allocated bytes (4th column) per path, and the paths freed inside their range hold
     // nothing at the end while the others do until the final frees.
     assert!(row("step/forward/layer").contains("3.0 MiB"), "{out}");
-    assert!(row("worker/backward").contains("8.0 MiB"), "{out}");
-    assert!(row("step/mem:phase").contains("4.0 MiB"), "{out}");
+    assert!(row("[loader]/worker/backward").contains("8.0 MiB"), "{out}");
+    assert!(row("step/mem:phase [io]").contains("4.0 MiB"), "{out}");
     assert!(row("(no range)").contains("6.0 MiB"), "{out}");
-    // The peak: 1+2+4+5+7 kept, plus 8 (worker/backward) at once = 27 MiB.
+    // The peak: 1+2+4+5+7 kept, plus 8 ([loader]/worker/backward) at once = 27 MiB.
     assert!(out.contains("peak 27.0 MiB live"), "{out}");
     assert!(
-        out.contains("held the most at the peak: worker/backward"),
+        out.contains("held the most at the peak: [loader]/worker/backward"),
         "{out}"
+    );
+}
+
+#[test]
+fn allocations_kept_past_their_iteration_range_are_reported_as_outliving_it() {
+    let Some(exe) = common::nvtx::program_named("nvtx_leak") else {
+        return;
+    };
+    let dir = common::scratch("nvtx-leak");
+    let snap = run_to(&exe, &dir, "snap.pickle");
+    let out = common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "range"])
+            .arg(&snap),
+    );
+    // Five 2 MiB buffers kept, never freed; the five 1 MiB scratch buffers freed inside.
+    assert!(
+        out.contains(
+            "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
+             (5 still live at the end)"
+        ),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_end().ends_with("  train/iteration"))
+        .unwrap_or_else(|| panic!("no row for train/iteration:\n{out}"));
+    assert!(row.contains("15.0 MiB"), "allocated in all: {row}");
+}
+
+#[test]
+fn ranges_from_the_nvtx_python_package_carry_their_paths() {
+    let Some(nvtx) = common::nvtx::nvtx_python() else {
+        common::skip::skip(
+            "NVTX ranges from NVIDIA's nvtx Python package",
+            "the nvtx wheel for this python3 cannot be downloaded here",
+        );
+        return;
+    };
+    let dir = common::scratch("nvtx-python");
+    let snap = dir.join("snap.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/nvtx_ranges.py");
+    let out = common::run_ok(
+        common::shim_cmd(Path::new("python3"))
+            .arg(&script)
+            .env("PYTHONPATH", nvtx)
+            .env("NVTX_INJECTION64_PATH", common::shim_path())
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", "enabled=all,context=all,stacks=native"),
+    );
+    assert!(out.contains("done"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&snap).expect("the shim's snapshot"))
+            .expect("parsing the snapshot");
+    let trace = v["device_traces"][0].as_array().expect("a trace");
+    let paths_of = |mib: i64| -> Vec<Option<&str>> {
+        trace
+            .iter()
+            .filter(|e| e["action"] == "alloc" && e["size"].as_i64() == Some(mib * MIB))
+            .map(|e| e.get("user_metadata").and_then(|m| m.as_str()))
+            .collect()
+    };
+    assert_eq!(paths_of(1), [Some("train")]);
+    assert_eq!(paths_of(2), [Some("train/iteration [loop]"); 3]);
+    assert_eq!(paths_of(3), [Some("train/iteration [loop]"); 3]);
+    assert_eq!(paths_of(4), [Some("infer:eval")]);
+    assert_eq!(paths_of(5), [Some("cleanup")]);
+    let by = common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "range"])
+            .arg(&snap),
+    );
+    let row = by
+        .lines()
+        .find(|l| l.trim_end().ends_with("  train/iteration [loop]"))
+        .unwrap_or_else(|| panic!("no row for the iterations:\n{by}"));
+    assert!(row.contains("15.0 MiB"), "3 x (2 + 3) MiB allocated: {row}");
+    assert!(
+        by.contains(
+            "3 of 6 allocations (6.0 MiB) made in train/iteration [loop] outlived the range \
+             (3 still live at the end)"
+        ),
+        "{by}"
     );
 }
 
@@ -163,7 +253,7 @@ fn a_second_injection_library_receives_every_range_too() {
         .filter_map(|e| e.get("user_metadata").and_then(|m| m.as_str()))
         .collect();
     assert!(paths.contains(&"step/forward/layer"), "{paths:?}");
-    assert!(paths.contains(&"step/mem:phase"), "{paths:?}");
+    assert!(paths.contains(&"step/mem:phase [io]"), "{paths:?}");
 }
 
 #[test]

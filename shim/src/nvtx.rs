@@ -8,7 +8,8 @@
 //! loaded injection look up; NVIDIA's current headers leave that off on Linux, so plain
 //! `LD_PRELOAD` without `NVTX_INJECTION64_PATH` records no ranges.) We fill the
 //! CORE and CORE2 modules' function slots with the range calls: push/pop, start/end, their
-//! domain forms, domain creation and registered strings (ASCII and wide).
+//! domain forms, domain creation, registered strings, and thread and category names (ASCII
+//! and wide; what names change in a path: `trace::range`).
 //!
 //! Policy (forwarding): when `CUSHIM_NVTX_FORWARD` names another injection library (the
 //! `NVTX_INJECTION64_PATH` the user had set, e.g. Nsight Systems; `cushim run` moves it
@@ -24,6 +25,7 @@
 use cushim::trace::range::{self, NameId, DEFAULT_DOMAIN};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -50,12 +52,18 @@ const RANGE_PUSH_EX: usize = 8;
 const RANGE_PUSH_A: usize = 9;
 const RANGE_PUSH_W: usize = 10;
 const RANGE_POP: usize = 11;
+const NAME_CATEGORY_A: usize = 12;
+const NAME_CATEGORY_W: usize = 13;
+const NAME_OS_THREAD_A: usize = 14;
+const NAME_OS_THREAD_W: usize = 15;
 const CORE_SIZE: usize = 16;
 // CORE2 callback ids.
 const DOMAIN_RANGE_START_EX: usize = 2;
 const DOMAIN_RANGE_END: usize = 3;
 const DOMAIN_RANGE_PUSH_EX: usize = 4;
 const DOMAIN_RANGE_POP: usize = 5;
+const DOMAIN_NAME_CATEGORY_A: usize = 8;
+const DOMAIN_NAME_CATEGORY_W: usize = 9;
 const DOMAIN_REGISTER_STRING_A: usize = 10;
 const DOMAIN_REGISTER_STRING_W: usize = 11;
 const DOMAIN_CREATE_A: usize = 12;
@@ -150,15 +158,33 @@ fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
-fn cstr(p: *const c_char) -> Option<String> {
+/// A NUL-terminated ASCII/UTF-8 string, borrowed (no allocation) when it is valid UTF-8, as
+/// NVTX messages are: a push by name allocates nothing here.
+fn cstr<'a>(p: *const c_char) -> Option<Cow<'a, str>> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: NVTX's contract: a non-null ASCII message is a NUL-terminated string.
-    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    // SAFETY: NVTX's contract: a non-null ASCII message is a NUL-terminated string, which
+    // outlives the call that passed it (the borrow does not leave the callback).
+    let c = unsafe { CStr::from_ptr(p) };
+    // The strict check first: much cheaper than the lossy one's chunking when it passes.
+    Some(
+        c.to_str()
+            .map_or_else(|_| c.to_string_lossy(), Cow::Borrowed),
+    )
 }
 
-fn wstr(p: *const i32) -> Option<String> {
+/// A NUL-terminated message's bytes (empty for null), borrowed: a push by name neither
+/// allocates nor checks UTF-8 once the thread has seen the name.
+fn cbytes<'a>(p: *const c_char) -> &'a [u8] {
+    if p.is_null() {
+        return &[];
+    }
+    // SAFETY: as in `cstr`.
+    unsafe { CStr::from_ptr(p) }.to_bytes()
+}
+
+fn wstr<'a>(p: *const i32) -> Option<Cow<'a, str>> {
     if p.is_null() {
         return None;
     }
@@ -169,7 +195,7 @@ fn wstr(p: *const i32) -> Option<String> {
         // (32-bit on Linux) string, so every unit up to the terminator is readable.
         let c = unsafe { *p.add(i) };
         if c == 0 {
-            return Some(s);
+            return Some(Cow::Owned(s));
         }
         s.push(char::from_u32(c as u32).unwrap_or(char::REPLACEMENT_CHARACTER));
         i += 1;
@@ -188,7 +214,7 @@ fn domain_of(d: *const c_void) -> NameId {
     }
 }
 
-/// Open a range in `domain` named by `attr`'s message.
+/// Open a range in `domain` named by `attr`'s message, under its category.
 fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 {
     if attr.is_null() {
         return range::open_str(domain, "", started);
@@ -199,22 +225,25 @@ fn open_attr(domain: NameId, attr: *const EventAttributes, started: u64) -> i32 
     if (a.size as usize) < std::mem::size_of::<EventAttributes>() {
         return range::open_str(domain, "", started);
     }
+    let text = |s: Option<Cow<str>>| {
+        let s = s.unwrap_or_default();
+        if a.category == 0 {
+            range::open_str(domain, &s, started)
+        } else {
+            range::open_str_categorized(domain, a.category, &s, started)
+        }
+    };
     match a.message_type {
-        MESSAGE_ASCII => range::open_str(
-            domain,
-            &cstr(a.message as *const c_char).unwrap_or_default(),
-            started,
-        ),
-        MESSAGE_UNICODE => range::open_str(
-            domain,
-            &wstr(a.message as *const i32).unwrap_or_default(),
-            started,
-        ),
+        MESSAGE_ASCII if a.category == 0 => {
+            range::open_bytes(domain, cbytes(a.message as *const c_char), started)
+        }
+        MESSAGE_ASCII => text(cstr(a.message as *const c_char)),
+        MESSAGE_UNICODE => text(wstr(a.message as *const i32)),
         MESSAGE_REGISTERED => match handle_name(a.message as usize) {
-            Some(n) => range::open(domain, n, started),
-            None => range::open_str(domain, "", started),
+            Some(n) => range::open(domain, range::categorized(domain, a.category, n), started),
+            None => text(None),
         },
-        _ => range::open_str(domain, "", started),
+        _ => text(None),
     }
 }
 
@@ -271,9 +300,7 @@ extern "C" fn range_push_a(msg: *const c_char) -> c_int {
         0,
         (msg)
     );
-    quiet(-1, || {
-        range::open_str(DEFAULT_DOMAIN, &cstr(msg).unwrap_or_default(), 0)
-    })
+    quiet(-1, || range::open_bytes(DEFAULT_DOMAIN, cbytes(msg), 0))
 }
 
 extern "C" fn range_push_w(msg: *const i32) -> c_int {
@@ -319,7 +346,7 @@ extern "C" fn range_start_a(msg: *const c_char) -> u64 {
     );
     quiet(d, || {
         let id = started_id(d);
-        range::open_str(DEFAULT_DOMAIN, &cstr(msg).unwrap_or_default(), id);
+        range::open_bytes(DEFAULT_DOMAIN, cbytes(msg), id);
         id
     })
 }
@@ -436,13 +463,91 @@ extern "C" fn domain_create_w(s: *const i32) -> *const c_void {
     quiet(h, || new_handle(h, &wstr(s).unwrap_or_default()))
 }
 
+extern "C" fn name_category_a(category: u32, name: *const c_char) {
+    forward!(
+        false,
+        NAME_CATEGORY_A,
+        extern "C" fn(u32, *const c_char),
+        (),
+        (category, name)
+    );
+    quiet((), || {
+        range::name_category(DEFAULT_DOMAIN, category, &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_category_w(category: u32, name: *const i32) {
+    forward!(
+        false,
+        NAME_CATEGORY_W,
+        extern "C" fn(u32, *const i32),
+        (),
+        (category, name)
+    );
+    quiet((), || {
+        range::name_category(DEFAULT_DOMAIN, category, &wstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn domain_name_category_a(d: *const c_void, category: u32, name: *const c_char) {
+    forward!(
+        true,
+        DOMAIN_NAME_CATEGORY_A,
+        extern "C" fn(*const c_void, u32, *const c_char),
+        (),
+        (d, category, name)
+    );
+    quiet((), || {
+        range::name_category(domain_of(d), category, &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn domain_name_category_w(d: *const c_void, category: u32, name: *const i32) {
+    forward!(
+        true,
+        DOMAIN_NAME_CATEGORY_W,
+        extern "C" fn(*const c_void, u32, *const i32),
+        (),
+        (d, category, name)
+    );
+    quiet((), || {
+        range::name_category(domain_of(d), category, &wstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
+    forward!(
+        false,
+        NAME_OS_THREAD_A,
+        extern "C" fn(u32, *const c_char),
+        (),
+        (tid, name)
+    );
+    quiet((), || {
+        range::name_thread(u64::from(tid), &cstr(name).unwrap_or_default())
+    })
+}
+
+extern "C" fn name_os_thread_w(tid: u32, name: *const i32) {
+    forward!(
+        false,
+        NAME_OS_THREAD_W,
+        extern "C" fn(u32, *const i32),
+        (),
+        (tid, name)
+    );
+    quiet((), || {
+        range::name_thread(u64::from(tid), &wstr(name).unwrap_or_default())
+    })
+}
+
 /// Implementations by callback id.
-type Impls = [(usize, FnPtr); 8];
+type Impls = Vec<(usize, FnPtr)>;
 
 /// Our CORE and CORE2 implementations, by callback id.
 fn ours() -> (Impls, Impls) {
     (
-        [
+        vec![
             (RANGE_START_EX, range_start_ex as FnPtr),
             (RANGE_START_A, range_start_a as FnPtr),
             (RANGE_START_W, range_start_w as FnPtr),
@@ -451,8 +556,12 @@ fn ours() -> (Impls, Impls) {
             (RANGE_PUSH_A, range_push_a as FnPtr),
             (RANGE_PUSH_W, range_push_w as FnPtr),
             (RANGE_POP, range_pop as FnPtr),
+            (NAME_CATEGORY_A, name_category_a as FnPtr),
+            (NAME_CATEGORY_W, name_category_w as FnPtr),
+            (NAME_OS_THREAD_A, name_os_thread_a as FnPtr),
+            (NAME_OS_THREAD_W, name_os_thread_w as FnPtr),
         ],
-        [
+        vec![
             (DOMAIN_RANGE_START_EX, domain_range_start_ex as FnPtr),
             (DOMAIN_RANGE_END, domain_range_end as FnPtr),
             (DOMAIN_RANGE_PUSH_EX, domain_range_push_ex as FnPtr),
@@ -461,6 +570,8 @@ fn ours() -> (Impls, Impls) {
             (DOMAIN_REGISTER_STRING_W, domain_register_string_w as FnPtr),
             (DOMAIN_CREATE_A, domain_create_a as FnPtr),
             (DOMAIN_CREATE_W, domain_create_w as FnPtr),
+            (DOMAIN_NAME_CATEGORY_A, domain_name_category_a as FnPtr),
+            (DOMAIN_NAME_CATEGORY_W, domain_name_category_w as FnPtr),
         ],
     )
 }
@@ -532,7 +643,7 @@ fn load_downstream(path: &str) -> Result<(), String> {
     if h.is_null() {
         // SAFETY: dlerror returns null or a NUL-terminated message.
         let e = unsafe { libc::dlerror() };
-        return Err(cstr(e).unwrap_or_else(|| "dlopen failed".into()));
+        return Err(cstr(e).map_or_else(|| "dlopen failed".into(), Cow::into_owned));
     }
     // SAFETY: as above.
     let init = unsafe { libc::dlsym(h, c"InitializeInjectionNvtx2".as_ptr()) };

@@ -272,17 +272,26 @@ pub fn build(input: &SnapshotInput, stacks: &StackTable) -> Value {
         ),
     ];
     if !input.annotations.is_empty() {
+        // Each distinct path rendered once (a loop opens the same few ranges many times).
+        let mut paths: std::collections::HashMap<u32, Value> = Default::default();
         let list = input
             .annotations
             .iter()
             .map(|a| {
                 let stage = b.s.get(if a.start { "START" } else { "END" });
                 let name = crate::trace::range::level_name(a.domain, a.name);
+                let path = paths
+                    .entry(a.path)
+                    .or_insert_with(|| {
+                        b.s.get(&crate::trace::range::path(a.path).unwrap_or_default())
+                    })
+                    .clone();
                 Value::dict(vec![
                     (b.s.get("stage"), stage),
                     (b.s.get("name"), b.s.get(&name)),
                     (b.s.get("device"), Value::Int(i64::from(a.device))),
                     (b.s.get("time_us"), Value::Int(a.time_us)),
+                    (b.s.get("range"), path),
                 ])
             })
             .collect();

@@ -17,7 +17,8 @@
 //!   instead of `addr`).
 //! - frame: `name, filename, line`.
 //! - `external_annotations` (when any NVTX range opened with history on): `stage`
-//!   (`START`/`END`), `name`, `device`, `time_us` per start or end.
+//!   (`START`/`END`), `name`, `device`, `time_us` per start or end, and `range` (the range's
+//!   whole path, as its allocations' `user_metadata`).
 
 use crate::alloc::info::SegmentInfo;
 use crate::alloc::observed::ObservedSegment;

@@ -1,5 +1,7 @@
 //! NVTX range starts and ends, as a snapshot's `external_annotations` (PyTorch's key: one
-//! dict per start or end with `stage` `"START"`/`"END"`, `name`, `device`, `time_us`).
+//! dict per start or end with `stage` `"START"`/`"END"`, `name`, `device`, `time_us`; we add
+//! `range`, the whole path the range has on its thread, the `user_metadata` its allocations
+//! carry, so an analysis can tell when the range that made an allocation ended).
 //!
 //! Policy: recorded only while history is on (the shim calls [`enable`] from its history
 //! configuration), so a program without history pays one relaxed load per push or pop. The
@@ -7,7 +9,7 @@
 //! leaf: nothing else is taken while it is held). The device is the one the shim would
 //! allocate on for the calling thread, asked of a function the shim registers.
 
-use crate::trace::range::NameId;
+use crate::trace::range::{NameId, RangeId};
 use once_cell::sync::{Lazy, OnceCell};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -19,6 +21,8 @@ pub struct Annotation {
     pub start: bool,
     pub domain: NameId,
     pub name: NameId,
+    /// The range's path (its own level included).
+    pub path: RangeId,
     pub device: i32,
     pub time_us: i64,
 }
@@ -42,13 +46,14 @@ pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
-/// Record a start (`start`) or end of range `name` in `domain`, now.
-pub fn record(start: bool, domain: NameId, name: NameId) {
+/// Record a start (`start`) or end of range `name` in `domain`, whose path is `path`, now.
+pub fn record(start: bool, domain: NameId, name: NameId, path: RangeId) {
     let device = DEVICE.get().map_or(0, |f| f());
     let a = Annotation {
         start,
         domain,
         name,
+        path,
         device,
         time_us: crate::trace::event::now_us(),
     };

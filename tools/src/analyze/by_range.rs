@@ -9,6 +9,18 @@
 //! allocated in all, the most it held live at once, what it held at the device's peak, and
 //! what is still live at the end of the trace. A trace that starts after the program did
 //! (ring overwrite) sees frees of blocks it never saw made; those are ignored.
+//!
+//! Policy (outlived its range): an allocation outlived the range that made it when the
+//! program had not freed it by the time that range instance ended: a buffer kept past its
+//! phase, and, when a loop's iteration range makes one each time, a leak across iterations.
+//! Instances come from the snapshot's `external_annotations` that carry a `range` (the path,
+//! which the shim writes): each path's starts and ends, paired in the order recorded. An
+//! allocation at time `t` belongs to the last instance of its path started at or before `t`;
+//! one whose instance is still open at the snapshot, or whose start the annotations no
+//! longer hold (the newest are kept), is not judged. Times are microseconds: a free in the
+//! same microsecond as the end counts as inside the range. Two threads in the same path at
+//! once are one sequence of instances here (the annotations do not name threads), so an end
+//! may be paired with the other thread's start.
 
 use cushim::snapshot::value::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -25,6 +37,11 @@ pub struct RangeBytes {
     pub peak: u64,
     pub at_peak: u64,
     pub live_at_end: u64,
+    /// Allocations not freed by the end of the range instance that made them, and bytes.
+    pub outlived: u64,
+    pub outlived_bytes: u64,
+    /// Of those, still live at the end of the trace.
+    pub outlived_live_at_end: u64,
 }
 
 /// One device's bytes by range path.
@@ -34,6 +51,56 @@ pub struct DeviceRanges {
     /// The device's peak of live bytes in the trace.
     pub peak: u64,
     pub paths: BTreeMap<String, RangeBytes>,
+    /// Whether the snapshot has range starts and ends to judge "outlived" by.
+    pub has_instances: bool,
+}
+
+/// Each range path's instances, `(start, end)` in microseconds (`None`: still open), in
+/// start order.
+type Instances = HashMap<String, Vec<(i64, Option<i64>)>>;
+
+/// Range instances from `external_annotations` entries that carry a `range`.
+fn instances(snapshot: &Value) -> Instances {
+    let mut out: Instances = HashMap::new();
+    let Some(list) = snapshot.get("external_annotations").and_then(Value::as_seq) else {
+        return out;
+    };
+    for a in list {
+        let (Some(path), Some(stage), Some(t)) = (
+            a.get("range").and_then(Value::as_str),
+            a.get("stage").and_then(Value::as_str),
+            a.get("time_us").and_then(Value::as_i64),
+        ) else {
+            continue;
+        };
+        let v = out.entry(path.to_string()).or_default();
+        match stage {
+            "START" => v.push((t, None)),
+            // The latest instance still open: a thread's own path cannot be open twice.
+            "END" => {
+                if let Some(open) = v.iter_mut().rev().find(|i| i.1.is_none()) {
+                    open.1 = Some(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// When the instance of `path` that was open at `t` ended: `None` when it has not, or no
+/// recorded instance had started by `t`.
+fn end_of(inst: &Instances, path: &str, t: i64) -> Option<i64> {
+    let v = inst.get(path)?;
+    let at = v.partition_point(|i| i.0 <= t).checked_sub(1)?;
+    v[at].1
+}
+
+/// A block the program holds: its size, path, and when its range instance ended.
+struct Live {
+    size: u64,
+    path: String,
+    range_end: Option<i64>,
 }
 
 fn entries(trace: &Value) -> Vec<Value> {
@@ -43,12 +110,35 @@ fn entries(trace: &Value) -> Vec<Value> {
     }
 }
 
+/// Block `b` stopped being live at `t` (freed, or its address reused).
+fn gone(
+    b: Live,
+    t: Option<i64>,
+    dev: &mut DeviceRanges,
+    per_path: &mut HashMap<String, u64>,
+    total: &mut u64,
+) {
+    *total -= b.size;
+    if let Some(h) = per_path.get_mut(&b.path) {
+        *h -= b.size;
+    }
+    if let (Some(end), Some(t)) = (b.range_end, t) {
+        if t > end {
+            if let Some(r) = dev.paths.get_mut(&b.path) {
+                r.outlived += 1;
+                r.outlived_bytes += b.size;
+            }
+        }
+    }
+}
+
 /// Bytes by range path of every device with a trace.
 pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
     let traces = snapshot
         .get("device_traces")
         .and_then(Value::as_seq)
         .ok_or("expected a snapshot with device_traces (a list of lists)")?;
+    let inst = instances(snapshot);
     let mut out = Vec::new();
     for (d, trace) in traces.iter().enumerate() {
         let evs = entries(trace);
@@ -57,14 +147,16 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
         }
         let mut dev = DeviceRanges {
             device: d,
+            has_instances: !inst.is_empty(),
             ..DeviceRanges::default()
         };
-        let mut live: HashMap<u64, (u64, String)> = HashMap::new();
+        let mut live: HashMap<u64, Live> = HashMap::new();
         let mut per_path: HashMap<String, u64> = HashMap::new();
         let mut total = 0u64;
         for (n, e) in evs.iter().enumerate() {
             let action = e.get("action").and_then(Value::as_str).unwrap_or("");
             let addr = e.get("addr").and_then(Value::as_i64).unwrap_or(0) as u64;
+            let time = e.get("time_us").and_then(Value::as_i64);
             let size = e
                 .get("size")
                 .and_then(Value::as_i64)
@@ -78,18 +170,21 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
                     .filter(|s| !s.is_empty())
                     .unwrap_or(NO_RANGE)
                     .to_string();
+                let range_end = time.and_then(|t| end_of(&inst, &path, t));
                 let r = dev.paths.entry(path.clone()).or_default();
                 r.allocs += 1;
                 r.allocated += size;
                 let held = per_path.entry(path.clone()).or_default();
                 *held += size;
                 r.peak = r.peak.max(*held);
-                if let Some((old, old_path)) = live.insert(addr, (size, path)) {
-                    // An address reused without a free we saw: drop the old block.
-                    total -= old;
-                    if let Some(h) = per_path.get_mut(&old_path) {
-                        *h -= old;
-                    }
+                let b = Live {
+                    size,
+                    path,
+                    range_end,
+                };
+                if let Some(old) = live.insert(addr, b) {
+                    // An address reused without a free we saw: the old block was gone by now.
+                    gone(old, time, &mut dev, &mut per_path, &mut total);
                 }
                 total += size;
                 if total > dev.peak {
@@ -99,17 +194,19 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
                     }
                 }
             } else if action == "free_requested" || action == "free_completed" {
-                if let Some((sz, path)) = live.remove(&addr) {
-                    total -= sz;
-                    if let Some(h) = per_path.get_mut(&path) {
-                        *h -= sz;
-                    }
+                if let Some(b) = live.remove(&addr) {
+                    gone(b, time, &mut dev, &mut per_path, &mut total);
                 }
             }
         }
-        for (sz, path) in live.values() {
-            if let Some(r) = dev.paths.get_mut(path) {
-                r.live_at_end += sz;
+        for b in live.values() {
+            if let Some(r) = dev.paths.get_mut(&b.path) {
+                r.live_at_end += b.size;
+                if b.range_end.is_some() {
+                    r.outlived += 1;
+                    r.outlived_bytes += b.size;
+                    r.outlived_live_at_end += 1;
+                }
             }
         }
         out.push(dev);
@@ -121,6 +218,42 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
+/// The paths whose allocations outlived their range, most bytes first.
+pub fn outliving(dev: &DeviceRanges) -> Vec<(&str, &RangeBytes)> {
+    let mut v: Vec<_> = dev
+        .paths
+        .iter()
+        .filter(|(_, r)| r.outlived > 0)
+        .map(|(p, r)| (p.as_str(), r))
+        .collect();
+    v.sort_by(|a, b| {
+        b.1.outlived_bytes
+            .cmp(&a.1.outlived_bytes)
+            .then(a.0.cmp(b.0))
+    });
+    v
+}
+
+/// The path that held the most at the device's peak.
+pub fn most_at_peak(dev: &DeviceRanges) -> Option<&str> {
+    dev.paths
+        .iter()
+        .filter(|(_, r)| r.at_peak > 0)
+        .max_by_key(|(_, r)| r.at_peak)
+        .map(|(p, _)| p.as_str())
+}
+
+/// One line on the allocations of a path that outlived its range.
+pub fn outlived_line(path: &str, r: &RangeBytes) -> String {
+    format!(
+        "{} of {} allocations ({}) made in {path} outlived the range ({} still live at the end)",
+        r.outlived,
+        r.allocs,
+        mib(r.outlived_bytes),
+        r.outlived_live_at_end
+    )
+}
+
 /// The table `cushim summary --by range` prints.
 pub fn render(devs: &[DeviceRanges]) -> String {
     let mut s = String::new();
@@ -129,31 +262,43 @@ pub fn render(devs: &[DeviceRanges]) -> String {
     }
     for dev in devs {
         let _ = writeln!(s, "device {}: peak {} live", dev.device, mib(dev.peak));
-        if let Some((p, _)) = dev
-            .paths
-            .iter()
-            .filter(|(_, r)| r.at_peak > 0)
-            .max_by_key(|(_, r)| r.at_peak)
-        {
+        if let Some(p) = most_at_peak(dev) {
             let _ = writeln!(s, "  held the most at the peak: {p}");
         }
         let _ = writeln!(
             s,
-            "  {:>12} {:>12} {:>12} {:>12} {:>7}  range",
-            "at peak", "peak", "live at end", "allocated", "allocs"
+            "  {:>12} {:>12} {:>12} {:>12} {:>7} {:>12}  range",
+            "at peak", "peak", "live at end", "allocated", "allocs", "outlived"
         );
         let mut rows: Vec<_> = dev.paths.iter().collect();
         rows.sort_by(|a, b| b.1.at_peak.cmp(&a.1.at_peak).then(a.0.cmp(b.0)));
         for (p, r) in rows {
             let _ = writeln!(
                 s,
-                "  {:>12} {:>12} {:>12} {:>12} {:>7}  {p}",
+                "  {:>12} {:>12} {:>12} {:>12} {:>7} {:>12}  {p}",
                 mib(r.at_peak),
                 mib(r.peak),
                 mib(r.live_at_end),
                 mib(r.allocated),
-                r.allocs
+                r.allocs,
+                if dev.has_instances && p != NO_RANGE {
+                    mib(r.outlived_bytes)
+                } else {
+                    "-".into()
+                }
             );
+        }
+        if !dev.has_instances {
+            s.push_str(
+                "  outlived: not known (the snapshot has no range starts and ends with paths)\n",
+            );
+        }
+        let out = outliving(dev);
+        if !out.is_empty() {
+            s.push_str("  outlived the range that made them:\n");
+            for (p, r) in out {
+                let _ = writeln!(s, "    {}", outlived_line(p, r));
+            }
         }
     }
     s
@@ -187,6 +332,54 @@ mod tests {
         assert_eq!((a.at_peak, a.live_at_end), (10, 10));
         assert_eq!(d.paths[NO_RANGE].live_at_end, 5);
         assert!(render(std::slice::from_ref(d)).contains("held the most at the peak: a/b"));
+    }
+
+    #[test]
+    fn allocations_not_freed_by_their_ranges_end_outlived_it() {
+        let ann = |stage: &str, t: i64, range: &str| serde_json::json!({"stage": stage, "name": range, "device": 0, "time_us": t, "range": range});
+        let alloc = |addr: i64, t: i64, path: &str| serde_json::json!({"action": "alloc", "addr": addr, "size": 100, "time_us": t, "user_metadata": path});
+        let free = |addr: i64, t: i64| serde_json::json!({"action": "free_requested", "addr": addr, "size": 100, "time_us": t});
+        // Three iterations each leak one block and free one inside; the open "tail" range is
+        // not judged; the block freed in the same microsecond as its range ended did not
+        // outlive it.
+        let s = Value::from_json(&serde_json::json!({
+            "segments": [],
+            "device_traces": [[
+                alloc(1, 11, "iter"), alloc(2, 12, "iter"), free(2, 13),
+                alloc(3, 21, "iter"), alloc(4, 22, "iter"), free(4, 30),
+                alloc(5, 31, "iter"), alloc(6, 32, "iter"), free(6, 33),
+                free(1, 45), alloc(7, 51, "tail"),
+            ]],
+            "external_annotations": [
+                ann("START", 10, "iter"), ann("END", 14, "iter"),
+                ann("START", 20, "iter"), ann("END", 30, "iter"),
+                ann("START", 30, "iter"), ann("END", 34, "iter"),
+                ann("START", 50, "tail"),
+            ],
+        }));
+        let d = &by_range(&s).unwrap()[0];
+        let it = &d.paths["iter"];
+        assert_eq!(
+            (it.outlived, it.outlived_bytes, it.outlived_live_at_end),
+            (3, 300, 2),
+            "blocks 1 (freed later), 3 and 5 (never freed)"
+        );
+        assert_eq!(d.paths["tail"].outlived, 0);
+        let text = render(std::slice::from_ref(d));
+        assert!(
+            text.contains("3 of 6 allocations (0.0 MiB) made in iter outlived the range (2 still live at the end)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_range_starts_and_ends_outlived_is_not_known() {
+        let s = snap(serde_json::json!([
+            {"action": "alloc", "addr": 1, "size": 10, "time_us": 5, "user_metadata": "a"},
+        ]));
+        let d = &by_range(&s).unwrap()[0];
+        assert_eq!(d.paths["a"].outlived, 0);
+        assert!(render(std::slice::from_ref(d)).contains("outlived: not known"));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `cushim report FILE -o report.html`: one self-contained HTML page (every style inline,
 //! no script, no network) with, per device, the timeline of allocated and reserved memory,
-//! the top sites at the peak, a flame graph of live bytes at the peak, the segments' fill at
-//! the peak (`segments_at`), and the replay table.
+//! the top sites at the peak, bytes by NVTX range path when the trace carries ranges
+//! (`by_range`: peak and live bytes per path, the path that held the most at the peak, the
+//! allocations that outlived their range), a flame graph of live bytes at the peak, the
+//! segments' fill at the peak (`segments_at`), and the replay table.
 //!
 //! Policy: the page stays small whatever the input: the timeline is aggregated into at most
 //! [`BUCKETS`] columns (each the maximum of its events), the flame graph drops frames under
@@ -9,6 +11,7 @@
 //! per event. Drawing is SVG, so the page needs no script to render. Text from the input
 //! (frame names, file names) is escaped.
 
+use crate::analyze::by_range::{self, DeviceRanges};
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
@@ -19,6 +22,8 @@ use std::fmt::Write;
 
 /// Columns of the timeline.
 pub const BUCKETS: usize = 800;
+/// Rows of the by-range table (most bytes at the peak first).
+const RANGE_ROWS: usize = 30;
 /// Levels of the flame graph.
 const FLAME_DEPTH: usize = 12;
 const WIDTH: f64 = 1000.0;
@@ -292,6 +297,66 @@ fn segments(out: &mut String, segs: &[SegFill]) {
     out.push_str("</table>\n");
 }
 
+/// The by-range section of one device: nothing when no entry carries a range.
+fn range_section(out: &mut String, dev: &DeviceRanges) {
+    if dev.paths.keys().all(|p| p == by_range::NO_RANGE) {
+        return;
+    }
+    out.push_str("<h3 id=\"ranges\">by NVTX range</h3>\n");
+    if let Some(p) = by_range::most_at_peak(dev) {
+        let _ = writeln!(
+            out,
+            "<p>held the most at the peak ({} live): <b>{}</b></p>",
+            mib(dev.peak),
+            esc(p)
+        );
+    }
+    out.push_str(
+        "<table><tr><th>at peak</th><th>peak</th><th>live at end</th><th>allocated</th>\
+         <th>allocs</th><th>outlived</th><th>range</th></tr>\n",
+    );
+    let mut rows: Vec<_> = dev.paths.iter().collect();
+    rows.sort_by(|a, b| b.1.at_peak.cmp(&a.1.at_peak).then(a.0.cmp(b.0)));
+    for (p, r) in rows.iter().take(RANGE_ROWS) {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            mib(r.at_peak),
+            mib(r.peak),
+            mib(r.live_at_end),
+            mib(r.allocated),
+            r.allocs,
+            if dev.has_instances && p.as_str() != by_range::NO_RANGE {
+                mib(r.outlived_bytes)
+            } else {
+                "-".into()
+            },
+            esc(p)
+        );
+    }
+    out.push_str("</table>\n");
+    if rows.len() > RANGE_ROWS {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{} more range paths not shown (cushim summary --by range lists all)</p>",
+            rows.len() - RANGE_ROWS
+        );
+    }
+    if !dev.has_instances {
+        out.push_str(
+            "<p class=\"note\">outlived: not known (the input has no range starts and ends with paths)</p>\n",
+        );
+    }
+    let outl = by_range::outliving(dev);
+    if !outl.is_empty() {
+        out.push_str("<p>outlived the range that made them:</p>\n<ul>\n");
+        for (p, r) in outl.iter().take(RANGE_ROWS) {
+            let _ = writeln!(out, "<li>{}</li>", esc(&by_range::outlived_line(p, r)));
+        }
+        out.push_str("</ul>\n");
+    }
+}
+
 fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
     let Some(d) = r.devices.iter().find(|d| d.ordinal == ordinal) else {
         return;
@@ -327,8 +392,9 @@ const STYLE: &str = "body{font:13px sans-serif;margin:20px;color:#222}\
     svg text{font:11px sans-serif;fill:#222}.bar{width:200px;height:10px;background:#eee}\
     .bar div{height:10px;background:#36c}.note{color:#666}.legend{margin:0}";
 
-/// The HTML page for `snap` (its title names `source`).
-pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
+/// The HTML page for `snap` (its title names `source`); `ranges` is its bytes by range path
+/// (`by_range`, empty when the input has no trace entries with ranges).
+pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<String, String> {
     let r = replay::replay(snap, &replay::default_confs())?;
     let mut out = String::new();
     let _ = write!(
@@ -383,7 +449,14 @@ pub fn report(snap: &Snapshot, source: &str) -> Result<String, String> {
                 esc(&row.site)
             );
         }
-        out.push_str("</table>\n<h3>live bytes at the peak (outermost caller on top)</h3>\n");
+        out.push_str("</table>\n");
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| i64::try_from(r.device) == Ok(dev.ordinal))
+        {
+            range_section(&mut out, r);
+        }
+        out.push_str("<h3>live bytes at the peak (outermost caller on top)</h3>\n");
         flame(
             &mut out,
             &tree_by_function(&snap.stacks, at_peak.allocated.values(), FLAME_DEPTH),

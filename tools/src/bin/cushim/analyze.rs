@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use cushim_tools::analyze::summary::{ranks, render, render_summaries, summaries, Options};
-use cushim_tools::analyze::{diff, input, replay, report};
+use cushim_tools::analyze::{by_range, diff, input, replay, report};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
     let opts = Options {
@@ -78,9 +78,26 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Re
     Ok(0)
 }
 
+/// Bytes by range path for the report: read from the snapshot tree a second time (the model
+/// keeps neither paths nor times); none for inputs that are not snapshots (logs carry no
+/// ranges), and none, with one line saying why, when the trace cannot be read by range.
+fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
+    let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {
+        return Vec::new();
+    };
+    by_range::by_range(&v).unwrap_or_else(|e| {
+        eprintln!(
+            "cushim: {}: no bytes by range in the report: {e}",
+            file.display()
+        );
+        Vec::new()
+    })
+}
+
 pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
     let snap = input::read(file)?;
-    let html = report::report(&snap, &file.display().to_string())
+    let ranges = report_ranges(file);
+    let html = report::report(&snap, &file.display().to_string(), &ranges)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     cushim::snapshot::output::write_atomic_with(out, |w| {
         w.write_all(html.as_bytes())
