@@ -220,7 +220,11 @@ fn auto_reuses_at_once_across_threads_without_per_thread_default_streams() {
             a.free(q, 0, 0).unwrap();
         });
     });
-    assert_eq!(pending_blocks(&a), 0, "no stream, no per-thread stream: immediate");
+    assert_eq!(
+        pending_blocks(&a),
+        0,
+        "no stream, no per-thread stream: immediate"
+    );
     assert_eq!(ordering_calls(&dev), (0, 0));
     assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
     assert_eq!(ordering_calls(&dev), (0, 0));
@@ -233,7 +237,11 @@ fn auto_counts_a_second_thread_as_a_stream_once_a_per_thread_default_stream_was_
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
     a.per_thread_streams_used();
-    assert_eq!(pending_blocks(&a), 0, "one thread, its own default stream: immediate");
+    assert_eq!(
+        pending_blocks(&a),
+        0,
+        "one thread, its own default stream: immediate"
+    );
     assert_eq!(ordering_calls(&dev), (0, 0));
     std::thread::scope(|s| {
         s.spawn(|| {

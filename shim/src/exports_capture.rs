@@ -17,6 +17,7 @@ use crate::{call_driver, call_real};
 
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     guard("cudaStreamBeginCapture", || {
         let rc = call_real!(cudaStreamBeginCapture(stream, mode));
         capture::begun(stream as u64, mode, rc);
@@ -26,6 +27,7 @@ pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int 
 
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c_int {
+    crate::per_thread::note_ptds();
     guard("cudaStreamBeginCapture_ptsz", || {
         let rc = call_real!(cudaStreamBeginCapture_ptsz(stream, mode));
         capture::begun(capture::ptsz(stream as u64), mode, rc);
@@ -35,6 +37,7 @@ pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c
 
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     guard("cudaStreamEndCapture", || {
         let rc = call_real!(cudaStreamEndCapture(stream, graph));
         capture::ended(stream as u64, rc);
@@ -44,6 +47,7 @@ pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) 
 
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> c_int {
+    crate::per_thread::note_ptds();
     guard("cudaStreamEndCapture_ptsz", || {
         let rc = call_real!(cudaStreamEndCapture_ptsz(stream, graph));
         capture::ended(capture::ptsz(stream as u64), rc);
@@ -67,6 +71,7 @@ fn record_driver() -> bool {
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2(h: Stream, mode: c_uint) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     guard("cuStreamBeginCapture_v2", || {
         let rc = call_driver!(REAL_BEGIN_CAPTURE, BeginFn, (h, mode));
         if record_driver() {
@@ -78,6 +83,7 @@ pub extern "C" fn cuStreamBeginCapture_v2(h: Stream, mode: c_uint) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int {
+    crate::per_thread::note_ptds();
     guard("cuStreamBeginCapture_v2_ptsz", || {
         let rc = call_driver!(REAL_BEGIN_CAPTURE_PTSZ, BeginFn, (h, mode));
         if record_driver() {
@@ -89,6 +95,7 @@ pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int
 
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture(h: Stream, graph: *mut *mut c_void) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     guard("cuStreamEndCapture", || {
         let rc = call_driver!(REAL_END_CAPTURE, EndFn, (h, graph));
         if record_driver() {
@@ -100,6 +107,7 @@ pub extern "C" fn cuStreamEndCapture(h: Stream, graph: *mut *mut c_void) -> c_in
 
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture_ptsz(h: Stream, graph: *mut *mut c_void) -> c_int {
+    crate::per_thread::note_ptds();
     guard("cuStreamEndCapture_ptsz", || {
         let rc = call_driver!(REAL_END_CAPTURE_PTSZ, EndFn, (h, graph));
         if record_driver() {

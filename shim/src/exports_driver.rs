@@ -337,6 +337,7 @@ pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     hook(
         "cuMemAllocAsync",
         |s| {
@@ -349,6 +350,7 @@ pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStrea
 
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    crate::per_thread::note_ptds();
     hook(
         "cuMemAllocAsync_ptsz",
         |s| {
@@ -361,6 +363,7 @@ pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: Cu
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     hook(
         "cuMemFreeAsync",
         |s| {
@@ -379,6 +382,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
+    crate::per_thread::note_ptds();
     hook(
         "cuMemFreeAsync_ptsz",
         |s| {

@@ -104,6 +104,7 @@ pub extern "C" fn cudaMallocFromPoolAsync(
     pool: *mut c_void,
     stream: Stream,
 ) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     guard("cudaMallocFromPoolAsync", || {
         let real = || call_real!(cudaMallocFromPoolAsync(p, size, pool, stream));
         device_alloc(Kind::Pool, pool as u64, stream as u64, real, || {

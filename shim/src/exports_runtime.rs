@@ -119,6 +119,7 @@ pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     let real = || call_real!(cudaMallocAsync(dev_ptr, size, stream));
     failopen::guard_or(
         "cudaMallocAsync",
@@ -177,6 +178,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     let real = || call_real!(cudaFreeAsync(ptr, stream));
     let fallback = || {
         let p = ptr as u64;

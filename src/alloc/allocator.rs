@@ -123,9 +123,11 @@ impl CachingAllocator {
         }
         // Both this and `per_thread_streams_used` write their mark, then read the other's
         // (sequentially consistent): at least one of them sees both and orders.
-        let _ = self.solo.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-            (s < THREADS).then_some(THREADS)
-        });
+        let _ = self
+            .solo
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                (s < THREADS).then_some(THREADS)
+            });
         if self.per_thread.load(Ordering::SeqCst) {
             self.streams_appeared();
         }
