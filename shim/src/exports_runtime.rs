@@ -18,7 +18,7 @@ use cushim::trace::event::NO_STACK;
 
 use crate::failopen::{self, Point};
 use crate::ffi::{
-    guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
+    ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
     ERR_UNKNOWN, SUCCESS,
 };
 use crate::observe_runtime as observing;
@@ -299,26 +299,30 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
-    guard("cudaMemGetInfo", || {
-        if let Some(rc) = observing::mem_get_info(free, total) {
-            return rc;
-        }
-        let Some(s) = crate::intercept::runtime_state() else {
-            return call_real!(cudaMemGetInfo(free, total));
-        };
-        if free.is_null() || total.is_null() {
-            return lasterror::set(ERR_INVALID_VALUE);
-        }
-        match s.alloc.mem_get_info(state::current_device()) {
-            Ok((f, t)) => {
-                // SAFETY: both out-pointers were checked non-null.
-                unsafe {
-                    *free = f as usize;
-                    *total = t as usize;
-                }
-                SUCCESS
+    crate::failopen::around(
+        "cudaMemGetInfo",
+        || call_real!(cudaMemGetInfo(free, total)),
+        |real| {
+            if let Some(rc) = observing::mem_get_info(free, total) {
+                return rc;
             }
-            Err(_) => call_real!(cudaMemGetInfo(free, total)),
-        }
-    })
+            let Some(s) = crate::intercept::runtime_state() else {
+                return real();
+            };
+            if free.is_null() || total.is_null() {
+                return lasterror::set(ERR_INVALID_VALUE);
+            }
+            match s.alloc.mem_get_info(state::current_device()) {
+                Ok((f, t)) => {
+                    // SAFETY: both out-pointers were checked non-null.
+                    unsafe {
+                        *free = f as usize;
+                        *total = t as usize;
+                    }
+                    SUCCESS
+                }
+                Err(_) => call_real!(cudaMemGetInfo(free, total)),
+            }
+        },
+    )
 }
