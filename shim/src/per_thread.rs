@@ -433,3 +433,70 @@ fn stub_for(check: Check, got: usize) -> Option<usize> {
     let _ = (check, got);
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in address per request, the same for the same request in every list.
+    fn fake(name: &str, version: c_int, flags: u64) -> usize {
+        let h = name
+            .bytes()
+            .chain(version.to_le_bytes())
+            .chain(flags.to_le_bytes())
+            .fold(1469598103934665603u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(1099511628211)
+            });
+        (h as usize | 1) & 0x7fff_ffff_ffff
+    }
+
+    #[test]
+    fn every_per_thread_entry_point_nvidias_runtimes_ask_for_gets_a_stub_and_none_counts_as_used() {
+        for version in ["12.9", "13.2", "13.5"] {
+            let path = format!(
+                "{}/../tests/data/cudart-{version}-static-getprocaddress.txt",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let text = std::fs::read_to_string(path).expect("the measured request list");
+            let mut per_thread = 0;
+            for line in text.lines().filter(|l| l.starts_with("cu")) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let (name, v, flags) = (f[0], f[1].parse().expect("v"), f[2].parse().expect("f"));
+                let got = fake(name, v, flags);
+                let stub = driver_stub(name.as_bytes(), v, flags, got);
+                if flags & 2 != 0 {
+                    per_thread += 1;
+                    assert!(stub.is_some(), "{version}: {name} {v} {flags}");
+                }
+                if let Some(s) = stub {
+                    assert_ne!(s, got);
+                    assert_eq!(
+                        driver_stub(name.as_bytes(), v, flags, got),
+                        Some(s),
+                        "the same function gets the same stub"
+                    );
+                }
+            }
+            assert!(per_thread > 60, "{version}: {per_thread}");
+        }
+        assert!(!seen(), "looking them up is not using them");
+    }
+
+    #[test]
+    fn legacy_entry_points_get_the_check_of_their_abi() {
+        assert_eq!(
+            DRIVER
+                .iter()
+                .filter(|e| e.0 == "cuMemPrefetchAsync")
+                .map(|e| (e.1, e.2, e.3))
+                .collect::<Vec<_>>(),
+            [
+                (0, 12020, Check::Arg(3)),
+                (12020, c_int::MAX, Check::Arg(4))
+            ]
+        );
+        assert!(driver_stub(b"cuMemAlloc", 3020, 0, 0x1234).is_none());
+        assert!(driver_stub(b"cuCtxSynchronize", 2000, 0, 0x1234).is_none());
+        assert!(driver_stub(b"cuLaunchKernel", 7000, 0, 0x1238).is_some());
+    }
+}
