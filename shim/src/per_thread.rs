@@ -390,11 +390,26 @@ pub fn driver_stub(base: &[u8], version: c_int, flags: u64, got: usize) -> Optio
     stub_for(check, got)
 }
 
-/// Whether `got` is the driver's per-thread variant of `base` (a default-mode answer).
+/// Whether `got` is the driver's per-thread variant of `base` (a default-mode answer). Only
+/// the families that have per-thread variants are looked up (start-up cost).
 fn is_per_thread_fn(base: &[u8], got: usize) -> bool {
     let Ok(base) = std::str::from_utf8(base) else {
         return false;
     };
+    const FAMILIES: [&str; 9] = [
+        "cuMemcpy",
+        "cuMemset",
+        "cuStream",
+        "cuEvent",
+        "cuLaunch",
+        "cuGraph",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuMemPrefetch",
+    ];
+    if !FAMILIES.iter().any(|f| base.starts_with(f)) && !DRIVER.iter().any(|e| e.0 == base) {
+        return false;
+    }
     ["_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"]
         .iter()
         .any(|tail| {
