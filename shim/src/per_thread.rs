@@ -23,8 +23,8 @@
 //! - the handles `cudaStreamPerThread`/`CU_STREAM_PER_THREAD` (2) passed as the stream of a
 //!   stream-taking entry point, runtime (exported here) or driver (their legacy variants
 //!   from `cuGetProcAddress`, [`DRIVER`]), at the argument position of that entry point's
-//!   ABI; a stream-taking entry point whose stream argument this file does not place for the
-//!   ABI asked (a version it does not know) counts as a use on its first call;
+//!   ABI; an entry point whose signature changed across versions in a way this file does
+//!   not place ([`Check::Always`]) counts as a use on its first call;
 //! - the shim's own stream-taking hooks (`cudaMallocAsync`, `cudaFreeAsync`, capture,
 //!   ...) call [`note_stream`] / [`note_ptds`].
 //!
@@ -147,6 +147,14 @@ extern "C" fn resolve(slot: &Slot) -> usize {
 
 /// The shared tails of every stub. On entry `rax` holds the address of the stub's [`Slot`]
 /// and every argument register and the stack are the caller's, untouched.
+///
+/// Why this is sound: a stub is entered by the program's `call` and leaves by a tail jump to
+/// the real function with every argument register (integer and vector) and the stack as the
+/// caller left them, so the real function sees the program's own call; `rax` and `r11` are
+/// scratch at a call boundary in the System V ABI (`al` counts vector registers only for
+/// variadic functions, and none of the stubbed functions is variadic). The calls into Rust
+/// ([`mark`], [`resolve`]) save and restore every argument register around them, on a
+/// 16-byte aligned stack, and never unwind (each catches its own panics).
 #[cfg(target_arch = "x86_64")]
 mod tails {
     use super::{mark, resolve, SEEN};
