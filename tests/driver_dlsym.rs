@@ -116,7 +116,9 @@ fn cu_get_proc_address_substitutes_known_name_and_version_pairs_only() {
         ("gpa:cuStreamDestroy:2000:0", "cuda:cuStreamDestroy"),
         ("gpa:cuStreamDestroy:4000:0", "shim:cuStreamDestroy_v2"),
         ("gpa:cuDeviceGetCount:2000:0", "cuda:cuDeviceGetCount"),
-        ("gpa:cuMemcpyHtoD:7000:2", "cuda:cuMemcpyHtoD_v2_ptds"),
+        // A per-thread variant: a stub in the shim that notes the per-thread default
+        // stream's use, then jumps to the driver's function (`shim/src/per_thread.rs`).
+        ("gpa:cuMemcpyHtoD:7000:2", "shim"),
         ("gpa:cuGetExportTable:3000:0", "cuda:cuGetExportTable"),
         ("gpa:cuGetProcAddress:12000:0", "shim:cuGetProcAddress_v2"),
         ("gpa:cuGetProcAddress:11030:0", "shim:cuGetProcAddress"),

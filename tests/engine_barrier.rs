@@ -207,12 +207,41 @@ fn a_failing_barrier_falls_back_to_synchronizing_the_device() {
 }
 
 #[test]
-fn auto_counts_a_second_allocating_thread_as_a_stream() {
+fn auto_reuses_at_once_across_threads_without_per_thread_default_streams() {
     let (dev, a) = setup("", GIB);
     dev.set_auto_complete(false);
     let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
     a.free(p, 0, 0).unwrap();
-    assert_eq!(pending_blocks(&a), 0, "one thread, no stream: immediate");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // The block the first thread freed: every thread's work is on the legacy stream.
+            let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+            assert_eq!(q, p);
+            a.free(q, 0, 0).unwrap();
+        });
+    });
+    assert_eq!(
+        pending_blocks(&a),
+        0,
+        "no stream, no per-thread stream: immediate"
+    );
+    assert_eq!(ordering_calls(&dev), (0, 0));
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
+    assert_eq!(ordering_calls(&dev), (0, 0));
+}
+
+#[test]
+fn auto_counts_a_second_thread_as_a_stream_once_a_per_thread_default_stream_was_used() {
+    let (dev, a) = setup("", GIB);
+    dev.set_auto_complete(false);
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    a.per_thread_streams_used();
+    assert_eq!(
+        pending_blocks(&a),
+        0,
+        "one thread, its own default stream: immediate"
+    );
     assert_eq!(ordering_calls(&dev), (0, 0));
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -236,4 +265,26 @@ fn auto_counts_a_second_allocating_thread_as_a_stream() {
         (2, 0),
         "blocking default streams only: one legacy record per barrier"
     );
+}
+
+#[test]
+fn a_per_thread_default_stream_used_after_a_second_thread_came_orders_at_once() {
+    let (dev, a) = setup("", GIB);
+    dev.set_auto_complete(false);
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let q = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+            a.free(q, 0, 0).unwrap();
+        });
+    });
+    assert_eq!(ordering_calls(&dev), (0, 0));
+    a.per_thread_streams_used();
+    assert_eq!(
+        ordering_calls(&dev),
+        (1, 0),
+        "what the threads freed until now is ordered before the per-thread stream's work"
+    );
+    a.free(p, 0, 0).unwrap();
+    assert_eq!(pending_blocks(&a), 1, "from now on frees wait");
 }

@@ -47,6 +47,8 @@ fn a_fault_at_any_point_leaves_the_programs_results_as_without_the_shim() {
         ("vmm@3", None),
         ("observe@2", Some("observe")),
         ("observe@9", Some("observe")),
+        ("stream@1", None),
+        ("stream@2", None),
     ] {
         let (out, err) = with_fault(fault, mode);
         // The same results, and with caching off the cache gave back what it held.

@@ -34,7 +34,10 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
         let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
         let (hook, layer) = match crate::procaddr::by_symbol(bytes) {
             Some(h) => (h, Layer::Driver),
-            None => (crate::runtime_hooks::by_symbol(bytes)?, Layer::Runtime),
+            None => match crate::runtime_hooks::by_symbol(bytes) {
+                Some(h) => (h, Layer::Runtime),
+                None => return per_thread_stub(handle, name, bytes, caller),
+            },
         };
         if !enabled(layer) || inside() || in_shim(caller) {
             return None;
@@ -50,6 +53,26 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
     .ok()
     .flatten()
     .unwrap_or(std::ptr::null_mut())
+}
+
+/// A driver `_ptsz`/`_ptds` entry point looked up on a library handle: the stub that notes
+/// the per-thread stream's use (`per_thread.rs`), or `None`.
+fn per_thread_stub(
+    handle: *mut c_void,
+    name: *const c_char,
+    bytes: &[u8],
+    caller: usize,
+) -> Option<*mut c_void> {
+    if !(bytes.ends_with(b"_ptsz") || bytes.ends_with(b"_ptds"))
+        || !enabled(Layer::Driver)
+        || inside()
+        || in_shim(caller)
+    {
+        return None;
+    }
+    // SAFETY: the program's own handle and name, as its dlsym call passed them.
+    let real = unsafe { real_dlsym(handle, name) } as usize;
+    crate::per_thread::dlsym_stub(bytes, real).map(|s| s as *mut c_void)
 }
 
 /// Whether the library the call comes from defines `name` itself: then it is an interposer

@@ -10,45 +10,64 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use crate::capture;
-use crate::ffi::guard;
 use crate::real::Stream;
 use crate::real_driver::RealFn;
 use crate::{call_driver, call_real};
 
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int {
-    guard("cudaStreamBeginCapture", || {
-        let rc = call_real!(cudaStreamBeginCapture(stream, mode));
-        capture::begun(stream as u64, mode, rc);
-        rc
-    })
+    crate::per_thread::note_stream(stream as usize);
+    crate::failopen::around(
+        "cudaStreamBeginCapture",
+        || call_real!(cudaStreamBeginCapture(stream, mode)),
+        |real| {
+            let rc = real();
+            capture::begun(stream as u64, mode, rc);
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c_int {
-    guard("cudaStreamBeginCapture_ptsz", || {
-        let rc = call_real!(cudaStreamBeginCapture_ptsz(stream, mode));
-        capture::begun(capture::ptsz(stream as u64), mode, rc);
-        rc
-    })
+    crate::per_thread::note_ptds();
+    crate::failopen::around(
+        "cudaStreamBeginCapture_ptsz",
+        || call_real!(cudaStreamBeginCapture_ptsz(stream, mode)),
+        |real| {
+            let rc = real();
+            capture::begun(capture::ptsz(stream as u64), mode, rc);
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> c_int {
-    guard("cudaStreamEndCapture", || {
-        let rc = call_real!(cudaStreamEndCapture(stream, graph));
-        capture::ended(stream as u64, rc);
-        rc
-    })
+    crate::per_thread::note_stream(stream as usize);
+    crate::failopen::around(
+        "cudaStreamEndCapture",
+        || call_real!(cudaStreamEndCapture(stream, graph)),
+        |real| {
+            let rc = real();
+            capture::ended(stream as u64, rc);
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> c_int {
-    guard("cudaStreamEndCapture_ptsz", || {
-        let rc = call_real!(cudaStreamEndCapture_ptsz(stream, graph));
-        capture::ended(capture::ptsz(stream as u64), rc);
-        rc
-    })
+    crate::per_thread::note_ptds();
+    crate::failopen::around(
+        "cudaStreamEndCapture_ptsz",
+        || call_real!(cudaStreamEndCapture_ptsz(stream, graph)),
+        |real| {
+            let rc = real();
+            capture::ended(capture::ptsz(stream as u64), rc);
+            rc
+        },
+    )
 }
 
 pub static REAL_BEGIN_CAPTURE: RealFn = RealFn::new(c"cuStreamBeginCapture_v2");
@@ -67,44 +86,64 @@ fn record_driver() -> bool {
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2(h: Stream, mode: c_uint) -> c_int {
-    guard("cuStreamBeginCapture_v2", || {
-        let rc = call_driver!(REAL_BEGIN_CAPTURE, BeginFn, (h, mode));
-        if record_driver() {
-            capture::begun(h as u64, mode, rc);
-        }
-        rc
-    })
+    crate::per_thread::note_stream(h as usize);
+    crate::failopen::around(
+        "cuStreamBeginCapture_v2",
+        || call_driver!(REAL_BEGIN_CAPTURE, BeginFn, (h, mode)),
+        |real| {
+            let rc = real();
+            if record_driver() {
+                capture::begun(h as u64, mode, rc);
+            }
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int {
-    guard("cuStreamBeginCapture_v2_ptsz", || {
-        let rc = call_driver!(REAL_BEGIN_CAPTURE_PTSZ, BeginFn, (h, mode));
-        if record_driver() {
-            capture::begun(capture::ptsz(h as u64), mode, rc);
-        }
-        rc
-    })
+    crate::per_thread::note_ptds();
+    crate::failopen::around(
+        "cuStreamBeginCapture_v2_ptsz",
+        || call_driver!(REAL_BEGIN_CAPTURE_PTSZ, BeginFn, (h, mode)),
+        |real| {
+            let rc = real();
+            if record_driver() {
+                capture::begun(capture::ptsz(h as u64), mode, rc);
+            }
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture(h: Stream, graph: *mut *mut c_void) -> c_int {
-    guard("cuStreamEndCapture", || {
-        let rc = call_driver!(REAL_END_CAPTURE, EndFn, (h, graph));
-        if record_driver() {
-            capture::ended(h as u64, rc);
-        }
-        rc
-    })
+    crate::per_thread::note_stream(h as usize);
+    crate::failopen::around(
+        "cuStreamEndCapture",
+        || call_driver!(REAL_END_CAPTURE, EndFn, (h, graph)),
+        |real| {
+            let rc = real();
+            if record_driver() {
+                capture::ended(h as u64, rc);
+            }
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture_ptsz(h: Stream, graph: *mut *mut c_void) -> c_int {
-    guard("cuStreamEndCapture_ptsz", || {
-        let rc = call_driver!(REAL_END_CAPTURE_PTSZ, EndFn, (h, graph));
-        if record_driver() {
-            capture::ended(capture::ptsz(h as u64), rc);
-        }
-        rc
-    })
+    crate::per_thread::note_ptds();
+    crate::failopen::around(
+        "cuStreamEndCapture_ptsz",
+        || call_driver!(REAL_END_CAPTURE_PTSZ, EndFn, (h, graph)),
+        |real| {
+            let rc = real();
+            if record_driver() {
+                capture::ended(capture::ptsz(h as u64), rc);
+            }
+            rc
+        },
+    )
 }

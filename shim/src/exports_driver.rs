@@ -340,6 +340,7 @@ pub extern "C" fn cuMemFree_v2(dptr: DevPtr) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     hook(
         "cuMemAllocAsync",
         |s| {
@@ -352,6 +353,7 @@ pub extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytesize: usize, h: CuStrea
 
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: CuStream) -> c_int {
+    crate::per_thread::note_ptds();
     hook(
         "cuMemAllocAsync_ptsz",
         |s| {
@@ -364,6 +366,7 @@ pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, bytesize: usize, h: Cu
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
+    crate::per_thread::note_stream(h as usize);
     hook(
         "cuMemFreeAsync",
         |s| {
@@ -382,6 +385,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: DevPtr, h: CuStream) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, h: CuStream) -> c_int {
+    crate::per_thread::note_ptds();
     hook(
         "cuMemFreeAsync_ptsz",
         |s| {

@@ -13,7 +13,6 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::observed::Kind;
 
 use crate::call_real;
-use crate::ffi::guard;
 use crate::intercept::runtime_state;
 use crate::observe::{self, read_ptr, Call};
 use crate::real::Stream;
@@ -54,13 +53,16 @@ fn device_alloc(
 
 #[no_mangle]
 pub extern "C" fn cudaMallocManaged(p: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    guard("cudaMallocManaged", || {
-        let real = || call_real!(cudaMallocManaged(p, size, flags));
-        device_alloc(Kind::Managed, u64::from(flags), 0, real, || {
-            (read_ptr(p), size as u64)
-        })
-        .unwrap_or_else(real)
-    })
+    crate::failopen::around(
+        "cudaMallocManaged",
+        || call_real!(cudaMallocManaged(p, size, flags)),
+        |real| {
+            device_alloc(Kind::Managed, u64::from(flags), 0, real, || {
+                (read_ptr(p), size as u64)
+            })
+            .unwrap_or_else(real)
+        },
+    )
 }
 
 #[no_mangle]
@@ -70,31 +72,37 @@ pub extern "C" fn cudaMallocPitch(
     width: usize,
     height: usize,
 ) -> c_int {
-    guard("cudaMallocPitch", || {
-        let real = || call_real!(cudaMallocPitch(p, pitch, width, height));
-        device_alloc(Kind::Pitched, 0, 0, real, || {
-            let pt = observe::read_out(pitch as *const usize as *const u64);
-            (read_ptr(p), pt.saturating_mul(height as u64))
-        })
-        .unwrap_or_else(real)
-    })
+    crate::failopen::around(
+        "cudaMallocPitch",
+        || call_real!(cudaMallocPitch(p, pitch, width, height)),
+        |real| {
+            device_alloc(Kind::Pitched, 0, 0, real, || {
+                let pt = observe::read_out(pitch as *const usize as *const u64);
+                (read_ptr(p), pt.saturating_mul(height as u64))
+            })
+            .unwrap_or_else(real)
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaMalloc3D(pp: *mut PitchedPtr, extent: Extent) -> c_int {
-    guard("cudaMalloc3D", || {
-        let real = || call_real!(cudaMalloc3D(pp, extent));
-        device_alloc(Kind::Malloc3D, 0, 0, real, || {
-            if pp.is_null() {
-                return (0, 0);
-            }
-            // SAFETY: non-null, and the real function filled it on success.
-            let v = unsafe { *pp };
-            let rows = extent.height.saturating_mul(extent.depth);
-            (v.ptr as u64, v.pitch.saturating_mul(rows) as u64)
-        })
-        .unwrap_or_else(real)
-    })
+    crate::failopen::around(
+        "cudaMalloc3D",
+        || call_real!(cudaMalloc3D(pp, extent)),
+        |real| {
+            device_alloc(Kind::Malloc3D, 0, 0, real, || {
+                if pp.is_null() {
+                    return (0, 0);
+                }
+                // SAFETY: non-null, and the real function filled it on success.
+                let v = unsafe { *pp };
+                let rows = extent.height.saturating_mul(extent.depth);
+                (v.ptr as u64, v.pitch.saturating_mul(rows) as u64)
+            })
+            .unwrap_or_else(real)
+        },
+    )
 }
 
 #[no_mangle]
@@ -104,40 +112,48 @@ pub extern "C" fn cudaMallocFromPoolAsync(
     pool: *mut c_void,
     stream: Stream,
 ) -> c_int {
-    guard("cudaMallocFromPoolAsync", || {
-        let real = || call_real!(cudaMallocFromPoolAsync(p, size, pool, stream));
-        device_alloc(Kind::Pool, pool as u64, stream as u64, real, || {
-            (read_ptr(p), size as u64)
-        })
-        .unwrap_or_else(real)
-    })
+    crate::per_thread::note_stream(stream as usize);
+    crate::failopen::around(
+        "cudaMallocFromPoolAsync",
+        || call_real!(cudaMallocFromPoolAsync(p, size, pool, stream)),
+        |real| {
+            device_alloc(Kind::Pool, pool as u64, stream as u64, real, || {
+                (read_ptr(p), size as u64)
+            })
+            .unwrap_or_else(real)
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    guard("cudaHostRegister", || {
-        let real = || call_real!(cudaHostRegister(p, size, flags));
-        let Some(s) = runtime_state() else {
-            return real();
-        };
-        let call = Call {
-            kind: Kind::HostRegister,
-            device: -1,
-            size: size as u64,
-            flags: u64::from(flags),
-            stream: 0,
-        };
-        observe::alloc(s, call, real, || p as u64)
-    })
+    crate::failopen::around(
+        "cudaHostRegister",
+        || call_real!(cudaHostRegister(p, size, flags)),
+        |real| {
+            let Some(s) = runtime_state() else {
+                return real();
+            };
+            let call = Call {
+                kind: Kind::HostRegister,
+                device: -1,
+                size: size as u64,
+                flags: u64::from(flags),
+                stream: 0,
+            };
+            observe::alloc(s, call, real, || p as u64)
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaHostUnregister(p: *mut c_void) -> c_int {
-    guard("cudaHostUnregister", || {
-        let real = || call_real!(cudaHostUnregister(p));
-        match runtime_state() {
+    crate::failopen::around(
+        "cudaHostUnregister",
+        || call_real!(cudaHostUnregister(p)),
+        |real| match runtime_state() {
             Some(s) => observe::host_free(s, p as u64, real),
             None => real(),
-        }
-    })
+        },
+    )
 }

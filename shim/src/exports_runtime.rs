@@ -18,7 +18,7 @@ use cushim::trace::event::NO_STACK;
 
 use crate::failopen::{self, Point};
 use crate::ffi::{
-    guard, ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
+    ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
     ERR_UNKNOWN, SUCCESS,
 };
 use crate::observe_runtime as observing;
@@ -119,6 +119,7 @@ pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     let real = || call_real!(cudaMallocAsync(dev_ptr, size, stream));
     failopen::guard_or(
         "cudaMallocAsync",
@@ -181,6 +182,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     let real = || call_real!(cudaFreeAsync(ptr, stream));
     let fallback = || {
         let p = ptr as u64;
@@ -304,26 +306,30 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
-    guard("cudaMemGetInfo", || {
-        if let Some(rc) = observing::mem_get_info(free, total) {
-            return rc;
-        }
-        let Some(s) = crate::intercept::runtime_state() else {
-            return call_real!(cudaMemGetInfo(free, total));
-        };
-        if free.is_null() || total.is_null() {
-            return lasterror::set(ERR_INVALID_VALUE);
-        }
-        match s.alloc.mem_get_info(state::current_device()) {
-            Ok((f, t)) => {
-                // SAFETY: both out-pointers were checked non-null.
-                unsafe {
-                    *free = f as usize;
-                    *total = t as usize;
-                }
-                SUCCESS
+    crate::failopen::around(
+        "cudaMemGetInfo",
+        || call_real!(cudaMemGetInfo(free, total)),
+        |real| {
+            if let Some(rc) = observing::mem_get_info(free, total) {
+                return rc;
             }
-            Err(_) => call_real!(cudaMemGetInfo(free, total)),
-        }
-    })
+            let Some(s) = crate::intercept::runtime_state() else {
+                return real();
+            };
+            if free.is_null() || total.is_null() {
+                return lasterror::set(ERR_INVALID_VALUE);
+            }
+            match s.alloc.mem_get_info(state::current_device()) {
+                Ok((f, t)) => {
+                    // SAFETY: both out-pointers were checked non-null.
+                    unsafe {
+                        *free = f as usize;
+                        *total = t as usize;
+                    }
+                    SUCCESS
+                }
+                Err(_) => call_real!(cudaMemGetInfo(free, total)),
+            }
+        },
+    )
 }

@@ -7,7 +7,7 @@
 
 use std::ffi::{c_int, c_uint};
 
-use crate::ffi::{guard, SUCCESS};
+use crate::ffi::SUCCESS;
 use crate::observe::observing;
 use crate::real::Stream;
 use crate::{call_real, state};
@@ -15,6 +15,7 @@ use crate::{call_real, state};
 const NON_BLOCKING: c_uint = 1;
 
 fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
+    crate::failopen::inject(crate::failopen::Point::Stream);
     if rc == SUCCESS && !out.is_null() {
         // Observing: the cache is unused and asks the runtime nothing.
         if let Some(s) = crate::intercept::runtime_state().filter(|_| !observing()) {
@@ -29,20 +30,20 @@ fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaStreamCreate(out: *mut Stream) -> c_int {
-    guard("cudaStreamCreate", || {
-        created(call_real!(cudaStreamCreate(out)), out, 0)
-    })
+    crate::failopen::around(
+        "cudaStreamCreate",
+        || call_real!(cudaStreamCreate(out)),
+        |real| created(real(), out, 0),
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaStreamCreateWithFlags(out: *mut Stream, flags: c_uint) -> c_int {
-    guard("cudaStreamCreateWithFlags", || {
-        created(
-            call_real!(cudaStreamCreateWithFlags(out, flags)),
-            out,
-            flags,
-        )
-    })
+    crate::failopen::around(
+        "cudaStreamCreateWithFlags",
+        || call_real!(cudaStreamCreateWithFlags(out, flags)),
+        |real| created(real(), out, flags),
+    )
 }
 
 #[no_mangle]
@@ -51,39 +52,46 @@ pub extern "C" fn cudaStreamCreateWithPriority(
     flags: c_uint,
     priority: c_int,
 ) -> c_int {
-    guard("cudaStreamCreateWithPriority", || {
-        created(
-            call_real!(cudaStreamCreateWithPriority(out, flags, priority)),
-            out,
-            flags,
-        )
-    })
+    crate::failopen::around(
+        "cudaStreamCreateWithPriority",
+        || call_real!(cudaStreamCreateWithPriority(out, flags, priority)),
+        |real| created(real(), out, flags),
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
-    guard("cudaStreamDestroy", || {
-        if let Some(s) = crate::intercept::runtime_state().filter(|_| !observing()) {
-            s.alloc
-                .stream_destroyed(state::current_device(), stream as u64);
-        }
-        let rc = call_real!(cudaStreamDestroy(stream));
-        if rc == SUCCESS {
-            crate::capture::ended(stream as u64, SUCCESS);
-        }
-        rc
-    })
+    crate::failopen::around(
+        "cudaStreamDestroy",
+        || call_real!(cudaStreamDestroy(stream)),
+        |real| {
+            crate::failopen::inject(crate::failopen::Point::Stream);
+            if let Some(s) = crate::intercept::runtime_state().filter(|_| !observing()) {
+                s.alloc
+                    .stream_destroyed(state::current_device(), stream as u64);
+            }
+            let rc = real();
+            if rc == SUCCESS {
+                crate::capture::ended(stream as u64, SUCCESS);
+            }
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaDeviceReset() -> c_int {
-    guard("cudaDeviceReset", || {
-        if let Some(s) = crate::intercept::runtime_state() {
-            s.alloc.device_reset(state::current_device());
-            // The program's own allocations go with the device too.
-            s.observed
-                .device_reset(state::current_device(), s.history.free_stack());
-        }
-        call_real!(cudaDeviceReset())
-    })
+    crate::failopen::around(
+        "cudaDeviceReset",
+        || call_real!(cudaDeviceReset()),
+        |real| {
+            if let Some(s) = crate::intercept::runtime_state() {
+                s.alloc.device_reset(state::current_device());
+                // The program's own allocations go with the device too.
+                s.observed
+                    .device_reset(state::current_device(), s.history.free_stack());
+            }
+            real()
+        },
+    )
 }

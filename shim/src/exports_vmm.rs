@@ -245,6 +245,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     pool: *mut c_void,
     stream: CuStream,
 ) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
     from_pool(
         "cuMemAllocFromPoolAsync",
         &REAL_ALLOC_FROM_POOL,
@@ -262,6 +263,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     pool: *mut c_void,
     stream: CuStream,
 ) -> c_int {
+    crate::per_thread::note_ptds();
     from_pool(
         "cuMemAllocFromPoolAsync_ptsz",
         &REAL_ALLOC_FROM_POOL_PTSZ,

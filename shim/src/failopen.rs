@@ -18,7 +18,8 @@
 //! point. Points: `init` (start-up), `runtime` (cached runtime allocations and frees),
 //! `driver` (cached driver allocations and frees), `pinned` (pinned host allocations and
 //! frees, both layers), `vmm` (the program's own VMM calls, recorded), `observe` (observing
-//! mode's records). The variable is read once; without it a point costs one relaxed load
+//! mode's records), `stream` (stream creation and destruction, capture: the first hit of a
+//! creation fails after the real call, a destruction before it). The variable is read once; without it a point costs one relaxed load
 //! of a static and a branch that is never taken.
 
 use std::ffi::c_int;
@@ -36,15 +37,17 @@ pub enum Point {
     Pinned = 3,
     Vmm = 4,
     Observe = 5,
+    Stream = 6,
 }
 
-const POINTS: [(&str, Point); 6] = [
+const POINTS: [(&str, Point); 7] = [
     ("init", Point::Init),
     ("runtime", Point::Runtime),
     ("driver", Point::Driver),
     ("pinned", Point::Pinned),
     ("vmm", Point::Vmm),
     ("observe", Point::Observe),
+    ("stream", Point::Stream),
 ];
 
 /// One word for the hot paths: a bit per armed point, [`OFF`] once caching is off, and
@@ -54,20 +57,20 @@ const POINTS: [(&str, Point); 6] = [
 static HOT: AtomicU32 = AtomicU32::new(UNREAD);
 const UNREAD: u32 = 1 << 31;
 const OFF: u32 = 1 << 30;
-const ARMED_MASK: u32 = (1 << 6) - 1;
+const ARMED_MASK: u32 = (1 << 7) - 1;
 /// The hit at which each point fails (1-based).
-static AT: [AtomicU64; 6] = [const { AtomicU64::new(1) }; 6];
+static AT: [AtomicU64; 7] = [const { AtomicU64::new(1) }; 7];
 /// Hits so far per point.
-static HITS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static HITS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// The payload of an injected fault's unwind.
 pub struct InjectedFault;
 
 /// Parse `CUSHIM_TEST_FAULT`: the armed bits and each point's hit number; `Err` names the
 /// first item that is not `point[@n]` with n >= 1.
-pub fn parse(v: &str) -> Result<(u32, [u64; 6]), String> {
+pub fn parse(v: &str) -> Result<(u32, [u64; 7]), String> {
     let mut bits = 0u32;
-    let mut at = [1u64; 6];
+    let mut at = [1u64; 7];
     for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (name, n) = match item.split_once('@') {
             Some((name, n)) => match n.parse::<u64>() {
@@ -206,6 +209,47 @@ fn fell(what: &str, unknown: c_int, fallback: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(fallback)).unwrap_or(unknown)
 }
 
+/// Run `f`, an export that calls the next definition (`real`, with the program's own
+/// arguments) at most once through the function it is given. If `f` fails inside the shim
+/// before that call, the call goes to `real` now; after it, the real call's result stands
+/// (a call is never made twice: a stream created once, a capture begun once). Either way
+/// the failure is recorded ([`failed`]). A failure of the fallback itself is
+/// `cudaErrorUnknown`.
+#[inline]
+pub fn around(
+    what: &str,
+    real: impl Fn() -> c_int,
+    f: impl FnOnce(&dyn Fn() -> c_int) -> c_int,
+) -> c_int {
+    let entered = std::cell::Cell::new(false);
+    let made = std::cell::Cell::new(None);
+    let once = || {
+        entered.set(true);
+        let rc = real();
+        made.set(Some(rc));
+        rc
+    };
+    match catch_unwind(AssertUnwindSafe(|| f(&once))) {
+        Ok(code) => code,
+        Err(_) => around_failed(what, entered.get(), made.get(), &real),
+    }
+}
+
+#[cold]
+fn around_failed(
+    what: &str,
+    entered: bool,
+    made: Option<c_int>,
+    real: &dyn Fn() -> c_int,
+) -> c_int {
+    failed(what);
+    match made {
+        Some(rc) => rc,
+        None if entered => crate::ffi::ERR_UNKNOWN,
+        None => catch_unwind(AssertUnwindSafe(real)).unwrap_or(crate::ffi::ERR_UNKNOWN),
+    }
+}
+
 /// Run `note` (recording what a real call that already happened did); a failure there is
 /// recorded and otherwise ignored, so the real call's result stands and the call is never
 /// made twice.
@@ -269,5 +313,30 @@ mod tests {
         assert_eq!(rc, 7);
         assert!(caching_off());
         assert_eq!(guard_or("test", 999, || 3, || 7), 3);
+    }
+
+    #[test]
+    fn around_forwards_a_failure_before_the_real_call_and_keeps_a_real_result_after_it() {
+        use std::cell::Cell;
+        let calls = Cell::new(0);
+        let real = || {
+            calls.set(calls.get() + 1);
+            5
+        };
+        let before = around("test", real, |_| {
+            std::panic::resume_unwind(Box::new(InjectedFault))
+        });
+        assert_eq!((before, calls.get()), (5, 1), "forwarded once");
+        let after = around("test", real, |r| {
+            r();
+            std::panic::resume_unwind(Box::new(InjectedFault))
+        });
+        assert_eq!(
+            (after, calls.get()),
+            (5, 2),
+            "the real call made once, its result kept"
+        );
+        assert_eq!(around("test", real, |r| r() + 1), 6);
+        assert!(caching_off());
     }
 }

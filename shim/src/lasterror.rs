@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::ffi::c_int;
 
-use crate::ffi::{guard, SUCCESS};
+use crate::ffi::SUCCESS;
 
 thread_local! {
     static LAST: Cell<c_int> = const { Cell::new(0) };
@@ -24,26 +24,34 @@ pub fn set(code: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaGetLastError() -> c_int {
-    guard("cudaGetLastError", || {
-        let ours = LAST.with(|l| l.replace(SUCCESS));
-        let real = crate::call_real!(cudaGetLastError());
-        if ours != SUCCESS {
-            ours
-        } else {
-            real
-        }
-    })
+    crate::failopen::around(
+        "cudaGetLastError",
+        || crate::call_real!(cudaGetLastError()),
+        |real| {
+            let ours = LAST.with(|l| l.replace(SUCCESS));
+            let real = real();
+            if ours != SUCCESS {
+                ours
+            } else {
+                real
+            }
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaPeekAtLastError() -> c_int {
-    guard("cudaPeekAtLastError", || {
-        let ours = LAST.with(|l| l.get());
-        let real = crate::call_real!(cudaPeekAtLastError());
-        if ours != SUCCESS {
-            ours
-        } else {
-            real
-        }
-    })
+    crate::failopen::around(
+        "cudaPeekAtLastError",
+        || crate::call_real!(cudaPeekAtLastError()),
+        |real| {
+            let ours = LAST.with(|l| l.get());
+            let real = real();
+            if ours != SUCCESS {
+                ours
+            } else {
+                real
+            }
+        },
+    )
 }

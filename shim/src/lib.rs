@@ -42,6 +42,7 @@ pub mod observe;
 pub mod observe_driver;
 pub mod observe_runtime;
 pub mod peer;
+pub mod per_thread;
 pub mod procaddr;
 pub mod real;
 pub mod real_driver;

@@ -144,6 +144,12 @@ fn substitute(rc: c_int, symbol: *const c_char, pfn: *mut *mut c_void, version: 
             );
         }
         let Some(hook) = hook.and_then(by_symbol) else {
+            if hook.is_none() && rc == 0 && enabled(Layer::Driver) && !inside() {
+                if let Some(stub) = crate::per_thread::driver_stub(name, version, flags, got) {
+                    // SAFETY: `pfn` is the caller's valid out-pointer.
+                    unsafe { *pfn = stub as *mut c_void };
+                }
+            }
             return;
         };
         hook.real.offer(got);

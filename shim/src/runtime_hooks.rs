@@ -14,7 +14,7 @@ macro_rules! runtime_hooks {
             $(if name == stringify!($name).as_bytes() {
                 return Some(Hook { hook: $path as *const () as usize, real: &fns::$name });
             })*
-            None
+            crate::per_thread::runtime_hook(name)
         }
     };
 }

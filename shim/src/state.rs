@@ -61,6 +61,10 @@ fn get_first() -> Option<&'static Shim> {
         })
     });
     INITIALIZING.with(|f| f.set(false));
+    if let Some(s) = s {
+        // A per-thread default stream used while the state was being published.
+        crate::per_thread::apply(&s.alloc);
+    }
     s.as_ref()
 }
 
@@ -117,6 +121,7 @@ fn init() -> Option<Shim> {
     let conf = AllocConf::from_env();
     let history = History::from_env();
     let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
+    crate::per_thread::apply(&alloc);
     let observed = ObservedTable::new(alloc.device_count(), &|dev| history.make_sink(dev));
     let shim = Shim {
         alloc,

@@ -8,7 +8,7 @@
 //! method that settles), so it never sees a deferred merge (`deferred.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::caching::{Ctx, DeviceState};
@@ -40,14 +40,22 @@ pub struct CachingAllocator {
     states: Vec<DevLock<DeviceState>>,
     host: DevLock<HostCache>,
     /// Under `free_sync:auto`: 0 before the first allocation or free, then the token
-    /// (`devlock::thread_token`) of the only thread that allocated or freed so far, or
-    /// [`SHARED`] once a stream was created or a second thread came (for ever). [`SHARED`]
-    /// from the start under every other mode.
+    /// (`devlock::thread_token`) of the only thread that allocated or freed so far,
+    /// [`THREADS`] once a second thread came while no per-thread default stream was used,
+    /// or [`SHARED`] once a stream was created, or several threads allocate and a
+    /// per-thread default stream was used (for ever). [`SHARED`] from the start under every
+    /// other mode.
     solo: AtomicUsize,
+    /// Whether the program used a per-thread default stream ([`Self::per_thread_streams_used`]).
+    per_thread: AtomicBool,
 }
 
-/// [`CachingAllocator::solo`]: streams (or a second thread) seen.
+/// [`CachingAllocator::solo`]: streams (or several threads and per-thread default streams)
+/// seen.
 pub(crate) const SHARED: usize = usize::MAX;
+/// [`CachingAllocator::solo`]: several threads allocate, all of their work on the legacy
+/// default stream (ordered in submission order), so frees are still reusable at once.
+const THREADS: usize = usize::MAX - 1;
 
 const INVALID_DEVICE: DeviceError = DeviceError::Driver(101);
 
@@ -78,41 +86,73 @@ impl CachingAllocator {
             conf,
             states,
             solo: AtomicUsize::new(if conf_auto { 0 } else { SHARED }),
+            per_thread: AtomicBool::new(false),
         }
     }
 
     /// The context of one call, noting the calling thread under `free_sync:auto`: a second
-    /// thread that allocates or frees counts as a stream (it may queue its work on its own
-    /// per-thread default stream, which nothing orders with the first thread's).
+    /// thread that allocates or frees counts as a stream once a per-thread default stream
+    /// was used (a thread may queue its work on its own per-thread default stream, which
+    /// nothing orders with another thread's). Without one, every thread's work goes to the
+    /// legacy default stream, where work submitted after a malloc (which follows the free
+    /// that released its block, under the device's lock) runs after work submitted before
+    /// that free, whichever threads submitted them.
     #[inline(always)]
     fn ctx_noting_thread(&self) -> Ctx<'_> {
         let solo = self.solo.load(Ordering::Relaxed);
-        if solo != SHARED && solo != thread_token() {
+        if solo < THREADS && solo != thread_token() {
             self.other_thread(solo);
         }
         self.ctx()
     }
 
     /// A thread that is not the only one so far: the first one becomes the only one; a
-    /// second one makes every later free wait, and what earlier frees released is ordered
-    /// on the GPU now ([`Self::streams_appeared`]).
+    /// second one marks several threads, and, if a per-thread default stream was used,
+    /// makes every later free wait and orders on the GPU what earlier frees released
+    /// ([`Self::streams_appeared`]).
     #[cold]
     #[inline(never)]
     fn other_thread(&self, solo: usize) {
         if solo == 0
             && self
                 .solo
-                .compare_exchange(0, thread_token(), Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(0, thread_token(), Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
             return;
         }
-        self.streams_appeared();
+        // Both this and `per_thread_streams_used` write their mark, then read the other's
+        // (sequentially consistent): at least one of them sees both and orders.
+        let _ = self
+            .solo
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                (s < THREADS).then_some(THREADS)
+            });
+        if self.per_thread.load(Ordering::SeqCst) {
+            self.streams_appeared();
+        }
     }
 
-    /// Streams (or a second thread) appeared: from now on frees wait; blocks freed until
-    /// now were reused at once, so every later piece of work is ordered after everything
-    /// queued so far, on every device (once).
+    /// The program used a per-thread default stream (seen by the caller before the work
+    /// was submitted): once several threads allocate, their work is no longer ordered by the
+    /// legacy stream alone, so from then on frees wait for the GPU-side barrier.
+    pub fn per_thread_streams_used(&self) {
+        if self.per_thread.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.solo.load(Ordering::SeqCst) == THREADS {
+            self.streams_appeared();
+        }
+    }
+
+    /// Whether [`Self::per_thread_streams_used`] was called.
+    pub fn per_thread_streams_seen(&self) -> bool {
+        self.per_thread.load(Ordering::Relaxed)
+    }
+
+    /// Streams (or several threads with per-thread default streams) appeared: from now on
+    /// frees wait; blocks freed until now were reused at once, so every later piece of work
+    /// is ordered after everything queued so far, on every device (once).
     fn streams_appeared(&self) {
         if self.solo.swap(SHARED, Ordering::Relaxed) != SHARED {
             for (d, st) in self.states.iter().enumerate() {

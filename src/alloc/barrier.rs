@@ -35,8 +35,9 @@
 //! fresh record on the legacy stream (which follows every earlier barrier and all blocking
 //! work). A stream about to be destroyed is tied into the legacy stream first (its queued
 //! work still runs, and its handle, with the blocks of its pool, may come back). When
-//! `auto` first sees a stream or a second thread, blocks were reused at once until then:
-//! one barrier with nothing to release orders everything queued so far.
+//! `auto` first sees a stream (or several threads with per-thread default streams), blocks
+//! were reused at once until then: one barrier with nothing to release orders everything
+//! queued so far.
 //!
 //! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): on
 //! simcuda the CPU-waited batches made a cudaMalloc/cudaFree loop with one idle stream

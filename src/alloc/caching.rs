@@ -92,14 +92,15 @@ const FRESH_BATCH_SPINS: u32 = 16;
 pub(crate) struct Ctx<'a> {
     pub device: &'a dyn Device,
     pub conf: &'a AllocConf,
-    /// `CachingAllocator::solo`: whether the program ever created a stream, or a second
-    /// thread allocated or freed (`free_sync:auto`: each thread may work on its own
-    /// per-thread default stream). Read under the device lock ([`Ctx::streams_seen`]).
+    /// `CachingAllocator::solo`: whether the program ever created a stream, or several
+    /// threads allocate or free and a per-thread default stream was used (`free_sync:auto`:
+    /// each thread may then work on its own per-thread default stream). Read under the
+    /// device lock ([`Ctx::streams_seen`]).
     pub solo: &'a std::sync::atomic::AtomicUsize,
 }
 
 impl Ctx<'_> {
-    /// Whether streams (or a second thread) were seen. Read under the device's lock: the
+    /// Whether streams (or several threads with per-thread default streams) were seen. Read under the device's lock: the
     /// allocator marks them before it takes each device's lock to order what earlier frees
     /// released, so a free either sees the mark or is ordered by that barrier.
     #[inline(always)]

@@ -117,9 +117,10 @@ impl Pending {
         }
     }
 
-    /// Streams or a second thread appeared under `auto`: blocks freed until now were
-    /// reused at once, so every later piece of work is ordered after everything queued so
-    /// far (a barrier with no block to release; nothing while a stream captures).
+    /// Streams (or several threads with per-thread default streams) appeared under `auto`:
+    /// blocks freed until now were reused at once, so every later piece of work is ordered
+    /// after everything queued so far (a barrier with no block to release; nothing while a
+    /// stream captures).
     pub fn order_all(&mut self, device: &dyn Device, dev: i32) {
         if !self.barriers() {
             return;
