@@ -295,3 +295,52 @@ fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
     }
     assert_eq!(allocs, 3);
 }
+
+#[test]
+fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx");
+    let log = dir.join("run.log");
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .env("NVTX_INJECTION64_PATH", common::shim_path())
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=native"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    let snap = dir.join("end.json");
+    let out = Command::new(common::cushim_bin())
+        .arg("snapshot")
+        .arg(&log)
+        .args(["--end", "-o"])
+        .arg(&snap)
+        .output()
+        .expect("running cushim snapshot");
+    assert!(out.status.success(), "{out:?}");
+    let v = common::load_snapshot(&snap);
+    let trace = v["device_traces"][0].as_array().expect("device 0's trace");
+    let path_of = |mib: u64| -> Option<String> {
+        let e = trace
+            .iter()
+            .find(|e| e["action"] == "alloc" && e["size"].as_u64() == Some(mib << 20))
+            .unwrap_or_else(|| panic!("no alloc of {mib} MiB in {trace:?}"));
+        e.get("user_metadata")
+            .and_then(|m| m.as_str())
+            .map(String::from)
+    };
+    // The paths the live snapshot gives the same program (tests/shim_nvtx.rs).
+    for (mib, path) in [
+        (1, Some("step")),
+        (2, Some("step/forward")),
+        (3, Some("step/forward/layer")),
+        (4, Some("step/mem:phase")),
+        (5, Some("step/request")),
+        (6, None),
+        (7, Some("worker")),
+        (8, Some("worker/backward")),
+    ] {
+        assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
+    }
+}

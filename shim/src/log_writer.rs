@@ -33,6 +33,7 @@ use cushim::trace::intern::StackTable;
 use cushim::trace::log::encode::EventEncoder;
 use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
 use cushim::trace::module_epochs;
+use cushim::trace::range::{path as range_path, NO_RANGE};
 use cushim::trace::runtime_frames::leading_runtime_frames;
 use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
@@ -89,7 +90,11 @@ impl EventSink for LogSink {
     }
 
     #[inline]
-    fn record(&mut self, ev: TraceEvent) {
+    fn record(&mut self, mut ev: TraceEvent) {
+        // The recording thread's NVTX range path (one thread-local read), as the ring takes it.
+        if ev.range == NO_RANGE {
+            ev.range = cushim::trace::range::current();
+        }
         push(ev);
         self.inner.record(ev);
     }
@@ -130,6 +135,7 @@ fn push(ev: TraceEvent) {
 struct Writer {
     sym: Symbolizer,
     stacks_written: Vec<bool>,
+    ranges_written: Vec<bool>,
     frames_written: usize,
     events_written: u64,
     dropped_written: u64,
@@ -137,6 +143,7 @@ struct Writer {
     side: Vec<u8>,
     out: Vec<u8>,
     stack_ids: Vec<u32>,
+    range_ids: Vec<u32>,
     ips: Vec<u64>,
     ids: Vec<u32>,
     ended: bool,
@@ -200,6 +207,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
     let _ = WRITER.set(Mutex::new(Writer {
         sym: Symbolizer::new(),
         stacks_written: Vec::new(),
+        ranges_written: Vec::new(),
         frames_written: 0,
         events_written: 0,
         dropped_written: 0,
@@ -207,6 +215,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         side: Vec::new(),
         out: Vec::new(),
         stack_ids: Vec::new(),
+        range_ids: Vec::new(),
         ips: Vec::new(),
         ids: Vec::new(),
         ended: false,
@@ -316,6 +325,7 @@ impl Writer {
             let mut enc = EventEncoder::new();
             let mut pos = 0;
             self.stack_ids.clear();
+            self.range_ids.clear();
             for i in 0..n {
                 // SAFETY: the gate is WRITING: only this thread touches the batch.
                 let ev = unsafe { (*HELD.0.get())[i] };
@@ -331,6 +341,9 @@ impl Writer {
                 pos = p;
                 if ev.stack != NO_STACK {
                     self.stack_ids.push(ev.stack);
+                }
+                if ev.range != NO_RANGE && !self.range_written(ev.range) {
+                    self.range_ids.push(ev.range);
                 }
             }
             if pos > 0 {
@@ -360,10 +373,47 @@ impl Writer {
         self.write_stacks(fd, &ids);
         self.stack_ids = ids;
         self.stack_ids.clear();
+        self.write_ranges(fd);
         format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
         if let Err(e) = write_all(fd, &self.out) {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
+        }
+    }
+
+    fn range_written(&self, id: u32) -> bool {
+        self.ranges_written
+            .get(id as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The NVTX range paths of the pending events not written yet (`range_ids`).
+    fn write_ranges(&mut self, fd: c_int) {
+        if self.range_ids.is_empty() {
+            return;
+        }
+        let mut ids = std::mem::take(&mut self.range_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        self.side.clear();
+        for &id in &ids {
+            if self.range_written(id) {
+                continue;
+            }
+            let i = id as usize;
+            if self.ranges_written.len() <= i {
+                self.ranges_written.resize(i + 1, false);
+            }
+            self.ranges_written[i] = true;
+            push_varint(&mut self.side, u64::from(id));
+            push_string(&mut self.side, &range_path(id).unwrap_or_default());
+        }
+        ids.clear();
+        self.range_ids = ids;
+        if !self.side.is_empty() {
+            format::chunk(kind::RANGES, &self.side, &mut self.out);
+            let _ = write_all(fd, &self.out);
         }
     }
 

@@ -71,16 +71,19 @@ pub struct LogFile {
     pub file: std::fs::File,
     pub name: String,
     pub stacks: StackMap,
+    /// The log's format version.
+    pub version: u32,
     /// Whether a walk failed already (said once).
     failed: AtomicBool,
 }
 
 impl LogFile {
-    pub fn new(file: std::fs::File, name: String, stacks: StackMap) -> LogFile {
+    pub fn new(file: std::fs::File, name: String, stacks: StackMap, version: u32) -> LogFile {
         LogFile {
             file,
             name,
             stacks,
+            version,
             failed: AtomicBool::new(false),
         }
     }
@@ -247,7 +250,7 @@ impl LogIter<'_> {
         let mut out = Vec::with_capacity(c.events as usize);
         let dev = self.src.device;
         let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|()| {
-            decode_events(&self.buf, |e| {
+            decode_events(&self.buf, log.version, |e| {
                 if e.device == dev {
                     out.push(Event {
                         action: e.action,

@@ -180,7 +180,14 @@ fn model(mut b: Builder, info: &LogInfo, file: Option<(std::fs::File, String)>) 
     for l in &b.lists {
         lists.push(l.iter().filter_map(|f| index.get(f).copied()).collect());
     }
-    let log = file.map(|(f, name)| Arc::new(LogFile::new(f, name, std::mem::take(&mut b.list_of))));
+    let log = file.map(|(f, name)| {
+        Arc::new(LogFile::new(
+            f,
+            name,
+            std::mem::take(&mut b.list_of),
+            info.version,
+        ))
+    });
     let mut devices = Vec::new();
     let mut host = None;
     for (ordinal, d) in b.devices {

@@ -9,7 +9,8 @@
 //! `inactive` blocks. A block's size is the size its events carry (the requested size, as
 //! PyTorch records it), so a block's rounding slack shows as part of the inactive gap
 //! after it. Expandable segments appear as one segment per mapped range. The trace holds
-//! the `events` events before the moment, per device.
+//! the `events` events before the moment, per device, each made inside an NVTX range with
+//! that range's path as its `user_metadata` (as the live snapshot writes it).
 //!
 //! The log is streamed (one chunk in memory at a time): the state, the last `events`
 //! events of each device and the stack tables are all that is kept, so any moment of a log
@@ -60,6 +61,8 @@ struct Walk {
     ndev: usize,
     frames: HashMap<u64, LogFrame>,
     stacks: HashMap<u32, Vec<u64>>,
+    /// NVTX range paths.
+    ranges: HashMap<u32, String>,
 }
 
 impl Walk {
@@ -76,6 +79,7 @@ impl Walk {
             ndev: 0,
             frames: HashMap::new(),
             stacks: HashMap::new(),
+            ranges: HashMap::new(),
         }
     }
 }
@@ -118,6 +122,9 @@ impl LogVisitor for Walk {
     }
     fn stack(&mut self, id: u32, frames: Vec<u64>) {
         self.stacks.insert(id, frames);
+    }
+    fn range(&mut self, id: u32, path: String) {
+        self.ranges.insert(id, path);
     }
 }
 
@@ -334,6 +341,10 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
             ];
             if e.action == Action::Oom {
                 entry.push((s.get("device_free"), Value::uint(e.device_free)));
+            }
+            // As the live snapshot writes it: the entry's NVTX range path.
+            if let Some(p) = all.ranges.get(&e.range) {
+                entry.push((s.get("user_metadata"), s.get(p)));
             }
             traces[d].push(Value::dict(entry));
         }

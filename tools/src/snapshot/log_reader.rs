@@ -19,7 +19,7 @@ use std::io::Read;
 
 use cushim::trace::event::TraceEvent;
 use cushim::trace::log::encode::decode_events;
-use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
+use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD, VERSION};
 
 /// One symbolized frame of the log's frame table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,8 @@ pub struct LogFrame {
 pub struct LogInfo {
     /// The header chunk (JSON).
     pub header: serde_json::Value,
+    /// The format version the header names (1 when it names none).
+    pub version: u32,
     /// Events the writer could not take (written in the log by the shim).
     pub dropped: u64,
     /// Whether the log was closed cleanly (an `END` chunk).
@@ -50,6 +52,8 @@ pub trait LogVisitor {
     fn frame(&mut self, id: u64, frame: LogFrame);
     /// Stack `id`'s frames, innermost first (frame ids).
     fn stack(&mut self, id: u32, frames: Vec<u64>);
+    /// NVTX range `id`'s rendered path (`outer/inner`; a domain's ranges as `domain:name`).
+    fn range(&mut self, _id: u32, _path: String) {}
     /// An events chunk starts at byte `at` of the file (its head; `len` payload bytes);
     /// its events follow through [`LogVisitor::event`].
     fn events_chunk(&mut self, _at: u64, _len: u32) {}
@@ -145,6 +149,13 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
             }
             info.header = serde_json::from_slice(payload)
                 .map_err(|e| format!("the header is not JSON: {e}"))?;
+            let version = info.header["version"].as_u64().unwrap_or(1);
+            if version > u64::from(VERSION) {
+                return Err(format!(
+                    "format version {version}: written by a newer cushim (this one reads up to {VERSION})"
+                ));
+            }
+            info.version = version as u32;
             first = false;
             pos += (CHUNK_HEAD + len) as u64;
             continue;
@@ -153,7 +164,7 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
         match k {
             kind::EVENTS => {
                 pending.clear();
-                decode_events(payload, |e| pending.push(e)).map_err(at)?;
+                decode_events(payload, info.version, |e| pending.push(e)).map_err(at)?;
                 info.events += pending.len() as u64;
                 v.events_chunk(pos, len as u32);
                 for e in pending.drain(..) {
@@ -184,6 +195,15 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
                         frames.push(c.varint().map_err(at)?);
                     }
                     v.stack(id, frames);
+                }
+            }
+            kind::RANGES => {
+                let mut c = Cursor::new(payload);
+                while !c.at_end() {
+                    let id = c.varint().map_err(at)?;
+                    let id = u32::try_from(id).map_err(|_| at(format!("range id {id}")))?;
+                    let path = c.string().map_err(at)?;
+                    v.range(id, path);
                 }
             }
             kind::DROPPED => {
