@@ -344,3 +344,45 @@ fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
     }
 }
+
+#[test]
+fn events_just_before_a_crash_have_their_stacks_in_the_log() {
+    #[derive(Default)]
+    struct Stacks {
+        events: Vec<TraceEvent>,
+        frames: std::collections::HashMap<u32, usize>,
+    }
+    impl LogVisitor for Stacks {
+        fn event(&mut self, ev: TraceEvent) {
+            self.events.push(ev);
+        }
+        fn frame(&mut self, _id: u64, _f: LogFrame) {}
+        fn stack(&mut self, id: u32, frames: Vec<u64>) {
+            self.frames.insert(id, frames.len());
+        }
+    }
+    // The program crashes right after its first allocations: their stacks are new, and only
+    // the crash path's wait for the writer's tables puts them in the log.
+    for (case, signal) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+        let dir = common::scratch(&format!("log-crash-stacks-{case}"));
+        let out = run_case(libc::SIGTERM, case, false, &dir);
+        assert_eq!(out.status.signal(), Some(signal), "{case}: {out:?}");
+        let bytes = std::fs::read(the_log(&dir)).expect("reading the log");
+        let mut s = Stacks::default();
+        let info = read_log(&bytes, &mut s).expect("the log reads");
+        assert_eq!(info.problem, None, "{case}");
+        for size in [8u64 << 20, 5 << 20] {
+            let e = s
+                .events
+                .iter()
+                .find(|e| e.action == Action::Alloc && e.device == 0 && e.size == size)
+                .unwrap_or_else(|| panic!("{case}: no alloc of {size} in the log"));
+            assert_ne!(e.stack, cushim::trace::event::NO_STACK, "{case}: {e:?}");
+            assert!(
+                s.frames.get(&e.stack).is_some_and(|&n| n > 0),
+                "{case}: the stack of the {size}-byte alloc is in the log: {e:?}, stacks {:?}",
+                s.frames
+            );
+        }
+    }
+}

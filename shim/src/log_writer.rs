@@ -19,12 +19,15 @@
 //!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
 //!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
 //!   proceeds; a batch the writer thread had taken out of the queue but not yet written is
-//!   taken over and written too (`GATE`). Stacks first seen in that last moment are not in
-//!   the log after a crash (their events are, with their stack ids unresolved).
+//!   taken over and written too (`GATE`). The stacks and range paths those events name are
+//!   written first, by the writer thread (see [`flush_from_signal`]: the crash path only
+//!   waits for it, so it stays async-signal-safe).
 //! - A `fork` child does not write to its parent's log: logging stops in the child.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -58,6 +61,15 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static WRITER: OnceCell<Mutex<Writer>> = OnceCell::new();
 static THREAD: OnceCell<std::thread::Thread> = OnceCell::new();
+/// The writer thread's kernel thread id (0 until it runs).
+static WRITER_TID: AtomicI32 = AtomicI32::new(0);
+/// The largest stack id and NVTX range id recorded so far (ids are handed out in order, so
+/// every id an event in the queue names is at most these).
+static MAX_STACK: AtomicU32 = AtomicU32::new(0);
+static MAX_RANGE: AtomicU32 = AtomicU32::new(0);
+/// Every stack (range) id up to this one is in the file.
+static STACKS_DONE: AtomicU32 = AtomicU32::new(0);
+static RANGES_DONE: AtomicU32 = AtomicU32::new(0);
 
 fn template() -> Option<&'static str> {
     TEMPLATE
@@ -94,6 +106,13 @@ impl EventSink for LogSink {
         // The recording thread's NVTX range path (one thread-local read), as the ring takes it.
         if ev.range == NO_RANGE {
             ev.range = cushim::trace::range::current();
+        }
+        // A load of a line that is written only when a new id appears.
+        if ev.stack != NO_STACK && ev.stack > MAX_STACK.load(Ordering::Relaxed) {
+            MAX_STACK.fetch_max(ev.stack, Ordering::AcqRel);
+        }
+        if ev.range != NO_RANGE && ev.range > MAX_RANGE.load(Ordering::Relaxed) {
+            MAX_RANGE.fetch_max(ev.range, Ordering::AcqRel);
         }
         push(ev);
         self.inner.record(ev);
@@ -249,6 +268,11 @@ fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
 
 fn writer_thread() {
     let _ = THREAD.set(std::thread::current());
+    // SAFETY: gettid has no preconditions.
+    WRITER_TID.store(
+        unsafe { libc::syscall(libc::SYS_gettid) } as i32,
+        Ordering::Release,
+    );
     loop {
         let step = std::panic::catch_unwind(|| match WRITER.get() {
             Some(w) => {
@@ -281,6 +305,7 @@ impl Writer {
     fn drain(&mut self) -> u64 {
         let Some(q) = QUEUE.get() else { return 0 };
         let fd = FD.load(Ordering::Acquire);
+        self.write_tables(fd);
         let mut total = 0;
         loop {
             // Take a batch out of the queue through the gate (see `Gate`): a crash on
@@ -378,6 +403,27 @@ impl Writer {
         if let Err(e) = write_all(fd, &self.out) {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
+        }
+    }
+
+    /// Every stack and range path recorded so far that is not in the file yet, whether or
+    /// not an event written yet names it: the crash path waits for this (see
+    /// [`flush_from_signal`]).
+    fn write_tables(&mut self, fd: c_int) {
+        let stacks = MAX_STACK.load(Ordering::Acquire);
+        let done = STACKS_DONE.load(Ordering::Acquire);
+        if stacks > done {
+            let ids: Vec<u32> = (done + 1..=stacks).collect();
+            self.write_stacks(fd, &ids);
+            STACKS_DONE.store(stacks, Ordering::Release);
+        }
+        let ranges = MAX_RANGE.load(Ordering::Acquire);
+        let done = RANGES_DONE.load(Ordering::Acquire);
+        if ranges > done {
+            self.range_ids.clear();
+            self.range_ids.extend(done + 1..=ranges);
+            self.write_ranges(fd);
+            RANGES_DONE.store(ranges, Ordering::Release);
         }
     }
 
@@ -573,6 +619,7 @@ pub fn flush_from_signal() {
         return;
     }
     let fd = FD.load(Ordering::Acquire);
+    wait_for_tables();
     // Take the writer's batch (or close the gate), waiting out a pop or a write in progress;
     // bounded, in case the crash is on the writer thread itself.
     let mut stolen = false;
@@ -614,6 +661,44 @@ pub fn flush_from_signal() {
         GATE.store(IDLE, Ordering::Release);
     }
     FATAL_BUSY.store(false, Ordering::Release);
+}
+
+/// The longest the crash path waits for the writer thread to write the stack and range
+/// tables (it symbolizes: the first stacks load debug information).
+const TABLES_WAIT_MS: u64 = 10_000;
+
+/// From the crash path, before it writes the queued events: wait until the writer thread
+/// has written every stack and range path recorded so far, so the events written next have
+/// their stacks in the file.
+///
+/// Why this is sound in a signal handler: this thread only loads atomics, calls
+/// `syscall(gettid)` and `nanosleep` (both async-signal-safe) and takes no lock; the
+/// symbolizing, allocating and locking happen on the writer thread, which keeps running
+/// while this one waits. The wait is bounded: if the crashed thread holds a lock the writer
+/// needs (the stack table's, or malloc's after heap corruption), the writer stalls and the
+/// events are written after [`TABLES_WAIT_MS`] without those stacks. A crash on the writer
+/// thread itself does not wait (it cannot write while it is here).
+fn wait_for_tables() {
+    // SAFETY: gettid has no preconditions; async-signal-safe.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    if !DRAINING.load(Ordering::Acquire) || WRITER_TID.load(Ordering::Acquire) == me {
+        return;
+    }
+    let stacks = MAX_STACK.load(Ordering::Acquire);
+    let ranges = MAX_RANGE.load(Ordering::Acquire);
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..TABLES_WAIT_MS {
+        if STACKS_DONE.load(Ordering::Acquire) >= stacks
+            && RANGES_DONE.load(Ordering::Acquire) >= ranges
+        {
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder; async-signal-safe.
+        unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+    }
 }
 
 /// Encode the events `next` gives into chunks in the static buffer and `write(2)` them.
