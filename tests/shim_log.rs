@@ -386,3 +386,87 @@ fn events_just_before_a_crash_have_their_stacks_in_the_log() {
         }
     }
 }
+
+/// How a SIGKILL meets the `steps` program at a checkpoint.
+#[derive(Debug, Clone, Copy)]
+enum KillAt {
+    /// Paused at the checkpoint, after the log was seen to hold it.
+    PausedFlushed,
+    /// Told to go on after the log was seen to hold the checkpoint: killed while it runs.
+    Running,
+    /// Paused at the checkpoint before anyone looked at the log.
+    PausedUnseen,
+}
+
+#[test]
+fn sigkill_at_chosen_moments_keeps_every_event_before_a_checkpoint_seen_in_the_log() {
+    // About a million events: 3 a pair.
+    let n = 333_336u64;
+    let quarter = n / 4;
+    for (stop, how) in [
+        (1u64, KillAt::PausedFlushed),
+        (2, KillAt::Running),
+        (3, KillAt::PausedUnseen),
+    ] {
+        let dir = common::scratch(&format!("log-kill-steps-{stop}"));
+        let log = dir.join("run.log");
+        let mut child = common::shim_cmd(&prog())
+            .arg(n.to_string())
+            .arg("steps")
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the program");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut child = common::Killed(child);
+        // The checkpoint: pairs the program reported done whose events the log was seen to
+        // hold (the program waits at each checkpoint, so what it reported is exactly that).
+        let mut seen = 0u64;
+        for k in 1..=stop {
+            let line = lines.next().expect("a line").expect("reading");
+            assert_eq!(line, format!("done {}", k * quarter), "{how:?}");
+            let last = k == stop;
+            if !(last && matches!(how, KillAt::PausedUnseen)) {
+                // Poll the log until it holds the checkpoint (the writer flushes on its own).
+                let mut polls = 0u64;
+                while (allocs_of(&read(&log).1, 1024) as u64) < k * quarter {
+                    polls += 1;
+                    assert!(
+                        polls < 60_000,
+                        "{how:?}: the writer never flushed checkpoint {k}"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                seen = k * quarter;
+            }
+            if !last || matches!(how, KillAt::Running) {
+                use std::io::Write;
+                writeln!(stdin, "go").expect("telling the program to go on");
+            }
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        let bytes = std::fs::read(&log).expect("reading the log");
+        let mut c = Collect::default();
+        let info = read_log(&bytes, &mut c).unwrap_or_else(|e| panic!("{how:?}: {e}"));
+        assert!(!info.ended, "{how:?}: no clean end after SIGKILL");
+        let allocs = allocs_of(&c, 1024) as u64;
+        let frees = c
+            .events
+            .iter()
+            .filter(|e| e.action == Action::FreeCompleted && e.size == 1024)
+            .count() as u64;
+        assert!(
+            allocs >= seen && frees >= seen,
+            "{how:?}: {allocs} allocs and {frees} frees, {seen} pairs seen flushed ({:?})",
+            info.problem
+        );
+        assert!(allocs <= n, "{how:?}: {allocs}");
+        if matches!(how, KillAt::PausedFlushed) {
+            assert_eq!(allocs, seen, "{how:?}: paused: nothing more was made");
+        }
+    }
+}
