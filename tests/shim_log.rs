@@ -470,3 +470,42 @@ fn sigkill_at_chosen_moments_keeps_every_event_before_a_checkpoint_seen_in_the_l
         }
     }
 }
+
+#[test]
+fn a_fork_child_that_records_says_it_does_not_log_and_the_parents_log_goes_on() {
+    let exe = common::compile("shim_fork", &[]);
+    let dir = common::scratch("log-fork");
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .args(["alloc", "2"])
+            .env("CUSHIM_LOG", dir.join("run-%p.log"))
+            .env("CUSHIM_SNAPSHOT", dir.join("snap-%p-%n.pickle"))
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok=2"), "{stdout}");
+    // Each child allocates: each says once that it does not log.
+    let said = stderr
+        .matches("is a fork child: it does not write the event log")
+        .count();
+    assert_eq!(said, 2, "{stderr}");
+    // One log, the parent's, with the parent's allocations and a clean end.
+    let (info, c) = read(&the_log(&dir));
+    assert!(info.ended, "{info:?}");
+    let children = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("pids="))
+        .map(|p| p.split(',').map(String::from).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let pid = info.header["pid"].to_string();
+    assert!(
+        !children.contains(&pid),
+        "the log is the parent's, not a child's: {pid} {children:?}"
+    );
+    assert!(
+        c.events.iter().any(|e| e.action == Action::Alloc),
+        "the parent's allocations are in its log"
+    );
+}

@@ -22,7 +22,11 @@
 //!   taken over and written too (`GATE`). The stacks and range paths those events name are
 //!   written first, by the writer thread (see [`flush_from_signal`]: the crash path only
 //!   waits for it, so it stays async-signal-safe).
-//! - A `fork` child does not write to its parent's log: logging stops in the child.
+//! - A `fork` child does not write to its parent's log: logging stops in the child, and the
+//!   first event it records says so on stderr, once. Why not a log of its own: the child of
+//!   a threaded process may only make async-signal-safe calls until it execs, and a log
+//!   needs a writer thread (started from the event's thread, in a process whose other
+//!   threads vanished holding whatever locks they held: the symbolizer's, malloc's).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{
@@ -126,6 +130,9 @@ impl EventSink for LogSink {
 #[inline]
 fn push(ev: TraceEvent) {
     if !ON.load(Ordering::Relaxed) {
+        if FORKED.load(Ordering::Relaxed) {
+            say_child_does_not_log();
+        }
         return;
     }
     let Some(q) = QUEUE.get() else { return };
@@ -528,6 +535,11 @@ fn push_string(out: &mut Vec<u8>, s: &str) {
 
 /// Drain the queue and close the log with an `END` chunk (at exit, on an ending signal).
 pub fn finish() {
+    // A fork child never locks the writer: the parent's writer thread may have held that
+    // lock at the fork, and in the child nothing would ever release it.
+    if IN_CHILD.load(Ordering::Acquire) {
+        return;
+    }
     let Some(w) = WRITER.get() else { return };
     let mut w = w.lock();
     if w.ended {
@@ -564,8 +576,36 @@ static AT_UNLOAD: extern "C" fn() = at_unload;
 
 /// In a `fork` child: the writer thread does not exist and the file is the parent's.
 pub fn after_fork_in_child() {
-    ON.store(false, Ordering::Release);
+    let was_on = ON.swap(false, Ordering::AcqRel);
     DRAINING.store(false, Ordering::Release);
+    FORKED.store(was_on, Ordering::Release);
+    IN_CHILD.store(true, Ordering::Release);
+}
+
+/// Set in a fork child: the log is the parent's.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Set in a fork child of a logging process until it has said it does not log.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// One line on stderr from a fork child's first recorded event (with `write(2)` from a stack
+/// buffer: no lock another thread of the parent may have held at the fork).
+#[cold]
+fn say_child_does_not_log() {
+    if !FORKED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    use std::io::Write;
+    let mut buf = [0u8; 256];
+    let mut w = &mut buf[..];
+    let _ = write!(
+        w,
+        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on\n",
+        std::process::id()
+    );
+    let len = 256 - w.len();
+    // SAFETY: writing our own stack buffer to stderr.
+    unsafe { libc::write(2, buf.as_ptr() as *const c_void, len) };
 }
 
 /// The gate between the writer thread and the crash path over the batch the writer has
