@@ -598,9 +598,9 @@ fn say_child_does_not_log() {
     use std::io::Write;
     let mut buf = [0u8; 256];
     let mut w = &mut buf[..];
-    let _ = write!(
+    let _ = writeln!(
         w,
-        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on\n",
+        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on",
         std::process::id()
     );
     let len = 256 - w.len();
