@@ -8,10 +8,16 @@
 //! file, kept open, so memory stays bounded by a chunk whatever the log's length. The
 //! chunks were checked when the log was first read; one that reads differently later (the
 //! file was rewritten under us) ends the walk with one line on stderr, never a panic.
+//!
+//! While the walks of a log take over a second and stderr is a terminal, a progress line
+//! names the walk and how far it is (as `snapshot::progress` does for the first reading),
+//! redrawn at most four times a second and cleared when the model is dropped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::analyze::model::Event;
 use crate::snapshot::log_reader::read_chunk_at;
@@ -75,6 +81,41 @@ pub struct LogFile {
     pub version: u32,
     /// Whether a walk failed already (said once).
     failed: AtomicBool,
+    /// Walks started; progress lines (see the module docs).
+    walks: AtomicU64,
+    tty: bool,
+    start: Instant,
+    /// Milliseconds after `start` of the last progress line (0: none yet).
+    shown_ms: AtomicU64,
+}
+
+impl LogFile {
+    /// A progress line for chunk `i` of `n` of walk `walk`, if it is time for one.
+    fn progress(&self, walk: u64, i: usize, n: usize) {
+        if !self.tty {
+            return;
+        }
+        let ms = self.start.elapsed().as_millis() as u64;
+        let last = self.shown_ms.load(Ordering::Relaxed);
+        if ms < 1000 || (last != 0 && ms < last + 250) {
+            return;
+        }
+        self.shown_ms.store(ms, Ordering::Relaxed);
+        let pct = (i * 100).checked_div(n).unwrap_or(100);
+        let _ = write!(
+            std::io::stderr(),
+            "\rcushim: analysing {}: pass {walk}, {pct}%\x1b[K",
+            self.name
+        );
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        if self.shown_ms.load(Ordering::Relaxed) != 0 {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
 }
 
 impl LogFile {
@@ -85,6 +126,10 @@ impl LogFile {
             stacks,
             version,
             failed: AtomicBool::new(false),
+            walks: AtomicU64::new(0),
+            tty: std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            shown_ms: AtomicU64::new(0),
         }
     }
 }
@@ -146,6 +191,8 @@ impl EventList {
         match self {
             EventList::Mem(v) => Iter::Mem(v.iter()),
             EventList::Log(l) => Iter::Log(LogIter {
+                walk: l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+                loaded: 0,
                 src: l,
                 lo: 0,
                 hi: l.chunks.len(),
@@ -234,6 +281,9 @@ impl ExactSizeIterator for Iter<'_> {
 /// ends being consumed.
 pub struct LogIter<'a> {
     src: &'a LogEvents,
+    /// Which walk of the log this is, and the chunks it decoded (for the progress line).
+    walk: u64,
+    loaded: usize,
     lo: usize,
     hi: usize,
     front: std::vec::IntoIter<Event>,
@@ -247,6 +297,8 @@ impl LogIter<'_> {
     fn load(&mut self, i: usize) -> Option<std::vec::IntoIter<Event>> {
         let c = self.src.chunks[i];
         let log = &*self.src.log;
+        self.loaded += 1;
+        log.progress(self.walk, self.loaded, self.src.chunks.len());
         let mut out = Vec::with_capacity(c.events as usize);
         let dev = self.src.device;
         let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|()| {
