@@ -136,7 +136,7 @@ fn the_header_records_the_process_and_its_settings() {
     assert!(out.status.success(), "{out:?}");
     let (info, c) = read(&the_log(&dir));
     let h = &info.header;
-    assert_eq!(h["version"], 1);
+    assert_eq!(h["version"], cushim::trace::log::format::VERSION);
     assert!(h["pid"].as_u64().is_some_and(|p| p > 0), "{h}");
     assert!(
         h["allocator_settings"]["expandable_segments"].is_boolean(),

@@ -201,4 +201,34 @@ mod tests {
         .expect("decodes");
         assert_eq!(back, evs);
     }
+
+    #[test]
+    fn a_version_1_record_reads_its_free_device_bytes_and_no_range() {
+        // Version 1: an oom record with 0x80 (free bytes follow): time 5, address +4096,
+        // size 1 MiB (code 4096), 777 bytes free; then an alloc without flags.
+        let mut b = vec![Action::Oom as u8 | flag::DEVICE_FREE];
+        let mut put = |v: u64| {
+            let mut t = [0u8; 10];
+            let n = put_varint(&mut t, 0, v);
+            b.extend_from_slice(&t[..n]);
+        };
+        put(zigzag(5));
+        put(zigzag(4096));
+        put(size_code(1 << 20));
+        put(777);
+        let mut b2 = b.clone();
+        b2.push(Action::Alloc as u8);
+        b2.extend_from_slice(&[0, 0, 2]);
+        let mut back = Vec::new();
+        decode_events(&b2, 1, |e| back.push(e)).expect("a version-1 chunk decodes");
+        assert_eq!(back.len(), 2);
+        assert_eq!(
+            (back[0].action, back[0].device_free, back[0].range),
+            (Action::Oom, 777, 0)
+        );
+        assert_eq!(
+            (back[1].action, back[1].size, back[1].range),
+            (Action::Alloc, 512, 0)
+        );
+    }
 }
