@@ -444,3 +444,41 @@ fn nvtx_range_paths_read_in_pytorchs_memory_viz() {
         .collect();
     assert!(paths.contains(&"step/forward/layer"), "{paths:?}");
 }
+
+#[test]
+fn a_moment_of_a_whole_run_log_reads_in_pytorchs_memory_viz() {
+    let Some(script) = memory_viz_or_skip() else {
+        return;
+    };
+    let exe = common::compile("shim_trace", &[]);
+    let dir = common::scratch("memviz-log");
+    let log = dir.join("run.log");
+    common::run_ok(
+        common::shim_cmd(&exe)
+            .arg("sites")
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", HISTORY),
+    );
+    let snap = dir.join("end.pickle");
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .arg("snapshot")
+            .arg(&log)
+            .args(["--peak", "-o"])
+            .arg(&snap),
+    );
+    let v = check_all_views(script, &dir, &snap);
+    // The moment holds the program's live blocks, with the program's own call sites.
+    assert!(
+        v["segments"].as_array().is_some_and(|s| !s.is_empty()),
+        "no segments at the peak: {v}"
+    );
+    let frames = api(&[script, &snap])["memory"]["frames"].to_string();
+    for f in ["load_weights", "make_activation"] {
+        let line = common::call_line("shim_trace.c", f, "cudaMalloc");
+        assert!(
+            frames.contains(&format!("shim_trace.c:{line}:{f}")),
+            "{f} in {frames}"
+        );
+    }
+}

@@ -136,7 +136,7 @@ fn the_header_records_the_process_and_its_settings() {
     assert!(out.status.success(), "{out:?}");
     let (info, c) = read(&the_log(&dir));
     let h = &info.header;
-    assert_eq!(h["version"], 1);
+    assert_eq!(h["version"], cushim::trace::log::format::VERSION);
     assert!(h["pid"].as_u64().is_some_and(|p| p > 0), "{h}");
     assert!(
         h["allocator_settings"]["expandable_segments"].is_boolean(),
@@ -294,4 +294,218 @@ fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
         assert_eq!(traced, events, "{args:?}");
     }
     assert_eq!(allocs, 3);
+}
+
+#[test]
+fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx");
+    let log = dir.join("run.log");
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .env("NVTX_INJECTION64_PATH", common::shim_path())
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=native"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    let snap = dir.join("end.json");
+    let out = Command::new(common::cushim_bin())
+        .arg("snapshot")
+        .arg(&log)
+        .args(["--end", "-o"])
+        .arg(&snap)
+        .output()
+        .expect("running cushim snapshot");
+    assert!(out.status.success(), "{out:?}");
+    let v = common::load_snapshot(&snap);
+    let trace = v["device_traces"][0].as_array().expect("device 0's trace");
+    let path_of = |mib: u64| -> Option<String> {
+        let e = trace
+            .iter()
+            .find(|e| e["action"] == "alloc" && e["size"].as_u64() == Some(mib << 20))
+            .unwrap_or_else(|| panic!("no alloc of {mib} MiB in {trace:?}"));
+        e.get("user_metadata")
+            .and_then(|m| m.as_str())
+            .map(String::from)
+    };
+    // The paths the live snapshot gives the same program (tests/shim_nvtx.rs).
+    for (mib, path) in [
+        (1, Some("step")),
+        (2, Some("step/forward")),
+        (3, Some("step/forward/layer")),
+        (4, Some("step/mem:phase")),
+        (5, Some("step/request")),
+        (6, None),
+        (7, Some("worker")),
+        (8, Some("worker/backward")),
+    ] {
+        assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
+    }
+}
+
+#[test]
+fn events_just_before_a_crash_have_their_stacks_in_the_log() {
+    #[derive(Default)]
+    struct Stacks {
+        events: Vec<TraceEvent>,
+        frames: std::collections::HashMap<u32, usize>,
+    }
+    impl LogVisitor for Stacks {
+        fn event(&mut self, ev: TraceEvent) {
+            self.events.push(ev);
+        }
+        fn frame(&mut self, _id: u64, _f: LogFrame) {}
+        fn stack(&mut self, id: u32, frames: Vec<u64>) {
+            self.frames.insert(id, frames.len());
+        }
+    }
+    // The program crashes right after its first allocations: their stacks are new, and only
+    // the crash path's wait for the writer's tables puts them in the log.
+    for (case, signal) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+        let dir = common::scratch(&format!("log-crash-stacks-{case}"));
+        let out = run_case(libc::SIGTERM, case, false, &dir);
+        assert_eq!(out.status.signal(), Some(signal), "{case}: {out:?}");
+        let bytes = std::fs::read(the_log(&dir)).expect("reading the log");
+        let mut s = Stacks::default();
+        let info = read_log(&bytes, &mut s).expect("the log reads");
+        assert_eq!(info.problem, None, "{case}");
+        for size in [8u64 << 20, 5 << 20] {
+            let e = s
+                .events
+                .iter()
+                .find(|e| e.action == Action::Alloc && e.device == 0 && e.size == size)
+                .unwrap_or_else(|| panic!("{case}: no alloc of {size} in the log"));
+            assert_ne!(e.stack, cushim::trace::event::NO_STACK, "{case}: {e:?}");
+            assert!(
+                s.frames.get(&e.stack).is_some_and(|&n| n > 0),
+                "{case}: the stack of the {size}-byte alloc is in the log: {e:?}, stacks {:?}",
+                s.frames
+            );
+        }
+    }
+}
+
+/// How a SIGKILL meets the `steps` program at a checkpoint.
+#[derive(Debug, Clone, Copy)]
+enum KillAt {
+    /// Paused at the checkpoint, after the log was seen to hold it.
+    PausedFlushed,
+    /// Told to go on after the log was seen to hold the checkpoint: killed while it runs.
+    Running,
+    /// Paused at the checkpoint before anyone looked at the log.
+    PausedUnseen,
+}
+
+#[test]
+fn sigkill_at_chosen_moments_keeps_every_event_before_a_checkpoint_seen_in_the_log() {
+    // About a million events: 3 a pair.
+    let n = 333_336u64;
+    let quarter = n / 4;
+    for (stop, how) in [
+        (1u64, KillAt::PausedFlushed),
+        (2, KillAt::Running),
+        (3, KillAt::PausedUnseen),
+    ] {
+        let dir = common::scratch(&format!("log-kill-steps-{stop}"));
+        let log = dir.join("run.log");
+        let mut child = common::shim_cmd(&prog())
+            .arg(n.to_string())
+            .arg("steps")
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the program");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut child = common::Killed(child);
+        // The checkpoint: pairs the program reported done whose events the log was seen to
+        // hold (the program waits at each checkpoint, so what it reported is exactly that).
+        let mut seen = 0u64;
+        for k in 1..=stop {
+            let line = lines.next().expect("a line").expect("reading");
+            assert_eq!(line, format!("done {}", k * quarter), "{how:?}");
+            let last = k == stop;
+            if !(last && matches!(how, KillAt::PausedUnseen)) {
+                // Poll the log until it holds the checkpoint (the writer flushes on its own).
+                let mut polls = 0u64;
+                while (allocs_of(&read(&log).1, 1024) as u64) < k * quarter {
+                    polls += 1;
+                    assert!(
+                        polls < 60_000,
+                        "{how:?}: the writer never flushed checkpoint {k}"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                seen = k * quarter;
+            }
+            if !last || matches!(how, KillAt::Running) {
+                use std::io::Write;
+                writeln!(stdin, "go").expect("telling the program to go on");
+            }
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        let bytes = std::fs::read(&log).expect("reading the log");
+        let mut c = Collect::default();
+        let info = read_log(&bytes, &mut c).unwrap_or_else(|e| panic!("{how:?}: {e}"));
+        assert!(!info.ended, "{how:?}: no clean end after SIGKILL");
+        let allocs = allocs_of(&c, 1024) as u64;
+        let frees = c
+            .events
+            .iter()
+            .filter(|e| e.action == Action::FreeCompleted && e.size == 1024)
+            .count() as u64;
+        assert!(
+            allocs >= seen && frees >= seen,
+            "{how:?}: {allocs} allocs and {frees} frees, {seen} pairs seen flushed ({:?})",
+            info.problem
+        );
+        assert!(allocs <= n, "{how:?}: {allocs}");
+        if matches!(how, KillAt::PausedFlushed) {
+            assert_eq!(allocs, seen, "{how:?}: paused: nothing more was made");
+        }
+    }
+}
+
+#[test]
+fn a_fork_child_that_records_says_it_does_not_log_and_the_parents_log_goes_on() {
+    let exe = common::compile("shim_fork", &[]);
+    let dir = common::scratch("log-fork");
+    let out = common::run(
+        common::shim_cmd(&exe)
+            .args(["alloc", "2"])
+            .env("CUSHIM_LOG", dir.join("run-%p.log"))
+            .env("CUSHIM_SNAPSHOT", dir.join("snap-%p-%n.pickle"))
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok=2"), "{stdout}");
+    // Each child allocates: each says once that it does not log.
+    let said = stderr
+        .matches("is a fork child: it does not write the event log")
+        .count();
+    assert_eq!(said, 2, "{stderr}");
+    // One log, the parent's, with the parent's allocations and a clean end.
+    let (info, c) = read(&the_log(&dir));
+    assert!(info.ended, "{info:?}");
+    let children = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("pids="))
+        .map(|p| p.split(',').map(String::from).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let pid = info.header["pid"].to_string();
+    assert!(
+        !children.contains(&pid),
+        "the log is the parent's, not a child's: {pid} {children:?}"
+    );
+    assert!(
+        c.events.iter().any(|e| e.action == Action::Alloc),
+        "the parent's allocations are in its log"
+    );
 }

@@ -19,12 +19,19 @@
 //!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
 //!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
 //!   proceeds; a batch the writer thread had taken out of the queue but not yet written is
-//!   taken over and written too (`GATE`). Stacks first seen in that last moment are not in
-//!   the log after a crash (their events are, with their stack ids unresolved).
-//! - A `fork` child does not write to its parent's log: logging stops in the child.
+//!   taken over and written too (`GATE`). The stacks and range paths those events name are
+//!   written first, by the writer thread (see [`flush_from_signal`]: the crash path only
+//!   waits for it, so it stays async-signal-safe).
+//! - A `fork` child does not write to its parent's log: logging stops in the child, and the
+//!   first event it records says so on stderr, once. Why not a log of its own: the child of
+//!   a threaded process may only make async-signal-safe calls until it execs, and a log
+//!   needs a writer thread (started from the event's thread, in a process whose other
+//!   threads vanished holding whatever locks they held: the symbolizer's, malloc's).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -33,6 +40,7 @@ use cushim::trace::intern::StackTable;
 use cushim::trace::log::encode::EventEncoder;
 use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
 use cushim::trace::module_epochs;
+use cushim::trace::range::{path as range_path, NO_RANGE};
 use cushim::trace::runtime_frames::leading_runtime_frames;
 use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
@@ -57,6 +65,15 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static WRITER: OnceCell<Mutex<Writer>> = OnceCell::new();
 static THREAD: OnceCell<std::thread::Thread> = OnceCell::new();
+/// The writer thread's kernel thread id (0 until it runs).
+static WRITER_TID: AtomicI32 = AtomicI32::new(0);
+/// The largest stack id and NVTX range id recorded so far (ids are handed out in order, so
+/// every id an event in the queue names is at most these).
+static MAX_STACK: AtomicU32 = AtomicU32::new(0);
+static MAX_RANGE: AtomicU32 = AtomicU32::new(0);
+/// Every stack (range) id up to this one is in the file.
+static STACKS_DONE: AtomicU32 = AtomicU32::new(0);
+static RANGES_DONE: AtomicU32 = AtomicU32::new(0);
 
 fn template() -> Option<&'static str> {
     TEMPLATE
@@ -89,7 +106,18 @@ impl EventSink for LogSink {
     }
 
     #[inline]
-    fn record(&mut self, ev: TraceEvent) {
+    fn record(&mut self, mut ev: TraceEvent) {
+        // The recording thread's NVTX range path (one thread-local read), as the ring takes it.
+        if ev.range == NO_RANGE {
+            ev.range = cushim::trace::range::current();
+        }
+        // A load of a line that is written only when a new id appears.
+        if ev.stack != NO_STACK && ev.stack > MAX_STACK.load(Ordering::Relaxed) {
+            MAX_STACK.fetch_max(ev.stack, Ordering::AcqRel);
+        }
+        if ev.range != NO_RANGE && ev.range > MAX_RANGE.load(Ordering::Relaxed) {
+            MAX_RANGE.fetch_max(ev.range, Ordering::AcqRel);
+        }
         push(ev);
         self.inner.record(ev);
     }
@@ -102,6 +130,9 @@ impl EventSink for LogSink {
 #[inline]
 fn push(ev: TraceEvent) {
     if !ON.load(Ordering::Relaxed) {
+        if FORKED.load(Ordering::Relaxed) {
+            say_child_does_not_log();
+        }
         return;
     }
     let Some(q) = QUEUE.get() else { return };
@@ -130,6 +161,7 @@ fn push(ev: TraceEvent) {
 struct Writer {
     sym: Symbolizer,
     stacks_written: Vec<bool>,
+    ranges_written: Vec<bool>,
     frames_written: usize,
     events_written: u64,
     dropped_written: u64,
@@ -137,6 +169,7 @@ struct Writer {
     side: Vec<u8>,
     out: Vec<u8>,
     stack_ids: Vec<u32>,
+    range_ids: Vec<u32>,
     ips: Vec<u64>,
     ids: Vec<u32>,
     ended: bool,
@@ -200,6 +233,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
     let _ = WRITER.set(Mutex::new(Writer {
         sym: Symbolizer::new(),
         stacks_written: Vec::new(),
+        ranges_written: Vec::new(),
         frames_written: 0,
         events_written: 0,
         dropped_written: 0,
@@ -207,6 +241,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         side: Vec::new(),
         out: Vec::new(),
         stack_ids: Vec::new(),
+        range_ids: Vec::new(),
         ips: Vec::new(),
         ids: Vec::new(),
         ended: false,
@@ -240,6 +275,11 @@ fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
 
 fn writer_thread() {
     let _ = THREAD.set(std::thread::current());
+    // SAFETY: gettid has no preconditions.
+    WRITER_TID.store(
+        unsafe { libc::syscall(libc::SYS_gettid) } as i32,
+        Ordering::Release,
+    );
     loop {
         let step = std::panic::catch_unwind(|| match WRITER.get() {
             Some(w) => {
@@ -272,6 +312,7 @@ impl Writer {
     fn drain(&mut self) -> u64 {
         let Some(q) = QUEUE.get() else { return 0 };
         let fd = FD.load(Ordering::Acquire);
+        self.write_tables(fd);
         let mut total = 0;
         loop {
             // Take a batch out of the queue through the gate (see `Gate`): a crash on
@@ -316,6 +357,7 @@ impl Writer {
             let mut enc = EventEncoder::new();
             let mut pos = 0;
             self.stack_ids.clear();
+            self.range_ids.clear();
             for i in 0..n {
                 // SAFETY: the gate is WRITING: only this thread touches the batch.
                 let ev = unsafe { (*HELD.0.get())[i] };
@@ -331,6 +373,9 @@ impl Writer {
                 pos = p;
                 if ev.stack != NO_STACK {
                     self.stack_ids.push(ev.stack);
+                }
+                if ev.range != NO_RANGE && !self.range_written(ev.range) {
+                    self.range_ids.push(ev.range);
                 }
             }
             if pos > 0 {
@@ -360,10 +405,68 @@ impl Writer {
         self.write_stacks(fd, &ids);
         self.stack_ids = ids;
         self.stack_ids.clear();
+        self.write_ranges(fd);
         format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
         if let Err(e) = write_all(fd, &self.out) {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
+        }
+    }
+
+    /// Every stack and range path recorded so far that is not in the file yet, whether or
+    /// not an event written yet names it: the crash path waits for this (see
+    /// [`flush_from_signal`]).
+    fn write_tables(&mut self, fd: c_int) {
+        let stacks = MAX_STACK.load(Ordering::Acquire);
+        let done = STACKS_DONE.load(Ordering::Acquire);
+        if stacks > done {
+            let ids: Vec<u32> = (done + 1..=stacks).collect();
+            self.write_stacks(fd, &ids);
+            STACKS_DONE.store(stacks, Ordering::Release);
+        }
+        let ranges = MAX_RANGE.load(Ordering::Acquire);
+        let done = RANGES_DONE.load(Ordering::Acquire);
+        if ranges > done {
+            self.range_ids.clear();
+            self.range_ids.extend(done + 1..=ranges);
+            self.write_ranges(fd);
+            RANGES_DONE.store(ranges, Ordering::Release);
+        }
+    }
+
+    fn range_written(&self, id: u32) -> bool {
+        self.ranges_written
+            .get(id as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The NVTX range paths of the pending events not written yet (`range_ids`).
+    fn write_ranges(&mut self, fd: c_int) {
+        if self.range_ids.is_empty() {
+            return;
+        }
+        let mut ids = std::mem::take(&mut self.range_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        self.side.clear();
+        for &id in &ids {
+            if self.range_written(id) {
+                continue;
+            }
+            let i = id as usize;
+            if self.ranges_written.len() <= i {
+                self.ranges_written.resize(i + 1, false);
+            }
+            self.ranges_written[i] = true;
+            push_varint(&mut self.side, u64::from(id));
+            push_string(&mut self.side, &range_path(id).unwrap_or_default());
+        }
+        ids.clear();
+        self.range_ids = ids;
+        if !self.side.is_empty() {
+            format::chunk(kind::RANGES, &self.side, &mut self.out);
+            let _ = write_all(fd, &self.out);
         }
     }
 
@@ -432,6 +535,11 @@ fn push_string(out: &mut Vec<u8>, s: &str) {
 
 /// Drain the queue and close the log with an `END` chunk (at exit, on an ending signal).
 pub fn finish() {
+    // A fork child never locks the writer: the parent's writer thread may have held that
+    // lock at the fork, and in the child nothing would ever release it.
+    if IN_CHILD.load(Ordering::Acquire) {
+        return;
+    }
     let Some(w) = WRITER.get() else { return };
     let mut w = w.lock();
     if w.ended {
@@ -468,8 +576,36 @@ static AT_UNLOAD: extern "C" fn() = at_unload;
 
 /// In a `fork` child: the writer thread does not exist and the file is the parent's.
 pub fn after_fork_in_child() {
-    ON.store(false, Ordering::Release);
+    let was_on = ON.swap(false, Ordering::AcqRel);
     DRAINING.store(false, Ordering::Release);
+    FORKED.store(was_on, Ordering::Release);
+    IN_CHILD.store(true, Ordering::Release);
+}
+
+/// Set in a fork child: the log is the parent's.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Set in a fork child of a logging process until it has said it does not log.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// One line on stderr from a fork child's first recorded event (with `write(2)` from a stack
+/// buffer: no lock another thread of the parent may have held at the fork).
+#[cold]
+fn say_child_does_not_log() {
+    if !FORKED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    use std::io::Write;
+    let mut buf = [0u8; 256];
+    let mut w = &mut buf[..];
+    let _ = writeln!(
+        w,
+        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on",
+        std::process::id()
+    );
+    let len = 256 - w.len();
+    // SAFETY: writing our own stack buffer to stderr.
+    unsafe { libc::write(2, buf.as_ptr() as *const c_void, len) };
 }
 
 /// The gate between the writer thread and the crash path over the batch the writer has
@@ -523,6 +659,7 @@ pub fn flush_from_signal() {
         return;
     }
     let fd = FD.load(Ordering::Acquire);
+    wait_for_tables();
     // Take the writer's batch (or close the gate), waiting out a pop or a write in progress;
     // bounded, in case the crash is on the writer thread itself.
     let mut stolen = false;
@@ -564,6 +701,44 @@ pub fn flush_from_signal() {
         GATE.store(IDLE, Ordering::Release);
     }
     FATAL_BUSY.store(false, Ordering::Release);
+}
+
+/// The longest the crash path waits for the writer thread to write the stack and range
+/// tables (it symbolizes: the first stacks load debug information).
+const TABLES_WAIT_MS: u64 = 10_000;
+
+/// From the crash path, before it writes the queued events: wait until the writer thread
+/// has written every stack and range path recorded so far, so the events written next have
+/// their stacks in the file.
+///
+/// Why this is sound in a signal handler: this thread only loads atomics, calls
+/// `syscall(gettid)` and `nanosleep` (both async-signal-safe) and takes no lock; the
+/// symbolizing, allocating and locking happen on the writer thread, which keeps running
+/// while this one waits. The wait is bounded: if the crashed thread holds a lock the writer
+/// needs (the stack table's, or malloc's after heap corruption), the writer stalls and the
+/// events are written after [`TABLES_WAIT_MS`] without those stacks. A crash on the writer
+/// thread itself does not wait (it cannot write while it is here).
+fn wait_for_tables() {
+    // SAFETY: gettid has no preconditions; async-signal-safe.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    if !DRAINING.load(Ordering::Acquire) || WRITER_TID.load(Ordering::Acquire) == me {
+        return;
+    }
+    let stacks = MAX_STACK.load(Ordering::Acquire);
+    let ranges = MAX_RANGE.load(Ordering::Acquire);
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..TABLES_WAIT_MS {
+        if STACKS_DONE.load(Ordering::Acquire) >= stacks
+            && RANGES_DONE.load(Ordering::Acquire) >= ranges
+        {
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder; async-signal-safe.
+        unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+    }
 }
 
 /// Encode the events `next` gives into chunks in the static buffer and `write(2)` them.

@@ -22,6 +22,9 @@
  *   loop:         SIGNAL is a count N: N cudaMalloc+cudaFree pairs of 1 KiB, printing "half"
  *                 after N/2 and "made ns_per_pair=X" at the end, then waits for signals for
  *                 ever (returns instead when SHIM_END_EXIT is set).
+ *   steps:        SIGNAL is a count N: N cudaMalloc+cudaFree pairs of 1 KiB; after each
+ *                 quarter prints "done I" (I pairs made so far) and waits for a line on
+ *                 stdin before going on; at the end prints "end" and waits for signals.
  */
 #include <signal.h>
 #include <time.h>
@@ -140,6 +143,22 @@ int main(int argc, char **argv) {
         printf("made ns_per_pair=%.1f\n", ns / (n ? n : 1));
         fflush(stdout);
         if (getenv("SHIM_END_EXIT")) return 0;
+        for (;;) pause();
+    }
+    if (!strcmp(c, "steps")) {
+        long n = atol(argv[1]);
+        char line[64];
+        for (long i = 1; i <= n; i++) {
+            void *p = alloc(1024);
+            CHECK(cudaFree(p));
+            if (i % (n / 4 ? n / 4 : 1) == 0) {
+                printf("done %ld\n", i);
+                fflush(stdout);
+                if (!fgets(line, sizeof line, stdin)) break;
+            }
+        }
+        printf("end\n");
+        fflush(stdout);
         for (;;) pause();
     }
     if (!strcmp(c, "segv")) {

@@ -1,18 +1,22 @@
 //! Event records, delta and varint encoded (`format.rs` for the framing).
 //!
 //! A record: one byte (action in the low 4 bits, `format::flag` bits above), then the
-//! optional device (zigzag varint), stream (varint) and stack (varint) the flags announce,
-//! then the time (zigzag varint, microseconds after the previous event of the chunk; the
-//! first is after 0), the address (zigzag varint, the difference from the previous event's
-//! address), the size (varint: `size / 512 * 2` when a multiple of 512, else
-//! `size * 2 + 1`), and the free device bytes when `flag::DEVICE_FREE` says so. The delta
-//! base (time, address, device 0, stream 0) resets at each chunk.
+//! optional device (zigzag varint), stream (varint), stack (varint) and NVTX range
+//! (varint, version 2) the flags announce, then the time (zigzag varint, microseconds after
+//! the previous event of the chunk; the first is after 0), the address (zigzag varint, the
+//! difference from the previous event's address), the size (varint: `size / 512 * 2` when
+//! a multiple of 512, else `size * 2 + 1`), and on OOM events the free device bytes. The
+//! delta base (time, address, device 0, stream 0, range 0) resets at each chunk.
+//!
+//! Version 1 (read, no longer written) had no range: its `0x80` flag announced the free
+//! device bytes, which only OOM events carried.
 //!
 //! Invariant: encoding writes into a caller's fixed buffer and never allocates, so the
 //! fatal-signal path can use it.
 
 use crate::trace::event::{Action, TraceEvent, NO_STACK};
 use crate::trace::log::format::{flag, put_varint, zigzag, MAX_EVENT_BYTES};
+use crate::trace::range::NO_RANGE;
 
 /// The delta base of one chunk.
 #[derive(Debug, Default, Clone, Copy)]
@@ -21,6 +25,7 @@ pub struct EventEncoder {
     addr: u64,
     device: i32,
     stream: u64,
+    range: u32,
 }
 
 /// Encode a size (see the module docs).
@@ -66,8 +71,8 @@ impl EventEncoder {
         if ev.stack != NO_STACK {
             head |= flag::STACK;
         }
-        if ev.action == Action::Oom {
-            head |= flag::DEVICE_FREE;
+        if ev.range != self.range {
+            head |= flag::RANGE;
         }
         out[pos] = head;
         let mut p = pos + 1;
@@ -80,12 +85,16 @@ impl EventEncoder {
         if head & flag::STACK != 0 {
             p = put_varint(out, p, ev.stack as u64);
         }
+        if head & flag::RANGE != 0 {
+            p = put_varint(out, p, u64::from(ev.range));
+        }
         p = put_varint(out, p, zigzag(ev.time_us.wrapping_sub(self.time)));
         p = put_varint(out, p, zigzag(ev.addr.wrapping_sub(self.addr) as i64));
         p = put_varint(out, p, size_code(ev.size));
-        if head & flag::DEVICE_FREE != 0 {
+        if ev.action == Action::Oom {
             p = put_varint(out, p, ev.device_free);
         }
+        self.range = ev.range;
         self.time = ev.time_us;
         self.addr = ev.addr;
         self.device = ev.device;
@@ -94,13 +103,19 @@ impl EventEncoder {
     }
 }
 
-/// Decode the events of one chunk's payload (records up to its end), calling `each`.
-/// Returns the number of events. Errors name the record; events decoded before an error
-/// were passed to `each`.
-pub fn decode_events(payload: &[u8], mut each: impl FnMut(TraceEvent)) -> Result<u64, String> {
+/// Decode the events of one chunk's payload (records up to its end) of a log of format
+/// `version`, calling `each`. Returns the number of events. Errors name the record; events
+/// decoded before an error were passed to `each`.
+pub fn decode_events(
+    payload: &[u8],
+    version: u32,
+    mut each: impl FnMut(TraceEvent),
+) -> Result<u64, String> {
     use crate::trace::log::format::{unzigzag, Cursor};
     let mut c = Cursor::new(payload);
     let (mut time, mut addr, mut device, mut stream) = (0i64, 0u64, 0i32, 0u64);
+    let mut range = NO_RANGE;
+    let v1 = version < 2;
     let mut i = 0u64;
     while !c.at_end() {
         let at = |e: String| format!("event {i} of the chunk: {e}");
@@ -121,10 +136,19 @@ pub fn decode_events(payload: &[u8], mut each: impl FnMut(TraceEvent)) -> Result
         } else {
             NO_STACK
         };
+        if !v1 && head & flag::RANGE != 0 {
+            let r = c.varint().map_err(at)?;
+            range = u32::try_from(r).map_err(|_| at(format!("range {r} out of range")))?;
+        }
         time = time.wrapping_add(unzigzag(c.varint().map_err(at)?));
         addr = addr.wrapping_add(unzigzag(c.varint().map_err(at)?) as u64);
         let size = size_of_code(c.varint().map_err(at)?);
-        let device_free = if head & flag::DEVICE_FREE != 0 {
+        let free_follows = if v1 {
+            head & flag::DEVICE_FREE != 0
+        } else {
+            action == Action::Oom
+        };
+        let device_free = if free_follows {
             c.varint().map_err(at)?
         } else {
             0
@@ -138,9 +162,7 @@ pub fn decode_events(payload: &[u8], mut each: impl FnMut(TraceEvent)) -> Result
             time_us: time,
             stack,
             device_free,
-            // The log format does not carry NVTX range paths yet: events read back from a
-            // log have none.
-            range: 0,
+            range,
         });
         i += 1;
     }
@@ -163,7 +185,7 @@ mod tests {
                 time_us: 1_700_000_000_000_000 + (i as i64) * 13 - (i as i64 % 5),
                 stack: (i % 5) as u32,
                 device_free: if i % 9 == 7 { 12345 } else { 0 },
-                range: 0,
+                range: (i % 7 / 3) as u32,
             })
             .collect();
         let mut buf = vec![0u8; 1 << 16];
@@ -173,7 +195,40 @@ mod tests {
             pos = enc.put(e, &mut buf, pos).expect("room");
         }
         let mut back = Vec::new();
-        decode_events(&buf[..pos], |e| back.push(e)).expect("decodes");
+        decode_events(&buf[..pos], crate::trace::log::format::VERSION, |e| {
+            back.push(e)
+        })
+        .expect("decodes");
         assert_eq!(back, evs);
+    }
+
+    #[test]
+    fn a_version_1_record_reads_its_free_device_bytes_and_no_range() {
+        // Version 1: an oom record with 0x80 (free bytes follow): time 5, address +4096,
+        // size 1 MiB (code 4096), 777 bytes free; then an alloc without flags.
+        let mut b = vec![Action::Oom as u8 | flag::DEVICE_FREE];
+        let mut put = |v: u64| {
+            let mut t = [0u8; 10];
+            let n = put_varint(&mut t, 0, v);
+            b.extend_from_slice(&t[..n]);
+        };
+        put(zigzag(5));
+        put(zigzag(4096));
+        put(size_code(1 << 20));
+        put(777);
+        let mut b2 = b.clone();
+        b2.push(Action::Alloc as u8);
+        b2.extend_from_slice(&[0, 0, 2]);
+        let mut back = Vec::new();
+        decode_events(&b2, 1, |e| back.push(e)).expect("a version-1 chunk decodes");
+        assert_eq!(back.len(), 2);
+        assert_eq!(
+            (back[0].action, back[0].device_free, back[0].range),
+            (Action::Oom, 777, 0)
+        );
+        assert_eq!(
+            (back[1].action, back[1].size, back[1].range),
+            (Action::Alloc, 512, 0)
+        );
     }
 }

@@ -13,8 +13,10 @@
 
 /// The first bytes of every log.
 pub const MAGIC: &[u8; 8] = b"CUSHLOG\x01";
-/// The format version, also in the header chunk.
-pub const VERSION: u32 = 1;
+/// The format version, in the header chunk (the magic bytes stay those of version 1).
+/// Version 2 added NVTX range paths: the `RANGES` chunk and [`flag::RANGE`]; a version-2
+/// reader reads version-1 logs.
+pub const VERSION: u32 = 2;
 /// Bytes before a chunk's payload.
 pub const CHUNK_HEAD: usize = 9;
 /// The largest payload a writer makes (a reader refuses more: a corrupt length).
@@ -34,6 +36,8 @@ pub mod kind {
     pub const DROPPED: u8 = 5;
     /// A clean end: varint count of events written.
     pub const END: u8 = 6;
+    /// NVTX range paths (version 2): range id, rendered path.
+    pub const RANGES: u8 = 7;
 }
 
 /// Event record flags (the first byte's high bits; the low 4 bits are the action).
@@ -44,12 +48,16 @@ pub mod flag {
     pub const STREAM: u8 = 0x20;
     /// A varint stack id follows (else: no stack).
     pub const STACK: u8 = 0x40;
-    /// A varint of free device bytes follows (OOM events).
+    /// Version 1: a varint of free device bytes follows (set on OOM events only). Version
+    /// 2 writes the free bytes on every OOM event without a flag, and uses this bit as
+    /// [`RANGE`].
     pub const DEVICE_FREE: u8 = 0x80;
+    /// Version 2: a varint NVTX range id follows (else: the previous event's range).
+    pub const RANGE: u8 = 0x80;
 }
 
 /// The most bytes one event record takes.
-pub const MAX_EVENT_BYTES: usize = 1 + 5 + 10 + 5 + 10 + 10 + 10 + 10;
+pub const MAX_EVENT_BYTES: usize = 1 + 5 + 10 + 5 + 5 + 10 + 10 + 10 + 10;
 
 /// Append an unsigned LEB128 varint to `out` at `pos`; returns the new position. The caller
 /// makes sure 10 bytes fit.
@@ -98,7 +106,15 @@ impl<'a> Cursor<'a> {
         Ok(b)
     }
 
+    #[inline]
     pub fn varint(&mut self) -> Result<u64, String> {
+        // Most values of a record fit in one byte.
+        if let Some(&b) = self.bytes.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.u8()?;

@@ -200,7 +200,8 @@ mod tests {
                 ev(Action::SegmentAlloc, 0, 4 * g),
                 // The program's empty_cache then a small segment: bound 10 + 1 < peak? no:
                 // 10 GiB reserved, frees 4, allocates 1: bound 11 GiB, above the peak.
-            ],
+            ]
+            .into(),
         };
         let e = evidence(&dev, &Start::default());
         assert_eq!(
@@ -225,7 +226,8 @@ mod tests {
             events: vec![
                 ev(Action::SegmentAlloc, 0, 3 * g),
                 ev(Action::Oom, g, 2 * g),
-            ],
+            ]
+            .into(),
         };
         let e = evidence(&dev, &Start::default());
         assert_eq!(choose(None, None, &e).bytes, 4 * g);

@@ -19,10 +19,13 @@ type R<T> = Result<T, String>;
 /// file, trace entries becoming events as they are read; other kinds are read whole.
 pub fn read(path: &Path) -> R<Snapshot> {
     let at = |e: String| name_error(path, &e);
-    let mut first = [0u8; 4];
+    let mut first = [0u8; 8];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
         .map_err(|e| at(e.to_string()))?;
+    if crate::snapshot::log_reader::is_log(&first[..n]) {
+        return crate::analyze::log_model::from_log_file(path).map_err(at);
+    }
     if n >= 1 && first[0] == 0x80 {
         let mut loader = Loader::new();
         let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
@@ -169,7 +172,7 @@ fn log_snapshot(kind: &'static str, events: Vec<Event>) -> Snapshot {
         devices: vec![Device {
             ordinal: 0,
             segments: Vec::new(),
-            events,
+            events: events.into(),
         }],
         host: None,
         settings: None,

@@ -559,7 +559,7 @@ impl Loader {
             if let Some((n, events)) = self.run_events(trace) {
                 budget.take(n as usize, &at)?;
                 let p = dev_at(&mut devices, d as i64);
-                devices[p].events = events.map_err(|e| format!("{}: {e}", at()))?;
+                devices[p].events = events.map_err(|e| format!("{}: {e}", at()))?.into();
                 continue;
             }
             let built;
@@ -576,7 +576,7 @@ impl Loader {
             }
             budget.take(entries.len(), &at)?;
             let p = dev_at(&mut devices, d as i64);
-            devices[p].events = self.events(entries, d)?;
+            devices[p].events = self.events(entries, d)?.into();
         }
         devices.sort_by_key(|d| d.ordinal);
         let host = if v.get("host_segments").is_some() || v.get("host_traces").is_some() {
@@ -594,7 +594,7 @@ impl Loader {
             }
             if let Some((n, events)) = v.get("host_traces").and_then(|t| self.run_events(t)) {
                 budget.take(n as usize, &|| "host_traces".into())?;
-                h.events = events.map_err(|e| format!("host_traces: {e}"))?;
+                h.events = events.map_err(|e| format!("host_traces: {e}"))?.into();
             }
             let built;
             let traces = match v.get("host_traces") {

@@ -3,48 +3,78 @@
 //! recorded settings and device memory. Like the other logs it has no end state
 //! (`has_state: false`): the analyses rebuild the state from the events.
 //!
+//! Policy: a log file is read once, as a stream, to learn its stacks, frames and where
+//! each device's events are; the events themselves stay in the file and every walk of an
+//! analysis reads them again (`analyze::event_list`), so a log of any length is analysed
+//! in bounded memory. A log given as bytes (small inputs) is modelled in memory.
+//!
 //! A reading that stopped early (torn tail, damaged chunk) or a log that counts dropped
 //! events is modelled from what it holds, and one line on stderr says so.
 
+use crate::analyze::event_list::{ChunkRef, EventList, LogEvents, LogFile, StackMap};
 use crate::analyze::model::{Device, Event, Frame, Snapshot, Stacks};
-use crate::snapshot::log_reader::{read_log, LogFrame, LogVisitor};
-use cushim::trace::event::{TraceEvent, NO_STACK};
+use crate::snapshot::log_reader::{read_log, read_log_from, LogFrame, LogInfo, LogVisitor};
+use cushim::trace::event::TraceEvent;
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::Arc;
+
+/// One device's events: where they are, or (a log given as bytes) the events.
+#[derive(Default)]
+struct DevEvents {
+    chunks: Vec<ChunkRef>,
+    len: usize,
+    held: Vec<Event>,
+}
 
 #[derive(Default)]
 struct Builder {
-    devices: BTreeMap<i32, Vec<Event>>,
+    /// Whether events are kept in memory (else only where they are).
+    keep: bool,
+    devices: BTreeMap<i32, DevEvents>,
+    chunk: (u64, u32),
     frames: HashMap<u64, LogFrame>,
     /// Log stack id -> model list index.
-    list_of: HashMap<u32, u32>,
+    list_of: StackMap,
     lists: Vec<Vec<u64>>,
 }
 
 impl Builder {
     fn list(&mut self, id: u32) -> u32 {
-        if id == NO_STACK {
-            return 0;
+        if let Some(l) = self.list_of.get(id) {
+            return l;
         }
-        let next = self.lists.len() as u32 + 1;
-        let lists = &mut self.lists;
-        *self.list_of.entry(id).or_insert_with(|| {
-            lists.push(Vec::new());
-            next
-        })
+        self.lists.push(Vec::new());
+        let l = self.lists.len() as u32;
+        self.list_of.insert(id, l);
+        l
     }
 }
 
 impl LogVisitor for Builder {
+    fn events_chunk(&mut self, at: u64, len: u32) {
+        self.chunk = (at, len);
+    }
+
     fn event(&mut self, ev: TraceEvent) {
         let stack = self.list(ev.stack);
-        self.devices.entry(ev.device).or_default().push(Event {
-            action: ev.action,
-            addr: ev.addr,
-            size: ev.size,
-            stream: ev.stream,
-            stack,
-        });
+        let (at, len) = self.chunk;
+        let d = self.devices.entry(ev.device).or_default();
+        d.len += 1;
+        if self.keep {
+            d.held.push(Event {
+                action: ev.action,
+                addr: ev.addr,
+                size: ev.size,
+                stream: ev.stream,
+                stack,
+            });
+        } else {
+            match d.chunks.last_mut() {
+                Some(c) if c.at == at => c.events += 1,
+                _ => d.chunks.push(ChunkRef { at, len, events: 1 }),
+            }
+        }
     }
 
     fn frame(&mut self, id: u64, frame: LogFrame) {
@@ -53,7 +83,7 @@ impl LogVisitor for Builder {
 
     fn stack(&mut self, id: u32, frames: Vec<u64>) {
         let i = self.list(id) as usize;
-        if let Some(l) = self.lists.get_mut(i - 1) {
+        if let Some(l) = self.lists.get_mut(i.wrapping_sub(1)) {
             *l = frames;
         }
     }
@@ -87,10 +117,34 @@ fn settings(h: &serde_json::Value) -> Option<String> {
     Some(parts.join(","))
 }
 
-/// Model a log's bytes.
+/// Model a log's bytes (held in memory: for small inputs).
 pub fn from_log(bytes: &[u8]) -> Result<Snapshot, String> {
-    let mut b = Builder::default();
+    let mut b = Builder {
+        keep: true,
+        ..Default::default()
+    };
     let info = read_log(bytes, &mut b)?;
+    Ok(model(b, &info, None))
+}
+
+/// Model the log at `path`, streamed: its events stay in the file (see the module docs).
+pub fn from_log_file(path: &Path) -> Result<Snapshot, String> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let again = file
+        .try_clone()
+        .map_err(|e| format!("opening it again: {e}"))?;
+    let src = std::io::BufReader::with_capacity(
+        1 << 20,
+        crate::snapshot::progress::Progress::new(file, &name, len),
+    );
+    let mut b = Builder::default();
+    let info = read_log_from(src, &mut b)?;
+    Ok(model(b, &info, Some((again, name))))
+}
+
+fn model(mut b: Builder, info: &LogInfo, file: Option<(std::fs::File, String)>) -> Snapshot {
     if let Some(p) = &info.problem {
         eprintln!(
             "cushim: the log ends early ({p}); using the {} events before it",
@@ -126,9 +180,26 @@ pub fn from_log(bytes: &[u8]) -> Result<Snapshot, String> {
     for l in &b.lists {
         lists.push(l.iter().filter_map(|f| index.get(f).copied()).collect());
     }
+    let log = file.map(|(f, name)| {
+        Arc::new(LogFile::new(
+            f,
+            name,
+            std::mem::take(&mut b.list_of),
+            info.version,
+        ))
+    });
     let mut devices = Vec::new();
     let mut host = None;
-    for (ordinal, events) in b.devices {
+    for (ordinal, d) in b.devices {
+        let events = match &log {
+            Some(log) => EventList::Log(LogEvents {
+                log: log.clone(),
+                device: ordinal,
+                chunks: d.chunks.into(),
+                len: d.len,
+            }),
+            None => EventList::Mem(d.held),
+        };
         let d = Device {
             ordinal: ordinal as i64,
             segments: Vec::new(),
@@ -144,7 +215,7 @@ pub fn from_log(bytes: &[u8]) -> Result<Snapshot, String> {
     let device_total = h["memory"]
         .as_array()
         .and_then(|m| m.iter().filter_map(|d| d["total"].as_u64()).max());
-    Ok(Snapshot {
+    Snapshot {
         kind: "cushim event log",
         devices,
         host,
@@ -153,5 +224,5 @@ pub fn from_log(bytes: &[u8]) -> Result<Snapshot, String> {
         has_state: false,
         stacks: Stacks { frames, lists },
         cushim: None,
-    })
+    }
 }

@@ -92,7 +92,7 @@ pub struct Device {
     pub ordinal: i64,
     pub segments: Vec<Segment>,
     /// Oldest first.
-    pub events: Vec<Event>,
+    pub events: crate::analyze::event_list::EventList,
 }
 
 impl Device {

@@ -55,7 +55,7 @@ fn timeline(dev: &Device, st: &Start) -> Vec<(u64, u64)> {
     let mut out = vec![(s.allocated_bytes, s.reserved)];
     let mut cur = (0u64, 0u64);
     for (i, ev) in dev.events.iter().enumerate() {
-        apply(&mut s, ev, st.requests);
+        apply(&mut s, &ev, st.requests);
         cur.0 = cur.0.max(s.allocated_bytes);
         cur.1 = cur.1.max(s.reserved);
         if (i + 1) % per == 0 || i + 1 == dev.events.len() {

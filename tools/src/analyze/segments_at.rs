@@ -122,7 +122,8 @@ mod tests {
                 ev(Action::SegmentFree, b, 20 * M),
                 ev(Action::FreeRequested, a, 24 * M),
                 ev(Action::FreeCompleted, a, 24 * M),
-            ],
+            ]
+            .into(),
         };
         let snap = Snapshot {
             has_state: true,

@@ -204,7 +204,7 @@ pub fn peaks(dev: &Device, start: &Start) -> Peaks {
         ooms: 0,
     };
     for (i, ev) in dev.events.iter().enumerate() {
-        apply(&mut s, ev, start.requests);
+        apply(&mut s, &ev, start.requests);
         if ev.action == Action::Oom {
             p.ooms += 1;
         }
@@ -221,7 +221,7 @@ pub fn peaks(dev: &Device, start: &Start) -> Peaks {
 pub fn state_after(dev: &Device, start: &Start, n: usize) -> State {
     let mut s = start.state.clone();
     for ev in dev.events.iter().take(n) {
-        apply(&mut s, ev, start.requests);
+        apply(&mut s, &ev, start.requests);
     }
     s
 }

@@ -9,12 +9,19 @@
 //! `inactive` blocks. A block's size is the size its events carry (the requested size, as
 //! PyTorch records it), so a block's rounding slack shows as part of the inactive gap
 //! after it. Expandable segments appear as one segment per mapped range. The trace holds
-//! the `events` events before the moment, per device.
+//! the `events` events before the moment, per device, each made inside an NVTX range with
+//! that range's path as its `user_metadata` (as the live snapshot writes it).
+//!
+//! The log is streamed (one chunk in memory at a time): the state, the last `events`
+//! events of each device and the stack tables are all that is kept, so any moment of a log
+//! of any length is written in memory bounded by the state at that moment. `--peak` reads
+//! the log twice (first to find the moment).
 
-use crate::snapshot::log_reader::{read_log, LogFrame, LogInfo, LogVisitor};
+use crate::snapshot::log_reader::{read_log_from, LogFrame, LogInfo, LogVisitor};
 use cushim::snapshot::value::{Strings, Value};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
 
 /// Which moment of the log.
 #[derive(Debug, Clone, Copy)]
@@ -27,16 +34,88 @@ pub enum Moment {
     End,
 }
 
-#[derive(Default)]
-struct All {
-    events: Vec<TraceEvent>,
-    frames: HashMap<u64, LogFrame>,
-    stacks: HashMap<u32, Vec<u64>>,
+/// Where a walk stops applying events.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// After this many events.
+    Count(u64),
+    /// Before the first event later than this time (microseconds since the epoch).
+    After(i64),
+    Never,
 }
 
-impl LogVisitor for All {
+/// One streamed pass over the log: the state up to the moment, the last events before it.
+struct Walk {
+    stop: Stop,
+    stopped: bool,
+    /// Events applied.
+    applied: u64,
+    time_us: Option<i64>,
+    st: State,
+    /// The most bytes allocated after an event, and after how many events.
+    peak: (u64, u64),
+    keep: usize,
+    /// Per device (index = ordinal), the last `keep` events applied.
+    traces: Vec<VecDeque<TraceEvent>>,
+    /// Devices seen in the whole log (1 + the largest ordinal).
+    ndev: usize,
+    frames: HashMap<u64, LogFrame>,
+    stacks: HashMap<u32, Vec<u64>>,
+    /// NVTX range paths.
+    ranges: HashMap<u32, String>,
+}
+
+impl Walk {
+    fn new(stop: Stop, keep: usize) -> Walk {
+        Walk {
+            stop,
+            stopped: false,
+            applied: 0,
+            time_us: None,
+            st: State::default(),
+            peak: (0, 0),
+            keep,
+            traces: Vec::new(),
+            ndev: 0,
+            frames: HashMap::new(),
+            stacks: HashMap::new(),
+            ranges: HashMap::new(),
+        }
+    }
+}
+
+impl LogVisitor for Walk {
     fn event(&mut self, ev: TraceEvent) {
-        self.events.push(ev);
+        let dev = usize::try_from(ev.device).ok();
+        if let Some(d) = dev {
+            self.ndev = self.ndev.max(d.saturating_add(1));
+        }
+        if !self.stopped {
+            self.stopped = match self.stop {
+                Stop::Count(n) => self.applied >= n,
+                Stop::After(t) => ev.time_us > t,
+                Stop::Never => false,
+            };
+        }
+        if self.stopped {
+            return;
+        }
+        self.st.apply(&ev);
+        self.applied += 1;
+        self.time_us = Some(ev.time_us);
+        if self.st.allocated > self.peak.0 {
+            self.peak = (self.st.allocated, self.applied);
+        }
+        if let (Some(d), true) = (dev, self.keep > 0) {
+            if self.traces.len() <= d {
+                self.traces.resize_with(d + 1, VecDeque::new);
+            }
+            let t = &mut self.traces[d];
+            if t.len() == self.keep {
+                t.pop_front();
+            }
+            t.push_back(ev);
+        }
     }
     fn frame(&mut self, id: u64, frame: LogFrame) {
         self.frames.insert(id, frame);
@@ -44,6 +123,22 @@ impl LogVisitor for All {
     fn stack(&mut self, id: u32, frames: Vec<u64>) {
         self.stacks.insert(id, frames);
     }
+    fn range(&mut self, id: u32, path: String) {
+        self.ranges.insert(id, path);
+    }
+}
+
+/// One streamed pass over the log at `path`.
+fn walk(path: &Path, mut w: Walk) -> Result<(Walk, LogInfo), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("opening it: {e}"))?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let name = path.display().to_string();
+    let src = std::io::BufReader::with_capacity(
+        1 << 20,
+        crate::snapshot::progress::Progress::new(file, &name, len),
+    );
+    let info = read_log_from(src, &mut w)?;
+    Ok((w, info))
 }
 
 #[derive(Clone, Copy)]
@@ -123,34 +218,26 @@ pub struct Made {
     pub info: LogInfo,
 }
 
-/// The snapshot of `moment` in the log `bytes`, with up to `events` trace events per device.
-pub fn snapshot_of(bytes: &[u8], moment: Moment, events: usize) -> Result<Made, String> {
-    let mut all = All::default();
-    let info = read_log(bytes, &mut all)?;
-    let origin = info.header["clock_origin_us"].as_i64().unwrap_or(0);
-    let n = match moment {
-        Moment::End => all.events.len(),
+/// The snapshot of `moment` in the log at `path`, with up to `events` trace events per
+/// device.
+pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, String> {
+    let stop = match moment {
+        Moment::End => Stop::Never,
         Moment::At(s) => {
-            let t = origin + (s * 1e6) as i64;
-            all.events.partition_point(|e| e.time_us <= t)
+            // The origin is in the header: a first pass is not needed for it, but the
+            // header is read with the events; read the header alone first.
+            let origin = header_origin(path)?;
+            Stop::After(origin.saturating_add((s * 1e6) as i64))
         }
         Moment::Peak => {
-            let mut st = State::default();
-            let (mut best, mut at) = (0u64, 0usize);
-            for (i, e) in all.events.iter().enumerate() {
-                st.apply(e);
-                if st.allocated > best {
-                    best = st.allocated;
-                    at = i + 1;
-                }
-            }
-            at
+            let (w, _) = walk(path, Walk::new(Stop::Never, 0))?;
+            Stop::Count(w.peak.1)
         }
     };
-    let mut st = State::default();
-    for e in &all.events[..n] {
-        st.apply(e);
-    }
+    let (all, info) = walk(path, Walk::new(stop, events))?;
+    let origin = info.header["clock_origin_us"].as_i64().unwrap_or(0);
+    let n = all.applied as usize;
+    let st = &all.st;
     let mut s = Strings::default();
     let mut lists: HashMap<u32, Value> = HashMap::new();
     let frame_of = |s: &mut Strings, id: u32, lists: &mut HashMap<u32, Value>| -> Value {
@@ -240,47 +327,30 @@ pub fn snapshot_of(bytes: &[u8], moment: Moment, events: usize) -> Result<Made, 
             (s.get("blocks"), Value::list(blocks)),
         ]));
     }
-    let ndev = all
-        .events
-        .iter()
-        .map(|e| usize::try_from(e.device).map_or(0, |d| d + 1))
-        .max()
-        .unwrap_or(0);
-    let mut traces: Vec<Vec<Value>> = vec![Vec::new(); ndev];
-    let mut left = vec![events; ndev];
-    for e in all.events[..n].iter().rev() {
-        let Ok(d) = usize::try_from(e.device) else {
-            continue;
-        };
-        if left[d] == 0 {
-            continue;
+    let mut traces: Vec<Vec<Value>> = vec![Vec::new(); all.ndev];
+    for (d, t) in all.traces.iter().enumerate() {
+        for e in t {
+            let frames = frame_of(&mut s, e.stack, &mut lists);
+            let mut entry = vec![
+                (s.get("action"), s.get(e.action.name())),
+                (s.get("addr"), Value::uint(e.addr)),
+                (s.get("size"), Value::uint(e.size)),
+                (s.get("stream"), Value::uint(e.stream)),
+                (s.get("time_us"), Value::Int(e.time_us)),
+                (s.get("frames"), frames),
+            ];
+            if e.action == Action::Oom {
+                entry.push((s.get("device_free"), Value::uint(e.device_free)));
+            }
+            // As the live snapshot writes it: the entry's NVTX range path.
+            if let Some(p) = all.ranges.get(&e.range) {
+                entry.push((s.get("user_metadata"), s.get(p)));
+            }
+            traces[d].push(Value::dict(entry));
         }
-        left[d] -= 1;
-        let frames = frame_of(&mut s, e.stack, &mut lists);
-        let mut entry = vec![
-            (s.get("action"), s.get(e.action.name())),
-            (s.get("addr"), Value::uint(e.addr)),
-            (s.get("size"), Value::uint(e.size)),
-            (s.get("stream"), Value::uint(e.stream)),
-            (s.get("time_us"), Value::Int(e.time_us)),
-            (s.get("frames"), frames),
-        ];
-        if e.action == Action::Oom {
-            entry.push((s.get("device_free"), Value::uint(e.device_free)));
-        }
-        traces[d].push(Value::dict(entry));
     }
-    let traces = traces
-        .into_iter()
-        .map(|mut t| {
-            t.reverse();
-            Value::list(t)
-        })
-        .collect();
-    let time_us = n
-        .checked_sub(1)
-        .and_then(|i| all.events.get(i))
-        .map_or(origin, |e| e.time_us);
+    let traces = traces.into_iter().map(Value::list).collect();
+    let time_us = all.time_us.unwrap_or(origin);
     let value = Value::dict(vec![
         (s.get("segments"), Value::list(segments)),
         (s.get("device_traces"), Value::list(traces)),
@@ -295,6 +365,27 @@ pub fn snapshot_of(bytes: &[u8], moment: Moment, events: usize) -> Result<Made, 
         time_us,
         info,
     })
+}
+
+/// The clock origin in the header of the log at `path` (read alone: the header is the
+/// first chunk).
+fn header_origin(path: &Path) -> Result<i64, String> {
+    struct Header;
+    impl LogVisitor for Header {
+        fn event(&mut self, _ev: TraceEvent) {}
+        fn frame(&mut self, _id: u64, _frame: LogFrame) {}
+        fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("opening it: {e}"))?;
+    // The header chunk is at most one payload long: read only that much.
+    let head = std::io::Read::take(
+        file,
+        (cushim::trace::log::format::MAGIC.len()
+            + cushim::trace::log::format::CHUNK_HEAD
+            + cushim::trace::log::format::MAX_PAYLOAD) as u64,
+    );
+    let info = read_log_from(std::io::BufReader::new(head), &mut Header)?;
+    Ok(info.header["clock_origin_us"].as_i64().unwrap_or(0))
 }
 
 fn block(s: &mut Strings, address: u64, size: u64, state: &str, frames: Value) -> Value {

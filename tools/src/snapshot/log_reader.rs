@@ -1,5 +1,6 @@
 //! Reads the whole-run event log (`CUSHIM_LOG`; format in `trace::log` and
-//! `docs/LOG-FORMAT.md`).
+//! `docs/LOG-FORMAT.md`), as a stream: one chunk in memory at a time, so a log of any
+//! length reads in memory bounded by the largest chunk (plus what the visitor keeps).
 //!
 //! Policy: a log is read by content (it starts with `trace::log::format::MAGIC`). Chunks are
 //! taken in order while each is whole and its checksum matches; the first that is not (a
@@ -8,11 +9,17 @@
 //! guessed at. A chunk whose checksum matches but whose content does not decode is an
 //! error (the file is not one this reader understands). A missing or damaged header is an
 //! error. Every length is checked before use: no input makes the reader panic or allocate
-//! more than a constant factor of the file.
+//! more than the largest chunk a writer makes.
+//!
+//! A reader that walks the events several times (the analyses) keeps where each events
+//! chunk is ([`LogVisitor::events_chunk`]) and reads it again with [`read_chunk_at`], which
+//! checks it as the first reading did.
+
+use std::io::Read;
 
 use cushim::trace::event::TraceEvent;
 use cushim::trace::log::encode::decode_events;
-use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
+use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD, VERSION};
 
 /// One symbolized frame of the log's frame table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +34,8 @@ pub struct LogFrame {
 pub struct LogInfo {
     /// The header chunk (JSON).
     pub header: serde_json::Value,
+    /// The format version the header names (1 when it names none).
+    pub version: u32,
     /// Events the writer could not take (written in the log by the shim).
     pub dropped: u64,
     /// Whether the log was closed cleanly (an `END` chunk).
@@ -43,6 +52,11 @@ pub trait LogVisitor {
     fn frame(&mut self, id: u64, frame: LogFrame);
     /// Stack `id`'s frames, innermost first (frame ids).
     fn stack(&mut self, id: u32, frames: Vec<u64>);
+    /// NVTX range `id`'s rendered path (`outer/inner`; a domain's ranges as `domain:name`).
+    fn range(&mut self, _id: u32, _path: String) {}
+    /// An events chunk starts at byte `at` of the file (its head; `len` payload bytes);
+    /// its events follow through [`LogVisitor::event`].
+    fn events_chunk(&mut self, _at: u64, _len: u32) {}
 }
 
 /// Whether `bytes` start as a log.
@@ -52,48 +66,77 @@ pub fn is_log(bytes: &[u8]) -> bool {
 
 /// Read a log from its bytes.
 pub fn read_log(bytes: &[u8], v: &mut dyn LogVisitor) -> Result<LogInfo, String> {
-    if !is_log(bytes) {
+    read_log_from(bytes, v)
+}
+
+/// Fill `buf` from `r` as far as the input goes; returns the bytes read (less than asked
+/// only at the end of the input).
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, String> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading at byte {n}: {e}")),
+        }
+    }
+    Ok(n)
+}
+
+/// The kind, payload length and checksum a chunk head says, or why it cannot be a whole
+/// chunk (a length no writer makes).
+fn check(head: &[u8; CHUNK_HEAD], pos: u64) -> Result<(u8, usize, u32), String> {
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let sum = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+    if len > MAX_PAYLOAD {
+        return Err(format!(
+            "damaged chunk at byte {pos}: length {len} is more than any writer makes"
+        ));
+    }
+    Ok((head[0], len, sum))
+}
+
+/// Read a log from `r` (a file is read through a `BufReader`), one chunk at a time.
+pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo, String> {
+    let mut magic = [0u8; 8];
+    let n = fill(&mut r, &mut magic)?;
+    if !is_log(&magic[..n]) {
         return Err("not a cushim event log (bad magic bytes)".into());
     }
     let mut info = LogInfo::default();
-    let mut pos = MAGIC.len();
+    let mut pos = MAGIC.len() as u64;
     let mut first = true;
     let mut pending: Vec<TraceEvent> = Vec::new();
-    while pos < bytes.len() {
-        let left = bytes.len() - pos;
-        if left < CHUNK_HEAD {
+    let mut payload: Vec<u8> = Vec::new();
+    loop {
+        let mut head = [0u8; CHUNK_HEAD];
+        let got = fill(&mut r, &mut head)?;
+        if got == 0 {
+            break;
+        }
+        if got < CHUNK_HEAD {
             info.problem = Some(format!(
-                "torn tail: {left} bytes at byte {pos} are less than a chunk head"
+                "torn tail: {got} bytes at byte {pos} are less than a chunk head"
             ));
             break;
         }
-        let k = bytes[pos];
-        let len = u32::from_le_bytes([
-            bytes[pos + 1],
-            bytes[pos + 2],
-            bytes[pos + 3],
-            bytes[pos + 4],
-        ]) as usize;
-        let sum = u32::from_le_bytes([
-            bytes[pos + 5],
-            bytes[pos + 6],
-            bytes[pos + 7],
-            bytes[pos + 8],
-        ]);
-        if len > MAX_PAYLOAD {
+        let (k, len, sum) = match check(&head, pos) {
+            Ok(c) => c,
+            Err(p) => {
+                info.problem = Some(p);
+                break;
+            }
+        };
+        payload.resize(len, 0);
+        let got = fill(&mut r, &mut payload)?;
+        if got < len {
             info.problem = Some(format!(
-                "damaged chunk at byte {pos}: length {len} is more than any writer makes"
+                "torn tail: the chunk at byte {pos} wants {len} bytes, {got} are there"
             ));
             break;
         }
-        if left - CHUNK_HEAD < len {
-            info.problem = Some(format!(
-                "torn tail: the chunk at byte {pos} wants {len} bytes, {} are there",
-                left - CHUNK_HEAD
-            ));
-            break;
-        }
-        let payload = &bytes[pos + CHUNK_HEAD..pos + CHUNK_HEAD + len];
+        let payload = &payload[..];
         if crc(k, payload) != sum {
             info.problem = Some(format!(
                 "damaged chunk at byte {pos}: checksum mismatch (reading stopped there)"
@@ -106,16 +149,24 @@ pub fn read_log(bytes: &[u8], v: &mut dyn LogVisitor) -> Result<LogInfo, String>
             }
             info.header = serde_json::from_slice(payload)
                 .map_err(|e| format!("the header is not JSON: {e}"))?;
+            let version = info.header["version"].as_u64().unwrap_or(1);
+            if version > u64::from(VERSION) {
+                return Err(format!(
+                    "format version {version}: written by a newer cushim (this one reads up to {VERSION})"
+                ));
+            }
+            info.version = version as u32;
             first = false;
-            pos += CHUNK_HEAD + len;
+            pos += (CHUNK_HEAD + len) as u64;
             continue;
         }
         let at = |e: String| format!("chunk at byte {pos}: {e}");
         match k {
             kind::EVENTS => {
                 pending.clear();
-                decode_events(payload, |e| pending.push(e)).map_err(at)?;
+                decode_events(payload, info.version, |e| pending.push(e)).map_err(at)?;
                 info.events += pending.len() as u64;
+                v.events_chunk(pos, len as u32);
                 for e in pending.drain(..) {
                     v.event(e);
                 }
@@ -146,6 +197,15 @@ pub fn read_log(bytes: &[u8], v: &mut dyn LogVisitor) -> Result<LogInfo, String>
                     v.stack(id, frames);
                 }
             }
+            kind::RANGES => {
+                let mut c = Cursor::new(payload);
+                while !c.at_end() {
+                    let id = c.varint().map_err(at)?;
+                    let id = u32::try_from(id).map_err(|_| at(format!("range id {id}")))?;
+                    let path = c.string().map_err(at)?;
+                    v.range(id, path);
+                }
+            }
             kind::DROPPED => {
                 info.dropped = Cursor::new(payload).varint().map_err(at)?;
             }
@@ -153,7 +213,7 @@ pub fn read_log(bytes: &[u8], v: &mut dyn LogVisitor) -> Result<LogInfo, String>
             kind::HEADER => return Err(at("a second header".into())),
             other => return Err(at(format!("unknown chunk kind {other}"))),
         }
-        pos += CHUNK_HEAD + len;
+        pos += (CHUNK_HEAD + len) as u64;
     }
     if first {
         return Err(match info.problem {
@@ -162,4 +222,29 @@ pub fn read_log(bytes: &[u8], v: &mut dyn LogVisitor) -> Result<LogInfo, String>
         });
     }
     Ok(info)
+}
+
+/// The payload of the events chunk whose head is at byte `at` of `file` (`len` bytes, as
+/// [`LogVisitor::events_chunk`] gave them), read into `buf` and checked again (the file
+/// may have been changed since).
+pub fn read_chunk_at(
+    file: &std::fs::File,
+    at: u64,
+    len: u32,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let again = |e: std::io::Error| format!("reading the chunk at byte {at} again: {e}");
+    let mut head = [0u8; CHUNK_HEAD];
+    file.read_exact_at(&mut head, at).map_err(again)?;
+    let (k, l, sum) = check(&head, at)?;
+    buf.resize(len as usize, 0);
+    file.read_exact_at(buf, at + CHUNK_HEAD as u64)
+        .map_err(again)?;
+    if k != kind::EVENTS || l != len as usize || crc(k, buf) != sum {
+        return Err(format!(
+            "the chunk at byte {at} changed since it was first read (the file was rewritten)"
+        ));
+    }
+    Ok(())
 }

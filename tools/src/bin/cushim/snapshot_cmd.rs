@@ -7,9 +7,7 @@ use cushim::snapshot::output::write_snapshot;
 use cushim_tools::snapshot::from_log::{snapshot_of, Moment};
 
 pub fn snapshot(log: &Path, moment: Moment, events: usize, out: &Path) -> Result<i32, String> {
-    let bytes = std::fs::read(log).map_err(|e| format!("reading {}: {e}", log.display()))?;
-    let made =
-        snapshot_of(&bytes, moment, events).map_err(|e| format!("{}: {e}", log.display()))?;
+    let made = snapshot_of(log, moment, events).map_err(|e| format!("{}: {e}", log.display()))?;
     if let Some(p) = &made.info.problem {
         eprintln!("cushim: {}: the log ends early ({p})", log.display());
     }

@@ -1,0 +1,378 @@
+//! One device's trace as the analyses walk it: held in memory (a snapshot's trace, which
+//! the snapshot already held), or read again from a whole-run event log on every walk.
+//!
+//! Policy: a log's events are never all in memory. A log of a long run holds hundreds of
+//! millions of events (32 bytes each in the model: gigabytes), so the model keeps only
+//! where each events chunk is in the file and how many of this device's events it holds;
+//! every walk (forward, backward, from any point) decodes one chunk at a time from the
+//! file, kept open, so memory stays bounded by a chunk whatever the log's length. The
+//! chunks were checked when the log was first read; one that reads differently later (the
+//! file was rewritten under us) ends the walk with one line on stderr, never a panic.
+//!
+//! While the walks of a log take over a second and stderr is a terminal, a progress line
+//! names the walk and how far it is (as `snapshot::progress` does for the first reading),
+//! redrawn at most four times a second and cleared when the model is dropped.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::analyze::model::Event;
+use crate::snapshot::log_reader::read_chunk_at;
+use cushim::trace::event::NO_STACK;
+use cushim::trace::log::encode::decode_events;
+
+/// Where one events chunk is, and how many of a device's events it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkRef {
+    pub at: u64,
+    pub len: u32,
+    pub events: u32,
+}
+
+/// Log stack ids to model stack-list indices.
+#[derive(Debug, Default)]
+pub struct StackMap {
+    /// Dense ids (the shim numbers its stacks from 0 up).
+    dense: Vec<u32>,
+    sparse: HashMap<u32, u32>,
+}
+
+/// Ids below this go in the dense table.
+const DENSE_IDS: u32 = 1 << 20;
+
+impl StackMap {
+    /// The list index of `id`, if assigned (0 for no stack).
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<u32> {
+        if id == NO_STACK {
+            return Some(0);
+        }
+        match self.dense.get(id as usize) {
+            Some(&l) if l != 0 => Some(l),
+            Some(_) => None,
+            None if id < DENSE_IDS => None,
+            None => self.sparse.get(&id).copied(),
+        }
+    }
+
+    pub fn insert(&mut self, id: u32, list: u32) {
+        if id < DENSE_IDS {
+            let i = id as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, 0);
+            }
+            self.dense[i] = list;
+        } else {
+            self.sparse.insert(id, list);
+        }
+    }
+}
+
+/// The open log the walks read.
+#[derive(Debug)]
+pub struct LogFile {
+    pub file: std::fs::File,
+    pub name: String,
+    pub stacks: StackMap,
+    /// The log's format version.
+    pub version: u32,
+    /// Whether a walk failed already (said once).
+    failed: AtomicBool,
+    /// Walks started; progress lines (see the module docs).
+    walks: AtomicU64,
+    tty: bool,
+    start: Instant,
+    /// Milliseconds after `start` of the last progress line (0: none yet).
+    shown_ms: AtomicU64,
+}
+
+impl LogFile {
+    /// A progress line for chunk `i` of `n` of walk `walk`, if it is time for one.
+    fn progress(&self, walk: u64, i: usize, n: usize) {
+        if !self.tty {
+            return;
+        }
+        let ms = self.start.elapsed().as_millis() as u64;
+        let last = self.shown_ms.load(Ordering::Relaxed);
+        if ms < 1000 || (last != 0 && ms < last + 250) {
+            return;
+        }
+        self.shown_ms.store(ms, Ordering::Relaxed);
+        let pct = (i * 100).checked_div(n).unwrap_or(100);
+        let _ = write!(
+            std::io::stderr(),
+            "\rcushim: analysing {}: pass {walk}, {pct}%\x1b[K",
+            self.name
+        );
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        if self.shown_ms.load(Ordering::Relaxed) != 0 {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}
+
+impl LogFile {
+    pub fn new(file: std::fs::File, name: String, stacks: StackMap, version: u32) -> LogFile {
+        LogFile {
+            file,
+            name,
+            stacks,
+            version,
+            failed: AtomicBool::new(false),
+            walks: AtomicU64::new(0),
+            tty: std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            shown_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One device's events in a log.
+#[derive(Debug, Clone)]
+pub struct LogEvents {
+    pub log: Arc<LogFile>,
+    pub device: i32,
+    pub chunks: Arc<[ChunkRef]>,
+    pub len: usize,
+}
+
+/// A device's trace, oldest first.
+#[derive(Debug, Clone)]
+pub enum EventList {
+    Mem(Vec<Event>),
+    Log(LogEvents),
+}
+
+impl Default for EventList {
+    fn default() -> Self {
+        EventList::Mem(Vec::new())
+    }
+}
+
+impl PartialEq for EventList {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (EventList::Mem(a), EventList::Mem(b)) => a == b,
+            (EventList::Log(a), EventList::Log(b)) => {
+                Arc::ptr_eq(&a.log, &b.log) && a.device == b.device
+            }
+            _ => self.len() == other.len() && self.iter().eq(other.iter()),
+        }
+    }
+}
+
+impl From<Vec<Event>> for EventList {
+    fn from(v: Vec<Event>) -> Self {
+        EventList::Mem(v)
+    }
+}
+
+impl EventList {
+    pub fn len(&self) -> usize {
+        match self {
+            EventList::Mem(v) => v.len(),
+            EventList::Log(l) => l.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The events, oldest first (by value: a log's are decoded as the walk goes).
+    pub fn iter(&self) -> Iter<'_> {
+        match self {
+            EventList::Mem(v) => Iter::Mem(v.iter()),
+            EventList::Log(l) => Iter::Log(LogIter {
+                walk: l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+                loaded: 0,
+                src: l,
+                lo: 0,
+                hi: l.chunks.len(),
+                front: Vec::new().into_iter(),
+                back: Vec::new().into_iter(),
+                left: l.len,
+                buf: Vec::new(),
+            }),
+        }
+    }
+
+    /// The events in memory, read from the log when they are not (for small inputs and
+    /// tests that edit a trace).
+    pub fn to_mut(&mut self) -> &mut Vec<Event> {
+        if let EventList::Log(_) = self {
+            *self = EventList::Mem(self.iter().collect());
+        }
+        match self {
+            EventList::Mem(v) => v,
+            EventList::Log(_) => unreachable!("made a Mem just above"),
+        }
+    }
+
+    pub fn push(&mut self, e: Event) {
+        self.to_mut().push(e);
+    }
+
+    pub fn pop(&mut self) -> Option<Event> {
+        self.to_mut().pop()
+    }
+
+    pub fn clear(&mut self) {
+        *self = EventList::Mem(Vec::new());
+    }
+}
+
+impl<'a> IntoIterator for &'a EventList {
+    type Item = Event;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// A walk over an [`EventList`].
+pub enum Iter<'a> {
+    Mem(std::slice::Iter<'a, Event>),
+    Log(LogIter<'a>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Event;
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        match self {
+            Iter::Mem(i) => i.next().copied(),
+            Iter::Log(l) => l.next(),
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.len();
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<Event> {
+        match self {
+            Iter::Mem(i) => i.next_back().copied(),
+            Iter::Log(l) => l.next_back(),
+        }
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Iter::Mem(i) => i.len(),
+            Iter::Log(l) => l.left,
+        }
+    }
+}
+
+/// A walk over a log's events: chunks `lo..hi` not yet decoded, the decoded ones at both
+/// ends being consumed.
+pub struct LogIter<'a> {
+    src: &'a LogEvents,
+    /// Which walk of the log this is, and the chunks it decoded (for the progress line).
+    walk: u64,
+    loaded: usize,
+    lo: usize,
+    hi: usize,
+    front: std::vec::IntoIter<Event>,
+    back: std::vec::IntoIter<Event>,
+    left: usize,
+    buf: Vec<u8>,
+}
+
+impl LogIter<'_> {
+    /// Decode chunk `i`'s events of this device; `None` (said once) when it cannot be read.
+    fn load(&mut self, i: usize) -> Option<std::vec::IntoIter<Event>> {
+        let c = self.src.chunks[i];
+        let log = &*self.src.log;
+        self.loaded += 1;
+        log.progress(self.walk, self.loaded, self.src.chunks.len());
+        let mut out = Vec::with_capacity(c.events as usize);
+        let dev = self.src.device;
+        let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|()| {
+            decode_events(&self.buf, log.version, |e| {
+                if e.device == dev {
+                    out.push(Event {
+                        action: e.action,
+                        addr: e.addr,
+                        size: e.size,
+                        stream: e.stream,
+                        stack: log.stacks.get(e.stack).unwrap_or(0),
+                    });
+                }
+            })
+        });
+        match r {
+            Ok(_) if out.len() == c.events as usize => Some(out.into_iter()),
+            Ok(_) => self.fail(&format!(
+                "the chunk at byte {} changed since it was first read",
+                c.at
+            )),
+            Err(e) => self.fail(&e),
+        }
+    }
+
+    fn fail<T>(&mut self, e: &str) -> Option<T> {
+        if !self.src.log.failed.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "cushim: {}: {e}; the analysis stops at the events read so far",
+                self.src.log.name
+            );
+        }
+        self.lo = self.hi;
+        self.left = 0;
+        self.front = Vec::new().into_iter();
+        self.back = Vec::new().into_iter();
+        None
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.front.next() {
+                self.left -= 1;
+                return Some(e);
+            }
+            if self.lo < self.hi {
+                let i = self.lo;
+                self.lo += 1;
+                self.front = self.load(i)?;
+                continue;
+            }
+            let e = self.back.next()?;
+            self.left -= 1;
+            return Some(e);
+        }
+    }
+
+    #[inline]
+    fn next_back(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.back.next_back() {
+                self.left -= 1;
+                return Some(e);
+            }
+            if self.lo < self.hi {
+                self.hi -= 1;
+                let i = self.hi;
+                self.back = self.load(i)?;
+                continue;
+            }
+            let e = self.front.next_back()?;
+            self.left -= 1;
+            return Some(e);
+        }
+    }
+}
