@@ -198,6 +198,126 @@ fn gzip_and_zstd_snapshots_read_as_the_snapshot_inside() {
     assert!(out.contains("recorded"), "{out}");
 }
 
+/// Write a JSON snapshot of `cycles` alloc / free_requested / free_completed cycles of
+/// one 512 KiB block, then one more alloc, to `out`, every event with its own copy of a 32-frame stack (JSON
+/// shares nothing): large when decompressed, small compressed. Written as it is made, so
+/// this process never holds it (its memory would count in a child's peak: see
+/// `summary_max_rss`). Returns the bytes written.
+fn write_big_json(out: &mut impl std::io::Write, cycles: usize) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let base = 0x7f00_0000_0000u64;
+    let half = MIB / 2;
+    let frames: Vec<String> = (0..32)
+        .map(|i| {
+            format!(
+                r#"{{"name": "layer_{i}", "filename": "/w/model/train.py", "line": {}}}"#,
+                10 + i
+            )
+        })
+        .collect();
+    let frames = format!("[{}]", frames.join(", "));
+    let head = format!(
+        r#"{{"segments": [{{"device": 0, "address": {base}, "total_size": {}, "allocated_size": {half}, "active_size": {half}, "requested_size": {half}, "stream": 0, "segment_type": "large", "is_expandable": false, "frames": {frames}, "blocks": [{{"address": {base}, "size": {half}, "requested_size": {half}, "state": "active_allocated", "frames": {frames}}}, {{"address": {}, "size": {}, "requested_size": 0, "state": "inactive", "frames": []}}]}}], "device_traces": [[{{"action": "segment_alloc", "addr": {base}, "size": {}, "stream": 0, "frames": {frames}}}"#,
+        2 * MIB,
+        base + MIB / 2,
+        2 * MIB - MIB / 2,
+        2 * MIB
+    );
+    out.write_all(head.as_bytes()).unwrap();
+    let mut n = head.len() as u64;
+    let mut cycle = String::new();
+    for action in ["alloc", "free_requested", "free_completed"] {
+        cycle.push_str(&format!(
+            r#", {{"action": "{action}", "addr": {base}, "size": {}, "stream": 0, "frames": {frames}}}"#,
+            MIB / 2
+        ));
+    }
+    for _ in 0..cycles {
+        out.write_all(cycle.as_bytes()).unwrap();
+        n += cycle.len() as u64;
+    }
+    // One block stays allocated: the live site the summary names.
+    let last = format!(
+        r#", {{"action": "alloc", "addr": {base}, "size": {}, "stream": 0, "frames": {frames}}}]]}}"#,
+        MIB / 2
+    );
+    out.write_all(last.as_bytes()).unwrap();
+    n + last.len() as u64
+}
+
+/// Run `c` with its data memory limited to `limit` bytes by the kernel (`RLIMIT_DATA`:
+/// heap and every private writable mapping; an allocation past it fails).
+fn run_limited(c: &mut Command, limit: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // setrlimit, which is async-signal-safe; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_DATA, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    common::run(c)
+}
+
+#[test]
+fn compressed_snapshots_are_read_as_a_stream_in_memory_far_below_their_decompressed_size() {
+    use std::io::Write;
+    let dir = common::scratch("analyze-real-compressed-big");
+    let gz_f = dir.join("big.json.gz");
+    let file = std::io::BufWriter::new(std::fs::File::create(&gz_f).unwrap());
+    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    let big = write_big_json(&mut gz, 20_000);
+    gz.finish().unwrap().flush().unwrap();
+    let zst_f = dir.join("big.json.zst");
+    let mut zst = std::io::BufWriter::new(std::fs::File::create(&zst_f).unwrap());
+    ruzstd::encoding::compress(
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(&gz_f).unwrap()),
+        &mut zst,
+        ruzstd::encoding::CompressionLevel::Fastest,
+    );
+    zst.flush().unwrap();
+    drop(zst);
+    // Read whole, the decompressed text alone would take `big` bytes; streamed, the reader
+    // holds the model (events and one interned stack) and its buffers.
+    let limit = big / 4;
+    // The limit bites here: a program holding `big / 2` bytes at once fails under it.
+    let held = run_limited(
+        Command::new("python3").args(["-c", &format!("b = bytearray({})", big / 2)]),
+        limit,
+    );
+    assert!(
+        !held.status.success(),
+        "RLIMIT_DATA is not enforced: {:?}",
+        held.status
+    );
+    for f in [&gz_f, &zst_f] {
+        let out = run_limited(
+            Command::new(common::cushim_bin()).arg("summary").arg(f),
+            limit,
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: {big} bytes decompressed, data limited to {limit}: {:?}\n{}",
+            f.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("layer_0 (/w/model/train.py:10)"), "{text}");
+        assert!(
+            text.contains("allocated: 0.50 MiB (peak 0.50 MiB"),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn files_that_are_not_snapshots_get_one_line_saying_what_they_are() {
     let dir = common::scratch("analyze-real-not-snapshots");

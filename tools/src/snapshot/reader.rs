@@ -203,9 +203,16 @@ impl Reader<'_, '_> {
                     buf.extend_from_slice(&avail[..n]);
                     r.consume(n);
                 } else {
-                    buf.resize(n, 0);
-                    r.read_exact(buf)
+                    // Grown as the bytes arrive, never to a length the input claims
+                    // (a stream of unknown length checks nothing up front).
+                    let got = r
+                        .by_ref()
+                        .take(n as u64)
+                        .read_to_end(buf)
                         .map_err(|e| format!("reading bytes {pos}..{end}: {e}"))?;
+                    if got < n {
+                        return Err(format!("truncated pickle at byte {}", pos + got));
+                    }
                 }
                 Ok(&buf[..])
             }
@@ -757,8 +764,28 @@ pub fn read_pickle_file_with(
     Ok((run(src, len, Some(hook))?, len))
 }
 
-fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    let mut r = Reader {
+/// [`read_pickle_with`] streaming from `r`, of unknown length (a decompressing reader):
+/// lengths in the pickle are checked against the bytes that actually arrive, and copying
+/// shared containers is budgeted as for an input of `budget_len` bytes. Returns the value
+/// and the number of bytes read.
+pub fn read_pickle_stream_with(
+    r: Box<dyn std::io::BufRead + '_>,
+    budget_len: usize,
+    hook: DictHook<'_>,
+) -> Result<(Value, usize), String> {
+    let src = Source::Stream { r, buf: Vec::new() };
+    let mut reader = reader(src, usize::MAX, budget_len, Some(hook));
+    let v = reader.run()?;
+    Ok((v, reader.pos))
+}
+
+fn reader<'a, 'h>(
+    src: Source<'a>,
+    len: usize,
+    budget_len: usize,
+    hook: Option<DictHook<'h>>,
+) -> Reader<'a, 'h> {
+    Reader {
         hook,
         src,
         len,
@@ -767,10 +794,13 @@ fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value,
         marks: Vec::new(),
         memo: Memo::default(),
         memo_count: 0,
-        copy_budget: len / 4 + 4096,
+        copy_budget: budget_len / 4 + 4096,
         last_taken: false,
-    };
-    r.run()
+    }
+}
+
+fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value, String> {
+    reader(src, len, len, hook).run()
 }
 
 /// Nodes of `v` with every shared node counted wherever it appears (what a JSON or msgpack
