@@ -582,7 +582,7 @@ fn replay_infers_the_device_from_release_and_retry_and_reproduces_the_recorded_p
 }
 
 #[test]
-fn pytorchs_newer_fields_are_read_and_carried_through_convert() {
+fn pytorchs_newer_fields_are_read_carried_through_convert_and_pools_shown() {
     let dir = common::scratch("analyze-real-newer-fields");
     let Some(p) = python(&format!(
         r#"{FRAMES_PY}
@@ -605,6 +605,11 @@ sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
     let f = write(&dir, "newer.pickle", &p);
     let out = ok(&["summary"], &[&f]);
     assert!(out.contains("modeling_bert.py:286"), "{out}");
+    // The private pool's memory is shown apart: the default pool cannot reuse it.
+    assert!(
+        out.contains("pool (1, 7): 2.00 MiB reserved in 1 segments, 2.00 MiB allocated"),
+        "{out}"
+    );
     let j = dir.join("newer.json");
     let back = dir.join("back.pickle");
     ok(&["convert"], &[&f, &j]);

@@ -253,6 +253,17 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
         });
     }
     let kind = text(seg, "kind", at)?.map(|k| i.string(k));
+    let pool = match seq(seg, "segment_pool_id", at)? {
+        [Value::Int(a), Value::Int(b)] => (*a, *b),
+        [] => (0, 0),
+        other => {
+            return Err(format!(
+                "{}.segment_pool_id: expected two integers, found {} items",
+                at(),
+                other.len()
+            ))
+        }
+    };
     Ok((
         device,
         Segment {
@@ -261,6 +272,7 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
             stream,
             expandable,
             kind,
+            pool,
             blocks,
         },
     ))
