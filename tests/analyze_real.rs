@@ -318,6 +318,47 @@ fn compressed_snapshots_are_read_as_a_stream_in_memory_far_below_their_decompres
     }
 }
 
+/// The peak reserved (MiB) of the replay table's row starting with `label`: the first
+/// figure followed by `MiB`.
+fn peak_reserved(out: &str, label: &str) -> f64 {
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label}\n{out}"));
+    let t: Vec<&str> = row.split_whitespace().collect();
+    let i = t
+        .windows(2)
+        .position(|w| w[1] == "MiB")
+        .unwrap_or_else(|| panic!("no MiB in {row}"));
+    t[i].parse()
+        .unwrap_or_else(|_| panic!("not a number in {row}"))
+}
+
+/// A real PyTorch snapshot (tests/data/real/README.md says where it comes from and under
+/// which licence): its sites are the program's lines, its Windows paths classified as
+/// POSIX ones, and replaying it under its own recorded settings gives its recorded peak
+/// reserved within 1%.
+#[test]
+fn a_real_pytorch_snapshot_replays_to_its_recorded_peak_and_names_the_programs_lines() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-assignment2-memory_snapshot.pickle.gz");
+    let out = ok(&["summary"], &[&f]);
+    assert!(
+        out.contains(r"silu (D:\Dev\assignment2-systems\cs336-basics\cs336_basics\model.py:532)"),
+        "{out}"
+    );
+    // PyTorch's own Python (torch\functional.py) is not a site while the program has one.
+    assert!(!out.contains(r"torch\functional.py"), "{out}");
+    let out = ok(&["replay"], &[&f]);
+    let recorded = peak_reserved(&out, "recorded");
+    let replayed = peak_reserved(&out, "replay: recorded");
+    assert!(recorded > 13_000.0, "{out}");
+    assert!(
+        (replayed - recorded).abs() <= recorded / 100.0,
+        "replayed {replayed} MiB against recorded {recorded} MiB\n{out}"
+    );
+}
+
 #[test]
 fn files_that_are_not_snapshots_get_one_line_saying_what_they_are() {
     let dir = common::scratch("analyze-real-not-snapshots");

@@ -397,7 +397,7 @@ fn thread_state(a: &Api) -> Option<(Obj, bool)> {
             return None;
         }
         let cur = a.current.map(|f| f());
-        if cur.is_none_or(|c| c == mine) && (a.gil_check)() == 1 {
+        if cur.map_or(true, |c| c == mine) && (a.gil_check)() == 1 {
             return Some((mine, true));
         }
         // 3.12+ keep the attached state per thread: another one attached here is a
@@ -509,7 +509,7 @@ fn walk(a: &Api, l: &Layout, m: &impl Mem, fr: usize, out: &mut [Raw]) -> usize 
         let off = r.instr as i64 - (r.code + l.code_adaptive) as i64;
         let entry = match l.is_entry {
             Some(_) => r.is_entry,
-            None => prev.as_ref().is_none_or(|p| p.owner == OWNED_BY_CSTACK),
+            None => prev.as_ref().map_or(true, |p| p.owner == OWNED_BY_CSTACK),
         };
         if off >= 0 {
             out[n] = Raw {

@@ -98,6 +98,11 @@ pub const RULES: &[Rule] = &[
         Start,
         "glibc's thread start: calls the thread function",
     ),
+    rule(
+        Symbol("execute_native_thread_routine"),
+        Start,
+        "libstdc++: starts a std::thread",
+    ),
     rule(Symbol("clone"), Start, "the thread's first frame"),
     rule(Symbol("clone3"), Start, "the thread's first frame"),
     rule(
@@ -147,6 +152,12 @@ pub const RULES: &[Rule] = &[
         "ctypes' call wrappers",
     ),
     // PyTorch's C++ (demangled, qualified names).
+    rule(
+        Qualified("torch::autograd::generated::"),
+        Library,
+        "an autograd node's backward (MeanBackward0::apply): the autograd engine runs it on \
+         its own thread, with no Python frame, so it names a backward allocation",
+    ),
     rule(
         Qualified("torch::"),
         Machinery,
@@ -262,9 +273,9 @@ pub const RULES: &[Rule] = &[
         "CPython: the vectorcall protocol",
     ),
     rule(
-        SymbolPrefix("slot_tp_"),
+        SymbolPrefix("slot_"),
         Machinery,
-        "CPython: a type slot calling Python",
+        "CPython: a type slot (slot_tp_call, slot_nb_multiply: `a * b` on a tensor)",
     ),
     rule(
         SymbolPrefix("builtin_exec"),
@@ -413,6 +424,13 @@ pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
         qualified_name(name)
     };
     let module = module_of(name);
+    // Paths recorded on Windows (`...\site-packages\torch\functional.py`) match the same
+    // rules as POSIX ones.
+    let file: std::borrow::Cow<str> = if f.file.contains('\\') {
+        f.file.replace('\\', "/").into()
+    } else {
+        f.file.as_ref().into()
+    };
     RULES.iter().find(|r| match r.test {
         // Python frames are matched by their file only: a Python function may be named
         // anything (`run_model`, `PyTorchModel`).
@@ -422,7 +440,7 @@ pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
         Path(p) => {
             // Library rules name frameworks' Python files; the others, native code.
             (r.class == Library) == python
-                && (f.file.contains(p) || module.is_some_and(|m| m.contains(p)))
+                && (file.contains(p) || module.is_some_and(|m| m.contains(p)))
         }
     })
 }
@@ -452,7 +470,12 @@ pub fn is_machinery(f: &Frame) -> bool {
 /// it has none, its library frames; when it has none of those either, its innermost
 /// frame (so a recorded stack is never without a site).
 pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
-    let all: Vec<(&Frame, Class)> = stacks.frames_of(id).map(|f| (f, classify(f))).collect();
+    let mut all: Vec<(&Frame, Class)> = stacks.frames_of(id).map(|f| (f, classify(f))).collect();
+    // What lies outside the first start frame started the thread or process (often libc
+    // frames symbolized as whatever export precedes them): never the program's.
+    if let Some(s) = all.iter().position(|(_, c)| *c == Class::Start) {
+        all.truncate(s + 1);
+    }
     for want in [Class::Program, Class::Library] {
         let v: Vec<&Frame> = all
             .iter()
@@ -630,5 +653,37 @@ mod tests {
         let s = stacks(vec![fr("cudaMalloc", "??", 0), fr("_start", "??", 0)]);
         assert_eq!(site(&s, 1, 1), "cudaMalloc (??:0)");
         assert_eq!(site(&s, 0, 1), "<no stack>");
+    }
+
+    /// The shape of a backward allocation in a real PyTorch 2.x snapshot: the autograd
+    /// engine's thread, no Python frame, and glibc frames past the thread's start
+    /// symbolized as unrelated exports.
+    #[test]
+    fn a_backward_allocation_is_named_by_its_autograd_node_not_its_threads_start() {
+        let s = stacks(vec![
+            fr("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", "CUDACachingAllocator.cpp", 0),
+            fr("at::_ops::div_Scalar::call(at::Tensor const&, c10::Scalar const&)", "??", 0),
+            fr("torch::autograd::generated::MeanBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)", "??", 0),
+            fr("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+            fr("execute_native_thread_routine", "thread48.o", 0),
+            fr("pthread_condattr_setpshared", "??", 0),
+            fr("__xmknodat", "??", 0),
+        ]);
+        assert!(
+            site(&s, 1, 1).starts_with("torch::autograd::generated::MeanBackward0::apply("),
+            "{}",
+            site(&s, 1, 1)
+        );
+        // A framework's file recorded on Windows is the framework's.
+        assert_eq!(
+            classify(&fr(
+                "einsum",
+                "D:\\v\\site-packages\\torch\\functional.py",
+                373
+            )),
+            Class::Library
+        );
+        // CPython's type slots (`a * b` on a tensor) are the interpreter's, not the program's.
+        assert_eq!(classify(&fr("slot_nb_multiply", "??", 0)), Class::Machinery);
     }
 }

@@ -484,8 +484,15 @@ impl Reader<'_, '_> {
         if bytes.is_empty() {
             return Ok(Value::Int(0));
         }
+        // An unsigned 64-bit value (a C++ `size_t(-1)`, as PyTorch writes a frame's
+        // unknown line) takes nine bytes, the last zero: kept as its 64 bits.
+        if bytes.len() == 9 && bytes[8] == 0 {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&bytes[..8]);
+            return Ok(Value::Int(u64::from_le_bytes(a) as i64));
+        }
         if bytes.len() > 8 {
-            return Err("pickle: integer beyond int64".into());
+            return Err("pickle: integer beyond 64 bits".into());
         }
         let fill = if bytes[bytes.len() - 1] & 0x80 != 0 {
             0xff
