@@ -349,6 +349,14 @@ fn a_real_pytorch_snapshot_replays_to_its_recorded_peak_and_names_the_programs_l
     );
     // PyTorch's own Python (torch\functional.py) is not a site while the program has one.
     assert!(!out.contains(r"torch\functional.py"), "{out}");
+    // `convert` reads the compressed pickle too, to the same snapshot.
+    let dir = common::scratch("analyze-real-pytorch");
+    let json = dir.join("real.json");
+    ok(&["convert"], &[&f, &json]);
+    assert_eq!(
+        ok(&["summary"], &[&json]).replace(&*json.display().to_string(), "F"),
+        out.replace(&*f.display().to_string(), "F")
+    );
     let out = ok(&["replay"], &[&f]);
     let recorded = peak_reserved(&out, "recorded");
     let replayed = peak_reserved(&out, "replay: recorded");

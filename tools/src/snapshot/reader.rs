@@ -23,9 +23,30 @@ use std::sync::Arc;
 
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
 /// falling back to msgpack.
+/// A compressed pickle is read as it is decompressed; other compressed content is
+/// decompressed whole first.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
-    let bytes = crate::snapshot::sniff::read_decompressed(path)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let reading = |e: String| format!("reading {}: {e}", path.display());
+    let f = std::fs::File::open(path).map_err(|e| reading(e.to_string()))?;
+    let len = f.metadata().map_err(|e| reading(e.to_string()))?.len();
+    let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| reading(e.to_string()))?;
+    if crate::snapshot::sniff::compression(head).is_some() {
+        let (mut d, _) = crate::snapshot::sniff::decompressing(Box::new(r)).map_err(reading)?;
+        let head = std::io::BufRead::fill_buf(&mut d).map_err(|e| reading(e.to_string()))?;
+        if head.first() == Some(&0x80) {
+            // Copying shared containers is budgeted as for a file 64 times the compressed one.
+            let budget = usize::try_from(len.saturating_mul(64)).unwrap_or(usize::MAX);
+            let src = Source::Stream { r: d, buf: Vec::new() };
+            return reader(src, usize::MAX, budget, None)
+                .run()
+                .map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+        }
+        let mut bytes = Vec::new();
+        d.read_to_end(&mut bytes).map_err(|e| reading(e.to_string()))?;
+        return read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+    }
+    let bytes = crate::snapshot::sniff::read_decompressed(path).map_err(reading)?;
     read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e))
 }
 
