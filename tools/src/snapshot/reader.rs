@@ -37,13 +37,17 @@ pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
         if head.first() == Some(&0x80) {
             // Copying shared containers is budgeted as for a file 64 times the compressed one.
             let budget = usize::try_from(len.saturating_mul(64)).unwrap_or(usize::MAX);
-            let src = Source::Stream { r: d, buf: Vec::new() };
+            let src = Source::Stream {
+                r: d,
+                buf: Vec::new(),
+            };
             return reader(src, usize::MAX, budget, None)
                 .run()
                 .map_err(|e| crate::snapshot::sniff::name_error(path, &e));
         }
         let mut bytes = Vec::new();
-        d.read_to_end(&mut bytes).map_err(|e| reading(e.to_string()))?;
+        d.read_to_end(&mut bytes)
+            .map_err(|e| reading(e.to_string()))?;
         return read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e));
     }
     let bytes = crate::snapshot::sniff::read_decompressed(path).map_err(reading)?;
