@@ -74,7 +74,7 @@ use parking_lot::Mutex;
 
 use crate::config::history::HistoryConf;
 use crate::trace::event::{StackId, NO_STACK};
-use crate::trace::self_mem::{Checked, Mem, Plain};
+use crate::trace::self_mem::{Blocks, Cached, Mem, Plain};
 use crate::trace::stack::intern_tagged;
 use crate::trace::stack::{capture, SkipRange, CAPTURE_MAX};
 
@@ -529,11 +529,10 @@ fn walk(a: &Api, l: &Layout, m: &impl Mem, fr: usize, out: &mut [Raw]) -> usize 
 
 /// Read the Python frames of a thread running native code without the GIL, innermost
 /// first, into `out`: every read checked (see the head of this file).
-fn read_frames_detached(a: &Api, tstate: Obj, out: &mut [Raw]) -> usize {
+fn read_frames_detached(a: &Api, m: &Cached, tstate: Obj, out: &mut [Raw]) -> usize {
     let Some(d) = a.detached else {
         return 0;
     };
-    let m = Checked;
     let ts = tstate as usize;
     let first = match d.current {
         Current::Field(o) => m.word(ts + o),
@@ -543,7 +542,7 @@ fn read_frames_detached(a: &Api, tstate: Obj, out: &mut [Raw]) -> usize {
         return 0;
     };
     if let Some(l) = a.layout {
-        return walk(a, &l, &m, first, out);
+        return walk(a, &l, m, first, out);
     }
     // 3.9 / 3.10: frame objects linked by `f_back`.
     let Some((back, code_at, lasti_at, unit)) = d.old else {
@@ -552,7 +551,7 @@ fn read_frames_detached(a: &Api, tstate: Obj, out: &mut [Raw]) -> usize {
     let (mut f, mut n) = (first, 0);
     while f != 0 && n < out.len() {
         let mut b = [0u8; 112];
-        if !is_a(&m, f, a.frame_type) || !m.read(f, &mut b) {
+        if !is_a(m, f, a.frame_type) || !m.read(f, &mut b) {
             break;
         }
         let w = |o: usize| {
@@ -561,7 +560,7 @@ fn read_frames_detached(a: &Api, tstate: Obj, out: &mut [Raw]) -> usize {
             usize::from_ne_bytes(x)
         };
         let code = w(code_at);
-        if !is_a(&m, code, a.code_type) {
+        if !is_a(m, code, a.code_type) {
             break;
         }
         let mut li = [0u8; 4];
@@ -696,13 +695,12 @@ fn text_of(a: &Api, d: &Detached, m: &impl Mem, s: usize) -> Option<String> {
 
 /// Name, file and line of a frame seen for the first time without the GIL: read, not
 /// asked (see the head of this file); the entry is not pinned.
-fn describe_detached(a: &Api, r: Raw) -> Info {
-    let m = Checked;
+fn describe_detached(a: &Api, m: &Cached, r: Raw) -> Info {
     let names = a
         .detached
-        .and_then(|d| names_of(&d, &m, r.code).map(|n| (d, n)));
+        .and_then(|d| names_of(&d, m, r.code).map(|n| (d, n)));
     let (name, filename) = match names {
-        Some((d, (f, n))) => (text_of(a, &d, &m, n), text_of(a, &d, &m, f)),
+        Some((d, (f, n))) => (text_of(a, &d, m, n), text_of(a, &d, m, f)),
         None => (None, None),
     };
     let line = if r.off & LINE != 0 {
@@ -724,15 +722,16 @@ fn describe_detached(a: &Api, r: Raw) -> Info {
 }
 
 /// Intern `raw` frames; writes `PY_TAG | id` and the entry flag of each into `out`.
-/// `held`: the GIL is held (new frames are described through the C API and pinned).
-fn intern(a: &Api, held: bool, raw: &[Raw], out: &mut [(u64, bool)]) {
+/// `held`: the GIL is held (new frames are described through the C API and pinned);
+/// otherwise memory is read through `m`.
+fn intern(a: &Api, held: bool, m: &Cached, raw: &[Raw], out: &mut [(u64, bool)]) {
     // Whether an unpinned entry still stands for the code object now at its address.
     let same = |r: &Raw, fp: (usize, usize)| {
         let d = a.detached;
         let now = if held {
             d.and_then(|d| names_of(&d, &Plain, r.code))
         } else {
-            d.and_then(|d| names_of(&d, &Checked, r.code))
+            d.and_then(|d| names_of(&d, m, r.code))
         };
         now == Some(fp)
     };
@@ -772,7 +771,7 @@ fn intern(a: &Api, held: bool, raw: &[Raw], out: &mut [(u64, bool)]) {
         let info = if held {
             describe(a, *r)
         } else {
-            describe_detached(a, *r)
+            describe_detached(a, m, *r)
         };
         let mut t = TABLE.lock();
         let t = t.get_or_insert_with(Table::default);
@@ -794,7 +793,7 @@ fn intern(a: &Api, held: bool, raw: &[Raw], out: &mut [(u64, bool)]) {
 /// The calling thread's Python frames (tagged ids, entry flags), innermost first, read
 /// through `raw`; 0 when there are none to take (no interpreter, no thread state,
 /// unsupported build).
-fn capture_python(raw: &mut [Raw], out: &mut [(u64, bool)]) -> usize {
+fn capture_python(raw: &mut [Raw], out: &mut [(u64, bool)], blocks: &mut Blocks) -> usize {
     let Some(a) = api() else {
         return 0;
     };
@@ -802,12 +801,14 @@ fn capture_python(raw: &mut [Raw], out: &mut [(u64, bool)]) -> usize {
         return 0;
     };
     let len = out.len().min(raw.len());
+    // One walk's copies of the memory it reads without the GIL (not used with it).
+    let m = Cached::new(blocks);
     let n = if held {
         read_frames(a, tstate, &mut raw[..len])
     } else {
-        read_frames_detached(a, tstate, &mut raw[..len])
+        read_frames_detached(a, &m, tstate, &mut raw[..len])
     };
-    intern(a, held, &raw[..n], &mut out[..n]);
+    intern(a, held, &m, &raw[..n], &mut out[..n]);
     n
 }
 
@@ -817,6 +818,8 @@ struct Scratch {
     raw: Vec<Raw>,
     py: Vec<(u64, bool)>,
     out: Vec<u64>,
+    /// Made at the thread's first capture (64 KiB): GIL-less walks read through it.
+    blocks: Option<Blocks>,
 }
 
 thread_local! {
@@ -825,6 +828,7 @@ thread_local! {
             raw: Vec::new(),
             py: Vec::new(),
             out: Vec::new(),
+            blocks: None,
         })
     };
 }
@@ -893,7 +897,8 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
             s.raw.resize(MAX_PY, Raw::default());
             s.py.resize(MAX_PY, (0, false));
             s.out.resize(CAPTURE_MAX, 0);
-            let m = capture_python(&mut s.raw, &mut s.py[..max.min(MAX_PY)]);
+            let blocks = s.blocks.get_or_insert_with(Blocks::default);
+            let m = capture_python(&mut s.raw, &mut s.py[..max.min(MAX_PY)], blocks);
             if m == 0 {
                 return None;
             }
