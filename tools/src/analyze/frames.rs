@@ -402,6 +402,9 @@ pub fn qualified_name(name: &str) -> String {
     q.trim_start_matches(['*', '&']).to_string()
 }
 
+/// The frame the loader puts between a trace entry's frames and its `forward_frames`.
+pub const FORWARD_MARK: &str = "(forward pass of this backward allocation)";
+
 /// The module of an unsymbolized frame named `module+0xoffset`.
 fn module_of(name: &str) -> Option<&str> {
     let (m, off) = name.rsplit_once("+0x")?;
@@ -470,27 +473,48 @@ pub fn is_machinery(f: &Frame) -> bool {
 /// it has none, its library frames; when it has none of those either, its innermost
 /// frame (so a recorded stack is never without a site).
 pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
-    let mut all: Vec<(&Frame, Class)> = stacks.frames_of(id).map(|f| (f, classify(f))).collect();
-    // What lies outside the first start frame started the thread or process (often libc
-    // frames symbolized as whatever export precedes them): never the program's.
-    if let Some(s) = all.iter().position(|(_, c)| *c == Class::Start) {
-        all.truncate(s + 1);
+    site_frames(stacks, id).0
+}
+
+/// [`program_frames`], and whether they come from the forward pass recorded with a
+/// backward allocation (PyTorch's `forward_frames`, after a [`FORWARD_MARK`] frame): the
+/// stack's own program frames first, then the forward pass's, then the library frames of
+/// each, then the stack's innermost machinery.
+fn site_frames(stacks: &Stacks, id: u32) -> (Vec<&Frame>, bool) {
+    let frames: Vec<&Frame> = stacks.frames_of(id).collect();
+    let (own, fwd) = match frames.iter().position(|f| &*f.name == FORWARD_MARK) {
+        Some(m) => (&frames[..m], &frames[m + 1..]),
+        None => (&frames[..], &[][..]),
+    };
+    fn classed<'a>(part: &[&'a Frame]) -> Vec<(&'a Frame, Class)> {
+        let mut all: Vec<(&Frame, Class)> = part.iter().map(|f| (*f, classify(f))).collect();
+        // What lies outside the first start frame started the thread or process (often
+        // libc frames symbolized as whatever export precedes them): never the program's.
+        if let Some(s) = all.iter().position(|(_, c)| *c == Class::Start) {
+            all.truncate(s + 1);
+        }
+        all
     }
+    let (own, fwd) = (classed(own), classed(fwd));
     for want in [Class::Program, Class::Library] {
-        let v: Vec<&Frame> = all
-            .iter()
-            .filter(|(_, c)| *c == want)
-            .map(|(f, _)| *f)
-            .collect();
-        if !v.is_empty() {
-            return v;
+        for (part, forward) in [(&own, false), (&fwd, true)] {
+            let v: Vec<&Frame> = part
+                .iter()
+                .filter(|(_, c)| *c == want)
+                .map(|(f, _)| *f)
+                .collect();
+            if !v.is_empty() {
+                return (v, forward);
+            }
         }
     }
-    all.iter()
+    let v = own
+        .iter()
         .find(|(_, c)| *c == Class::Machinery)
-        .or(all.first())
+        .or(own.first())
         .map(|(f, _)| vec![*f])
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (v, false)
 }
 
 /// `name (file:line)` of a frame.
@@ -499,18 +523,24 @@ pub fn describe(f: &Frame) -> String {
 }
 
 /// The site of stack `id`: its first program frame and `depth - 1` program callers,
-/// innermost first, joined by ` <- `; `<no stack>` when nothing was recorded.
+/// innermost first, joined by ` <- `, after `backward of ` when they are the forward pass
+/// of a backward allocation; `<no stack>` when nothing was recorded.
 pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
-    let frames = program_frames(stacks, id);
+    let (frames, forward) = site_frames(stacks, id);
     if frames.is_empty() {
         return "<no stack>".to_string();
     }
-    frames
+    let s = frames
         .iter()
         .take(depth.max(1))
         .map(|f| describe(f))
         .collect::<Vec<_>>()
-        .join(" <- ")
+        .join(" <- ");
+    if forward {
+        format!("backward of {s}")
+    } else {
+        s
+    }
 }
 
 #[cfg(test)]
