@@ -715,8 +715,7 @@ fn describe_detached(a: &Api, m: &Cached, r: Raw) -> Info {
         name: name.unwrap_or_else(|| "?".into()),
         filename: filename.unwrap_or_else(|| "?".into()),
         line,
-        // Never matched by a live code object: an entry whose names could not be read is
-        // made again each time (it is rare: a string that is not compact).
+        // No string object lies at `usize::MAX`: names that could not be read.
         unpinned: Some(names.map_or((usize::MAX, usize::MAX), |(_, n)| n)),
     }
 }
@@ -733,7 +732,9 @@ fn intern(a: &Api, held: bool, m: &Cached, raw: &[Raw], out: &mut [(u64, bool)])
         } else {
             d.and_then(|d| names_of(&d, m, r.code))
         };
-        now == Some(fp)
+        // Names that could not be read stand as `usize::MAX` twice, as when described: such
+        // an entry is reused, not made again at every capture.
+        now.unwrap_or((usize::MAX, usize::MAX)) == fp
     };
     let mut missing = false;
     {
