@@ -3,6 +3,8 @@
 //! whose frames name its own functions, files and lines, each evaluation loop's Python
 //! frames just inside the loop's native `_PyEval_EvalFrameDefault` frame; on every CPython
 //! 3.9 to 3.13 found on the machine (`python3`, and pyenv's versions when present).
+//! Calls made through `ctypes.CDLL`, which releases the GIL, get the same frames, read
+//! without it, on the main thread and on a second thread.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -173,7 +175,7 @@ fn stacks_python_keeps_only_the_python_frames_and_native_keeps_none() {
 }
 
 #[test]
-fn without_the_gil_or_while_finalizing_allocations_get_native_frames_only() {
+fn without_the_gil_allocations_get_python_frames_and_while_finalizing_none() {
     let dir = common::scratch("python-edges");
     let snap = dir.join("snap.json");
     let edges = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/alloc_edges.py");
@@ -187,19 +189,24 @@ fn without_the_gil_or_while_finalizing_allocations_get_native_frames_only() {
     let v = common::load_snapshot(&snap);
     let trace = v["device_traces"][0].as_array().expect("trace");
     let allocs: Vec<&Value> = trace.iter().filter(|e| e["action"] == "alloc").collect();
-    // 1 MiB and 2 MiB through CDLL (main thread, second thread): native frames, no Python.
+    // 1 MiB and 2 MiB through CDLL (main thread, second thread), the GIL released: the
+    // thread's Python frames are read all the same, merged into the native ones.
     for size in [1u64 << 20, 2 << 20] {
         let a = allocs
             .iter()
             .find(|e| e["size"] == size)
             .unwrap_or_else(|| panic!("no alloc of {size}"));
         let frames = a["frames"].as_array().expect("frames");
-        assert!(!frames.is_empty(), "{size}: no frames");
+        let first_py = frames
+            .iter()
+            .position(|f| f["filename"].as_str().is_some_and(|s| s.ends_with(".py")))
+            .unwrap_or_else(|| panic!("{size}: no Python frame without the GIL: {frames:#?}"));
+        assert_eq!(frames[first_py]["name"], "released", "{size}: {frames:#?}");
         assert!(
-            !frames
+            frames[..first_py]
                 .iter()
-                .any(|f| f["filename"].as_str().is_some_and(|s| s.ends_with(".py"))),
-            "{size}: Python frames without the GIL: {frames:#?}"
+                .any(|f| f["name"] == "_ctypes_callproc"),
+            "{size}: {frames:#?}"
         );
     }
     // The allocation made from a __del__ while the interpreter finalizes (GIL held, but
@@ -210,4 +217,141 @@ fn without_the_gil_or_while_finalizing_allocations_get_native_frames_only() {
         .expect("the allocation made while finalizing");
     let frames = a["frames"].as_array().expect("frames");
     assert!(!frames.iter().any(is_py), "{frames:#?}");
+}
+
+fn nogil_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/alloc_nogil.py")
+}
+
+/// The line of `tests/py/alloc_nogil.py` carrying `marker`.
+fn nogil_line(marker: &str) -> u64 {
+    let text = std::fs::read_to_string(nogil_script()).expect("reading the script");
+    text.lines()
+        .position(|l| l.contains(marker))
+        .map(|i| i as u64 + 1)
+        .unwrap_or_else(|| panic!("{marker} not in the script"))
+}
+
+#[test]
+fn ctypes_cdll_calls_without_the_gil_get_the_threads_python_frames_on_every_version() {
+    let pys = interpreters();
+    assert!(!pys.is_empty(), "no CPython 3.9-3.13 found");
+    let dir = common::scratch("python-nogil");
+    let main_line = nogil_line("MAIN-ALLOC");
+    let thread_line = nogil_line("THREAD-ALLOC");
+    for (version, py) in &pys {
+        for (mode, size, want) in [
+            (
+                "main",
+                3u64 << 20,
+                vec![("load_weights", main_line), ("<module>", 0)],
+            ),
+            (
+                "thread",
+                4 << 20,
+                vec![("worker", thread_line), ("run", 0), ("_bootstrap", 0)],
+            ),
+        ] {
+            let snap = dir.join(format!("snap-{version}-{mode}.json"));
+            let out = common::run_ok(
+                common::shim_cmd(&py.clone())
+                    .arg(nogil_script())
+                    .arg(mode)
+                    .env("CUSHIM_HISTORY", "enabled=all,max_frames=128")
+                    .env("CUSHIM_SNAPSHOT", &snap),
+            );
+            assert!(out.contains("done"), "{version} {mode}: {out}");
+            let v = common::load_snapshot(&snap);
+            let a = v["device_traces"][0]
+                .as_array()
+                .and_then(|t| {
+                    t.iter()
+                        .find(|e| e["action"] == "alloc" && e["size"] == size)
+                })
+                .unwrap_or_else(|| panic!("{version} {mode}: no alloc of {size}"))
+                .clone();
+            let frames = a["frames"].as_array().expect("frames");
+            let py: Vec<(String, String, u64)> = frames
+                .iter()
+                .filter(|f| f["filename"].as_str().is_some_and(|s| s.ends_with(".py")))
+                .map(|f| {
+                    (
+                        f["name"].as_str().unwrap_or("").to_string(),
+                        f["filename"].as_str().unwrap_or("").to_string(),
+                        f["line"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            // Innermost first, in order; line 0 here: any line.
+            let mut at = 0;
+            for (name, line) in &want {
+                let found = py[at..]
+                    .iter()
+                    .position(|f| f.0 == *name && (*line == 0 || f.2 == *line))
+                    .unwrap_or_else(|| {
+                        panic!("{version} {mode}: {name}:{line} not after {at} in {py:?}")
+                    });
+                at += found + 1;
+            }
+            assert!(
+                py[0].1.ends_with("alloc_nogil.py"),
+                "{version} {mode}: {py:?}"
+            );
+            // Merged where the loops stand: the innermost Python frame lies outside the
+            // ctypes call machinery and inside an evaluation loop.
+            let first_py = frames
+                .iter()
+                .position(|f| f["name"] == want[0].0)
+                .expect("the innermost Python frame");
+            assert!(
+                frames[..first_py]
+                    .iter()
+                    .any(|f| f["name"] == "_ctypes_callproc"),
+                "{version} {mode}: {frames:#?}"
+            );
+            assert!(
+                frames[first_py..]
+                    .iter()
+                    .any(|f| f["name"] == "_PyEval_EvalFrameDefault"),
+                "{version} {mode}: {frames:#?}"
+            );
+        }
+        println!("{version}: ok");
+    }
+}
+
+#[test]
+fn summary_names_the_python_function_of_a_gil_less_call_as_the_top_site() {
+    let dir = common::scratch("python-nogil-summary");
+    for (mode, site, marker, mib) in [
+        ("main", "load_weights", "MAIN-ALLOC", "3.00 MiB"),
+        ("thread", "worker", "THREAD-ALLOC", "4.00 MiB"),
+    ] {
+        let snap = dir.join(format!("snap-{mode}.pickle"));
+        let out = common::run_ok(
+            common::shim_cmd(Path::new("python3"))
+                .arg(nogil_script())
+                .arg(mode)
+                // The documented default stacks (`all`).
+                .env("CUSHIM_HISTORY", "enabled=all")
+                .env("CUSHIM_SNAPSHOT", &snap),
+        );
+        assert!(out.contains("done"), "{mode}: {out}");
+        let mut c = std::process::Command::new(common::cushim_bin());
+        c.arg("summary").arg(&snap);
+        let out = common::run_ok(&mut c);
+        // The one live block, recorded by the shim (nothing is there without it), has
+        // the program's function as its site, not libffi's or CPython's frames.
+        let first = out
+            .lines()
+            .skip_while(|l| !l.contains("by live bytes (live at the end)"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{mode}: no site\n{out}"));
+        let want = format!("{site} (");
+        let line = format!("alloc_nogil.py:{})", nogil_line(marker));
+        assert!(
+            first.contains(&want) && first.contains(&line) && first.contains(mib),
+            "{mode}: {first}\n{out}"
+        );
+    }
 }

@@ -126,8 +126,22 @@ fn non_plain_data_and_broken_pickles_are_refused_with_a_reason() {
         ])
         .output()
         .unwrap();
-    assert!(read_pickle(&big.stdout).unwrap_err().contains("int64"));
+    assert!(read_pickle(&big.stdout).unwrap_err().contains("64 bits"));
     assert!(read_pickle(b"").is_err());
+}
+
+#[test]
+fn an_unsigned_64_bit_integer_reads_as_its_64_bits() {
+    // PyTorch writes a frame's unknown line as size_t(-1): 2**64 - 1, nine bytes pickled.
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; sys.stdout.buffer.write(pickle.dumps({'line': (1 << 64) - 1}, protocol=4))",
+        ])
+        .output()
+        .unwrap();
+    let v = read_pickle(&out.stdout).unwrap();
+    assert_eq!(v.get("line"), Some(&Value::Int(-1)));
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod python;
 pub mod range;
 pub mod ring;
 pub mod runtime_frames;
+pub mod self_mem;
 pub mod stack;
 pub mod symbolize;
 pub mod thread_stack;

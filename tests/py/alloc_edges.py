@@ -1,7 +1,7 @@
-"""Allocations Python frames must not be taken for (no GIL; interpreter finalizing), for the
-Python-stacks test: a ctypes.CDLL call (the GIL released around it), on a second thread too,
-and a cudaMalloc from a __del__ that runs while the interpreter finalizes. Prints "done"
-before finalization; the test checks the snapshot written at exit.
+"""Edges of Python stacks, for the Python-stacks test: a ctypes.CDLL call (the GIL released
+around it: its frames are read without the GIL), on a second thread too, and a cudaMalloc
+from a __del__ that runs while the interpreter finalizes (no Python frames taken). Prints
+"done" before finalization; the test checks the snapshot written at exit.
 """
 import ctypes
 import threading

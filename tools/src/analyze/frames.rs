@@ -98,6 +98,11 @@ pub const RULES: &[Rule] = &[
         Start,
         "glibc's thread start: calls the thread function",
     ),
+    rule(
+        Symbol("execute_native_thread_routine"),
+        Start,
+        "libstdc++: starts a std::thread",
+    ),
     rule(Symbol("clone"), Start, "the thread's first frame"),
     rule(Symbol("clone3"), Start, "the thread's first frame"),
     rule(
@@ -147,6 +152,12 @@ pub const RULES: &[Rule] = &[
         "ctypes' call wrappers",
     ),
     // PyTorch's C++ (demangled, qualified names).
+    rule(
+        Qualified("torch::autograd::generated::"),
+        Library,
+        "an autograd node's backward (MeanBackward0::apply): the autograd engine runs it on \
+         its own thread, with no Python frame, so it names a backward allocation",
+    ),
     rule(
         Qualified("torch::"),
         Machinery,
@@ -262,9 +273,9 @@ pub const RULES: &[Rule] = &[
         "CPython: the vectorcall protocol",
     ),
     rule(
-        SymbolPrefix("slot_tp_"),
+        SymbolPrefix("slot_"),
         Machinery,
-        "CPython: a type slot calling Python",
+        "CPython: a type slot (slot_tp_call, slot_nb_multiply: `a * b` on a tensor)",
     ),
     rule(
         SymbolPrefix("builtin_exec"),
@@ -391,6 +402,9 @@ pub fn qualified_name(name: &str) -> String {
     q.trim_start_matches(['*', '&']).to_string()
 }
 
+/// The frame the loader puts between a trace entry's frames and its `forward_frames`.
+pub const FORWARD_MARK: &str = "(forward pass of this backward allocation)";
+
 /// The module of an unsymbolized frame named `module+0xoffset`.
 fn module_of(name: &str) -> Option<&str> {
     let (m, off) = name.rsplit_once("+0x")?;
@@ -413,6 +427,13 @@ pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
         qualified_name(name)
     };
     let module = module_of(name);
+    // Paths recorded on Windows (`...\site-packages\torch\functional.py`) match the same
+    // rules as POSIX ones.
+    let file: std::borrow::Cow<str> = if f.file.contains('\\') {
+        f.file.replace('\\', "/").into()
+    } else {
+        f.file.as_ref().into()
+    };
     RULES.iter().find(|r| match r.test {
         // Python frames are matched by their file only: a Python function may be named
         // anything (`run_model`, `PyTorchModel`).
@@ -422,7 +443,7 @@ pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
         Path(p) => {
             // Library rules name frameworks' Python files; the others, native code.
             (r.class == Library) == python
-                && (f.file.contains(p) || module.is_some_and(|m| m.contains(p)))
+                && (file.contains(p) || module.is_some_and(|m| m.contains(p)))
         }
     })
 }
@@ -452,22 +473,48 @@ pub fn is_machinery(f: &Frame) -> bool {
 /// it has none, its library frames; when it has none of those either, its innermost
 /// frame (so a recorded stack is never without a site).
 pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
-    let all: Vec<(&Frame, Class)> = stacks.frames_of(id).map(|f| (f, classify(f))).collect();
+    site_frames(stacks, id).0
+}
+
+/// [`program_frames`], and whether they come from the forward pass recorded with a
+/// backward allocation (PyTorch's `forward_frames`, after a [`FORWARD_MARK`] frame): the
+/// stack's own program frames first, then the forward pass's, then the library frames of
+/// each, then the stack's innermost machinery.
+fn site_frames(stacks: &Stacks, id: u32) -> (Vec<&Frame>, bool) {
+    let frames: Vec<&Frame> = stacks.frames_of(id).collect();
+    let (own, fwd) = match frames.iter().position(|f| &*f.name == FORWARD_MARK) {
+        Some(m) => (&frames[..m], &frames[m + 1..]),
+        None => (&frames[..], &[][..]),
+    };
+    fn classed<'a>(part: &[&'a Frame]) -> Vec<(&'a Frame, Class)> {
+        let mut all: Vec<(&Frame, Class)> = part.iter().map(|f| (*f, classify(f))).collect();
+        // What lies outside the first start frame started the thread or process (often
+        // libc frames symbolized as whatever export precedes them): never the program's.
+        if let Some(s) = all.iter().position(|(_, c)| *c == Class::Start) {
+            all.truncate(s + 1);
+        }
+        all
+    }
+    let (own, fwd) = (classed(own), classed(fwd));
     for want in [Class::Program, Class::Library] {
-        let v: Vec<&Frame> = all
-            .iter()
-            .filter(|(_, c)| *c == want)
-            .map(|(f, _)| *f)
-            .collect();
-        if !v.is_empty() {
-            return v;
+        for (part, forward) in [(&own, false), (&fwd, true)] {
+            let v: Vec<&Frame> = part
+                .iter()
+                .filter(|(_, c)| *c == want)
+                .map(|(f, _)| *f)
+                .collect();
+            if !v.is_empty() {
+                return (v, forward);
+            }
         }
     }
-    all.iter()
+    let v = own
+        .iter()
         .find(|(_, c)| *c == Class::Machinery)
-        .or(all.first())
+        .or(own.first())
         .map(|(f, _)| vec![*f])
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (v, false)
 }
 
 /// `name (file:line)` of a frame.
@@ -476,18 +523,24 @@ pub fn describe(f: &Frame) -> String {
 }
 
 /// The site of stack `id`: its first program frame and `depth - 1` program callers,
-/// innermost first, joined by ` <- `; `<no stack>` when nothing was recorded.
+/// innermost first, joined by ` <- `, after `backward of ` when they are the forward pass
+/// of a backward allocation; `<no stack>` when nothing was recorded.
 pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
-    let frames = program_frames(stacks, id);
+    let (frames, forward) = site_frames(stacks, id);
     if frames.is_empty() {
         return "<no stack>".to_string();
     }
-    frames
+    let s = frames
         .iter()
         .take(depth.max(1))
         .map(|f| describe(f))
         .collect::<Vec<_>>()
-        .join(" <- ")
+        .join(" <- ");
+    if forward {
+        format!("backward of {s}")
+    } else {
+        s
+    }
 }
 
 #[cfg(test)]
@@ -630,5 +683,37 @@ mod tests {
         let s = stacks(vec![fr("cudaMalloc", "??", 0), fr("_start", "??", 0)]);
         assert_eq!(site(&s, 1, 1), "cudaMalloc (??:0)");
         assert_eq!(site(&s, 0, 1), "<no stack>");
+    }
+
+    /// The shape of a backward allocation in a real PyTorch 2.x snapshot: the autograd
+    /// engine's thread, no Python frame, and glibc frames past the thread's start
+    /// symbolized as unrelated exports.
+    #[test]
+    fn a_backward_allocation_is_named_by_its_autograd_node_not_its_threads_start() {
+        let s = stacks(vec![
+            fr("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", "CUDACachingAllocator.cpp", 0),
+            fr("at::_ops::div_Scalar::call(at::Tensor const&, c10::Scalar const&)", "??", 0),
+            fr("torch::autograd::generated::MeanBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)", "??", 0),
+            fr("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+            fr("execute_native_thread_routine", "thread48.o", 0),
+            fr("pthread_condattr_setpshared", "??", 0),
+            fr("__xmknodat", "??", 0),
+        ]);
+        assert!(
+            site(&s, 1, 1).starts_with("torch::autograd::generated::MeanBackward0::apply("),
+            "{}",
+            site(&s, 1, 1)
+        );
+        // A framework's file recorded on Windows is the framework's.
+        assert_eq!(
+            classify(&fr(
+                "einsum",
+                "D:\\v\\site-packages\\torch\\functional.py",
+                373
+            )),
+            Class::Library
+        );
+        // CPython's type slots (`a * b` on a tensor) are the interpreter's, not the program's.
+        assert_eq!(classify(&fr("slot_nb_multiply", "??", 0)), Class::Machinery);
     }
 }

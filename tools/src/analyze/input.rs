@@ -8,7 +8,7 @@
 use crate::analyze::load::Loader;
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::snapshot::reader::{detect, read_pickle_file_with, read_pickle_with};
-use crate::snapshot::sniff::{compression, decompress, describe, name_error, not_snapshot};
+use crate::snapshot::sniff::{compression, describe, name_error, not_snapshot};
 use cushim::snapshot::Format;
 use cushim::trace::event::Action;
 use std::path::Path;
@@ -31,16 +31,82 @@ pub fn read(path: &Path) -> R<Snapshot> {
         let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
         return loader.model(&v, len).map_err(at);
     }
+    if compression(&first[..n]).is_some() {
+        return read_compressed(path).map_err(at);
+    }
     if let Some(r) = read_streamed(path) {
         return r.map_err(at);
     }
     let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
-    let bytes = if compression(&first[..n]).is_some() {
-        decompress(bytes).map_err(at)?
-    } else {
-        bytes
-    };
     from_bytes(&bytes).map_err(at)
+}
+
+/// Counts the bytes read through it (the decompressed length, known only at the end).
+struct Counting<R> {
+    inner: R,
+    n: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.set(self.n.get() + k as u64);
+        Ok(k)
+    }
+}
+
+/// A gzip or zstd file, decompressed as it is read: a pickle, JSON or msgpack snapshot
+/// inside is streamed as from a plain file (never whole in memory); anything else (a log,
+/// CSV, not a snapshot) is read whole once decompressed.
+fn read_compressed(path: &Path) -> R<Snapshot> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    // Progress counts the file's (compressed) bytes, against its length.
+    let src = crate::snapshot::progress::Progress::new(f, &path.display().to_string(), len);
+    let src = Box::new(std::io::BufReader::with_capacity(1 << 20, src));
+    let (mut r, _) = crate::snapshot::sniff::decompressing(src)?;
+    let head = r.fill_buf().map_err(|e| e.to_string())?;
+    let head = head[..head.len().min(4096)].to_vec();
+    let other = crate::snapshot::log_reader::is_log(&head);
+    let pickle = !other && head.first() == Some(&0x80);
+    let json = !other && detect(&head) == Format::Json;
+    let msgpack = !other && crate::snapshot::sniff::starts_msgpack_map(&head);
+    // Budgets that scale with the input use the decompressed length where it is known
+    // only at the end; a compressed file is taken to hold at most this many times its size.
+    const RATIO: u64 = 64;
+    let budget = usize::try_from(len.saturating_mul(RATIO)).unwrap_or(usize::MAX);
+    let mut loader = Loader::new();
+    if pickle {
+        let (v, read) = crate::snapshot::reader::read_pickle_stream_with(r, budget, &mut loader)?;
+        return loader.model(&v, read);
+    }
+    if json || msgpack {
+        let n = std::rc::Rc::new(std::cell::Cell::new(0u64));
+        let src = Counting {
+            inner: r,
+            n: n.clone(),
+        };
+        let v = if json {
+            crate::snapshot::stream::read_json(src, Some(&mut loader))
+        } else {
+            crate::snapshot::stream::read_msgpack(src, Some(&mut loader))
+        };
+        // As for a plain file: bracketed text that is not JSON is not a snapshot.
+        let named = head
+            .windows(8)
+            .any(|w| w == b"segments" || w == b"device_t");
+        let v = v.map_err(|e| {
+            if json && !named && is_syntax(&e) {
+                not_snapshot(describe(&head))
+            } else {
+                e
+            }
+        })?;
+        return loader.model(&v, usize::try_from(n.get()).unwrap_or(usize::MAX));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut bytes).map_err(|e| e.to_string())?;
+    from_bytes(&bytes)
 }
 
 /// A JSON or msgpack snapshot streamed from `path` (trace entries become events as they

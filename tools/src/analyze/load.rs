@@ -9,6 +9,7 @@
 //! many bytes can hold, so a crafted file that references one large list many times over
 //! (cheap in pickle's memo) is refused instead of multiplied.
 
+use crate::analyze::frames::FORWARD_MARK;
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
 use cushim::snapshot::value::Value;
 use cushim::trace::event::Action;
@@ -142,6 +143,55 @@ impl Interner {
         Ok(id)
     }
 
+    /// A trace entry's stack: its frames, and when it has PyTorch's `forward_frames` (the
+    /// forward pass that made the autograd node of a backward allocation), those after a
+    /// [`FORWARD_MARK`] frame, so a site can come from them (`analyze::frames`).
+    fn event_stack(&mut self, e: &Value, at: &dyn Fn() -> String) -> R<u32> {
+        let own = self.stack(e, at)?;
+        let fwd = match e.get("forward_frames") {
+            Some(Value::List(l) | Value::Tuple(l)) if !l.is_empty() => l.clone(),
+            _ => return Ok(own),
+        };
+        let mut ids: Vec<u32> = self
+            .stacks
+            .lists
+            .get(own as usize)
+            .map(|l| l.to_vec())
+            .unwrap_or_default();
+        let mark = Frame {
+            name: self.string(FORWARD_MARK),
+            file: self.string(""),
+            line: 0,
+        };
+        ids.push(self.frame_id(mark));
+        for (i, f) in fwd.iter().enumerate() {
+            ids.push(self.frame(f, &|| format!("{}.forward_frames[{i}]", at()))?);
+        }
+        Ok(match self.list_by_content.get(&ids[..]) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.lists.len() as u32;
+                let b: Box<[u32]> = ids.into_boxed_slice();
+                self.list_by_content.insert(b.clone(), id);
+                self.stacks.lists.push(b);
+                id
+            }
+        })
+    }
+
+    /// The id of `frame`, interned by content.
+    fn frame_id(&mut self, frame: Frame) -> u32 {
+        match self.frame_by_content.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.frames.len() as u32;
+                self.frame_by_content.insert(frame.clone(), id);
+                self.stacks.frames.push(frame);
+                id
+            }
+        }
+    }
+
     fn stack(&mut self, owner: &Value, at: &dyn Fn() -> String) -> R<u32> {
         let frames = match owner.get("frames") {
             None | Some(Value::None) => return Ok(0),
@@ -253,6 +303,17 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
         });
     }
     let kind = text(seg, "kind", at)?.map(|k| i.string(k));
+    let pool = match seq(seg, "segment_pool_id", at)? {
+        [Value::Int(a), Value::Int(b)] => (*a, *b),
+        [] => (0, 0),
+        other => {
+            return Err(format!(
+                "{}.segment_pool_id: expected two integers, found {} items",
+                at(),
+                other.len()
+            ))
+        }
+    };
     Ok((
         device,
         Segment {
@@ -261,6 +322,7 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
             stream,
             expandable,
             kind,
+            pool,
             blocks,
         },
     ))
@@ -300,7 +362,7 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
         addr: uint(e, "addr", at)?.unwrap_or(0),
         size: uint(e, "size", at)?.unwrap_or(0),
         stream: uint(e, "stream", at)?.unwrap_or(0),
-        stack: i.stack(e, at)?,
+        stack: i.event_stack(e, at)?,
     }))
 }
 

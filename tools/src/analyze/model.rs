@@ -69,6 +69,9 @@ pub struct Segment {
     pub expandable: bool,
     /// What an observed allocation is (`managed`, `vmm`, `pool`, ...); `None`: the cache's.
     pub kind: Option<Arc<str>>,
+    /// PyTorch's `segment_pool_id`: `(0, 0)` the default pool; any other a private pool (a
+    /// CUDA graph's, a `torch.cuda.MemPool`), whose cached memory serves only that pool.
+    pub pool: (i64, i64),
     pub blocks: Vec<Block>,
 }
 

@@ -110,6 +110,7 @@ mod tests {
                 stream: 0,
                 expandable: false,
                 kind: None,
+                pool: (0, 0),
                 blocks: Vec::new(),
             }],
             events: vec![

@@ -55,6 +55,10 @@ pub struct DeviceSummary {
     /// Where the peaks come from (`analyze::recorded_stats`).
     pub peak_source: PeakSource,
     pub largest_free_block: u64,
+    /// `(pool, segments, reserved, allocated)` of each private pool (PyTorch's
+    /// `segment_pool_id` other than `(0, 0)`: a CUDA graph's or a `torch.cuda.MemPool`'s),
+    /// by pool id.
+    pub pools: Vec<((i64, i64), usize, u64, u64)>,
     /// `(site, live bytes, live count)` of allocated blocks, sorted by bytes descending.
     pub sites: Vec<(String, u64, u64)>,
     /// The same at the trace's peak of allocated bytes (as `report` shows them), with the
@@ -124,7 +128,26 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
             .map(|r| (r.site, r.bytes, r.count))
             .collect()
     };
+    let mut pools: Vec<((i64, i64), usize, u64, u64)> = Vec::new();
+    for seg in dev.segments.iter().filter(|s| s.pool != (0, 0)) {
+        let allocated: u64 = seg
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| b.size)
+            .sum();
+        match pools.iter_mut().find(|p| p.0 == seg.pool) {
+            Some(p) => {
+                p.1 += 1;
+                p.2 += seg.total_size;
+                p.3 += allocated;
+            }
+            None => pools.push((seg.pool, 1, seg.total_size, allocated)),
+        }
+    }
+    pools.sort_by_key(|p| p.0);
     DeviceSummary {
+        pools,
         peak_sites,
         peak_at: p.allocated_at,
         segments: dev.segments.len(),
@@ -211,6 +234,21 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
         );
         let _ = writeln!(out, "  segments: {}", s.segments);
         let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+        if !s.pools.is_empty() {
+            let _ = writeln!(
+                out,
+                "  private pools (CUDA graphs, torch.cuda.MemPool; their cached memory serves \
+                 only their own allocations):"
+            );
+            for ((a, b), n, reserved, allocated) in &s.pools {
+                let _ = writeln!(
+                    out,
+                    "    pool ({a}, {b}): {} reserved in {n} segments, {} allocated",
+                    mib(*reserved),
+                    mib(*allocated)
+                );
+            }
+        }
     } else {
         let _ = writeln!(
             out,

@@ -23,9 +23,34 @@ use std::sync::Arc;
 
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
 /// falling back to msgpack.
+/// A compressed pickle is read as it is decompressed; other compressed content is
+/// decompressed whole first.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
-    let bytes = crate::snapshot::sniff::read_decompressed(path)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let reading = |e: String| format!("reading {}: {e}", path.display());
+    let f = std::fs::File::open(path).map_err(|e| reading(e.to_string()))?;
+    let len = f.metadata().map_err(|e| reading(e.to_string()))?.len();
+    let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| reading(e.to_string()))?;
+    if crate::snapshot::sniff::compression(head).is_some() {
+        let (mut d, _) = crate::snapshot::sniff::decompressing(Box::new(r)).map_err(reading)?;
+        let head = std::io::BufRead::fill_buf(&mut d).map_err(|e| reading(e.to_string()))?;
+        if head.first() == Some(&0x80) {
+            // Copying shared containers is budgeted as for a file 64 times the compressed one.
+            let budget = usize::try_from(len.saturating_mul(64)).unwrap_or(usize::MAX);
+            let src = Source::Stream {
+                r: d,
+                buf: Vec::new(),
+            };
+            return reader(src, usize::MAX, budget, None)
+                .run()
+                .map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+        }
+        let mut bytes = Vec::new();
+        d.read_to_end(&mut bytes)
+            .map_err(|e| reading(e.to_string()))?;
+        return read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+    }
+    let bytes = crate::snapshot::sniff::read_decompressed(path).map_err(reading)?;
     read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e))
 }
 
@@ -203,9 +228,16 @@ impl Reader<'_, '_> {
                     buf.extend_from_slice(&avail[..n]);
                     r.consume(n);
                 } else {
-                    buf.resize(n, 0);
-                    r.read_exact(buf)
+                    // Grown as the bytes arrive, never to a length the input claims
+                    // (a stream of unknown length checks nothing up front).
+                    let got = r
+                        .by_ref()
+                        .take(n as u64)
+                        .read_to_end(buf)
                         .map_err(|e| format!("reading bytes {pos}..{end}: {e}"))?;
+                    if got < n {
+                        return Err(format!("truncated pickle at byte {}", pos + got));
+                    }
                 }
                 Ok(&buf[..])
             }
@@ -477,8 +509,15 @@ impl Reader<'_, '_> {
         if bytes.is_empty() {
             return Ok(Value::Int(0));
         }
+        // An unsigned 64-bit value (a C++ `size_t(-1)`, as PyTorch writes a frame's
+        // unknown line) takes nine bytes, the last zero: kept as its 64 bits.
+        if bytes.len() == 9 && bytes[8] == 0 {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&bytes[..8]);
+            return Ok(Value::Int(u64::from_le_bytes(a) as i64));
+        }
         if bytes.len() > 8 {
-            return Err("pickle: integer beyond int64".into());
+            return Err("pickle: integer beyond 64 bits".into());
         }
         let fill = if bytes[bytes.len() - 1] & 0x80 != 0 {
             0xff
@@ -757,8 +796,28 @@ pub fn read_pickle_file_with(
     Ok((run(src, len, Some(hook))?, len))
 }
 
-fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    let mut r = Reader {
+/// [`read_pickle_with`] streaming from `r`, of unknown length (a decompressing reader):
+/// lengths in the pickle are checked against the bytes that actually arrive, and copying
+/// shared containers is budgeted as for an input of `budget_len` bytes. Returns the value
+/// and the number of bytes read.
+pub fn read_pickle_stream_with(
+    r: Box<dyn std::io::BufRead + '_>,
+    budget_len: usize,
+    hook: DictHook<'_>,
+) -> Result<(Value, usize), String> {
+    let src = Source::Stream { r, buf: Vec::new() };
+    let mut reader = reader(src, usize::MAX, budget_len, Some(hook));
+    let v = reader.run()?;
+    Ok((v, reader.pos))
+}
+
+fn reader<'a, 'h>(
+    src: Source<'a>,
+    len: usize,
+    budget_len: usize,
+    hook: Option<DictHook<'h>>,
+) -> Reader<'a, 'h> {
+    Reader {
         hook,
         src,
         len,
@@ -767,10 +826,13 @@ fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value,
         marks: Vec::new(),
         memo: Memo::default(),
         memo_count: 0,
-        copy_budget: len / 4 + 4096,
+        copy_budget: budget_len / 4 + 4096,
         last_taken: false,
-    };
-    r.run()
+    }
+}
+
+fn run(src: Source<'_>, len: usize, hook: Option<DictHook<'_>>) -> Result<Value, String> {
+    reader(src, len, len, hook).run()
 }
 
 /// Nodes of `v` with every shared node counted wherever it appears (what a JSON or msgpack

@@ -6,8 +6,9 @@
 //! WHAT)`, WHAT saying what it looks like (an ELF file, a zip archive, CSV with header ...,
 //! a dict with keys ...), so the user sees at once they passed the wrong file; a file that
 //! is a snapshot but damaged keeps its precise error (`FILE: truncated pickle at byte N`).
-//! A compressed input is decompressed in memory (snapshots compress about tenfold; the
-//! pickle reader then reads the bytes as it would a file's).
+//! A compressed input is decompressed as it is read ([`decompressing`]: the readers take
+//! the decompressed bytes as a stream, so memory is what the model needs, not the
+//! decompressed file); [`decompress`] unwraps bytes already in memory.
 
 use std::io::Read;
 use std::path::Path;
@@ -73,6 +74,37 @@ pub fn decompress(mut bytes: Vec<u8>) -> Result<Vec<u8>, String> {
             }
         }
         bytes = out;
+    }
+    Err("compressed more than four times over".into())
+}
+
+/// A decompressed reading buffer size (the decoders' output is read in pieces this big).
+const BUF: usize = 1 << 20;
+
+/// `r` with its gzip and zstd layers (nested ones too, by content) taken off as it is
+/// read, and how many there were; the bytes are never all in memory.
+pub fn decompressing<'a>(
+    mut r: Box<dyn std::io::BufRead + 'a>,
+) -> Result<(Box<dyn std::io::BufRead + 'a>, usize), String> {
+    for layers in 0..5 {
+        let head = r.fill_buf().map_err(|e| e.to_string())?;
+        let Some(c) = compression(head) else {
+            return Ok((r, layers));
+        };
+        if layers == 4 {
+            break;
+        }
+        r = match c {
+            Compression::Gzip => Box::new(std::io::BufReader::with_capacity(
+                BUF,
+                flate2::bufread::MultiGzDecoder::new(r),
+            )),
+            Compression::Zstd => {
+                let d =
+                    ruzstd::decoding::StreamingDecoder::new(r).map_err(|e| format!("zstd: {e}"))?;
+                Box::new(std::io::BufReader::with_capacity(BUF, d))
+            }
+        };
     }
     Err("compressed more than four times over".into())
 }
