@@ -335,11 +335,11 @@ fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
         (1, Some("step")),
         (2, Some("step/forward")),
         (3, Some("step/forward/layer")),
-        (4, Some("step/mem:phase")),
+        (4, Some("step/mem:phase [io]")),
         (5, Some("step/request")),
         (6, None),
-        (7, Some("worker")),
-        (8, Some("worker/backward")),
+        (7, Some("[loader]/worker")),
+        (8, Some("[loader]/worker/backward")),
     ] {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
     }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub use cushim_testsupport::artifacts;
 
@@ -102,7 +102,9 @@ pub fn compile_src(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
 
 /// The executable `name` (tagged with a hash of `extra`) in `test-bin`, built by `build`
 /// into a temporary path on first use and renamed into place: two tests needing the same
-/// program at once never see a half-written executable.
+/// program at once never see a half-written executable. It is built once per test process:
+/// a second build renamed over the first would leave a test that already runs it with a
+/// deleted executable, whose symbols its own stack captures could then not resolve.
 pub fn test_program(
     name: &str,
     extra: &[&str],
@@ -117,6 +119,18 @@ pub fn test_program(
     let bins = build_dir().join("test-bin");
     std::fs::create_dir_all(&bins).expect("creating test-bin");
     let out = bins.join(format!("{name}-{tag:x}-{}", std::process::id()));
+    // One lock per program: the first test builds it, the others wait and reuse it.
+    static BUILDING: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<std::sync::Mutex<()>>>>,
+    > = OnceLock::new();
+    let lock = BUILDING
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(out.clone())
+        .or_default()
+        .clone();
+    let _built = lock.lock().unwrap_or_else(|e| e.into_inner());
     if !out.exists() {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
