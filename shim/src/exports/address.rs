@@ -16,7 +16,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::AddressRange;
 
 use crate::call_driver;
-use crate::exports::driver::{hook, put, DevPtr, Hook};
+use crate::exports::driver::{hook, put, DevPtr};
 use crate::ffi::{ERR_INVALID_VALUE, SUCCESS};
 use crate::real::driver::RealFn;
 
@@ -129,24 +129,4 @@ pub extern "C" fn cuPointerGetAttributes(
         },
         || rc,
     )
-}
-
-/// The hook exported under exactly this symbol name.
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    let (hook, real) = match name {
-        b"cuMemGetAddressRange_v2" => (
-            cuMemGetAddressRange_v2 as *const () as usize,
-            &REAL_GET_ADDRESS_RANGE,
-        ),
-        b"cuPointerGetAttribute" => (
-            cuPointerGetAttribute as *const () as usize,
-            &REAL_POINTER_GET_ATTRIBUTE,
-        ),
-        b"cuPointerGetAttributes" => (
-            cuPointerGetAttributes as *const () as usize,
-            &REAL_POINTER_GET_ATTRIBUTES,
-        ),
-        _ => return None,
-    };
-    Some(Hook { hook, real })
 }

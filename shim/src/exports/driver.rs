@@ -26,7 +26,6 @@ use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
 use crate::call_driver;
-use crate::exports::capture as cap;
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS,
 };
@@ -529,87 +528,4 @@ pub extern "C" fn cuStreamDestroy_v2(h: CuStream) -> c_int {
             rc
         },
     )
-}
-
-/// A hook and the real function it stands for.
-pub struct Hook {
-    pub hook: usize,
-    pub real: &'static RealFn,
-}
-
-/// The hook exported under exactly this symbol name (no prefixes, no other versions).
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    let (hook, real) = match name {
-        b"cuMemAlloc_v2" => (cuMemAlloc_v2 as *const () as usize, &REAL_MEM_ALLOC),
-        b"cuMemFree_v2" => (cuMemFree_v2 as *const () as usize, &REAL_MEM_FREE),
-        b"cuMemAllocHost_v2" => (
-            cuMemAllocHost_v2 as *const () as usize,
-            &REAL_MEM_ALLOC_HOST,
-        ),
-        b"cuMemHostAlloc" => (cuMemHostAlloc as *const () as usize, &REAL_MEM_HOST_ALLOC),
-        b"cuMemFreeHost" => (cuMemFreeHost as *const () as usize, &REAL_MEM_FREE_HOST),
-        b"cuMemAllocAsync" => (cuMemAllocAsync as *const () as usize, &REAL_MEM_ALLOC_ASYNC),
-        b"cuMemAllocAsync_ptsz" => (
-            cuMemAllocAsync_ptsz as *const () as usize,
-            &REAL_MEM_ALLOC_ASYNC_PTSZ,
-        ),
-        b"cuMemFreeAsync" => (cuMemFreeAsync as *const () as usize, &REAL_MEM_FREE_ASYNC),
-        b"cuMemFreeAsync_ptsz" => (
-            cuMemFreeAsync_ptsz as *const () as usize,
-            &REAL_MEM_FREE_ASYNC_PTSZ,
-        ),
-        b"cuMemGetInfo_v2" => (cuMemGetInfo_v2 as *const () as usize, &REAL_MEM_GET_INFO),
-        b"cuStreamCreate" => (cuStreamCreate as *const () as usize, &REAL_STREAM_CREATE),
-        b"cuStreamCreateWithPriority" => (
-            cuStreamCreateWithPriority as *const () as usize,
-            &REAL_STREAM_CREATE_PRIO,
-        ),
-        b"cuStreamDestroy_v2" => (
-            cuStreamDestroy_v2 as *const () as usize,
-            &REAL_STREAM_DESTROY,
-        ),
-        b"cuStreamBeginCapture_v2" => (
-            cap::cuStreamBeginCapture_v2 as *const () as usize,
-            &cap::REAL_BEGIN_CAPTURE,
-        ),
-        b"cuStreamBeginCapture_v2_ptsz" => (
-            cap::cuStreamBeginCapture_v2_ptsz as *const () as usize,
-            &cap::REAL_BEGIN_CAPTURE_PTSZ,
-        ),
-        b"cuStreamEndCapture" => (
-            cap::cuStreamEndCapture as *const () as usize,
-            &cap::REAL_END_CAPTURE,
-        ),
-        b"cuStreamEndCapture_ptsz" => (
-            cap::cuStreamEndCapture_ptsz as *const () as usize,
-            &cap::REAL_END_CAPTURE_PTSZ,
-        ),
-        _ => return None,
-    };
-    Some(Hook { hook, real })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_exact_exported_names_have_hooks() {
-        for n in ["cuMemAlloc_v2", "cuMemFreeAsync_ptsz", "cuStreamDestroy_v2"] {
-            let h = by_symbol(n.as_bytes()).expect(n);
-            assert_eq!(h.real.name().to_bytes(), n.as_bytes());
-        }
-        for n in [
-            "cuMemAlloc",
-            "cuMemAlloc_v",
-            "cuMemAlloc_v2x",
-            "cuMemAllocPitch_v2",
-            "cuMemAllocManaged",
-            "cuStreamDestroy",
-            "cudnnCreate",
-            "",
-        ] {
-            assert!(by_symbol(n.as_bytes()).is_none(), "{n}");
-        }
-    }
 }

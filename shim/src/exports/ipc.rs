@@ -9,7 +9,6 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use crate::call_driver;
 use crate::call_real;
-use crate::exports::driver::Hook;
 use crate::ffi::guard;
 use crate::ffi::lasterror;
 use crate::ipc::{self, IpcHandle};
@@ -148,16 +147,4 @@ pub extern "C" fn cudaIpcCloseMemHandle(ptr: *mut c_void) -> c_int {
         }
         call_real!(cudaIpcCloseMemHandle(ptr))
     })
-}
-
-/// The driver IPC hook exported under exactly `name`.
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    let (hook, real) = match name {
-        b"cuIpcGetMemHandle" => (cuIpcGetMemHandle as *const () as usize, &REAL_GET),
-        b"cuIpcOpenMemHandle" => (cuIpcOpenMemHandle as *const () as usize, &REAL_OPEN),
-        b"cuIpcOpenMemHandle_v2" => (cuIpcOpenMemHandle_v2 as *const () as usize, &REAL_OPEN_V2),
-        b"cuIpcCloseMemHandle" => (cuIpcCloseMemHandle as *const () as usize, &REAL_CLOSE),
-        _ => return None,
-    };
-    Some(Hook { hook, real })
 }

@@ -29,7 +29,6 @@ use crate::driver::entry as de;
 
 use crate::call_driver;
 use crate::call_real;
-use crate::exports::driver::Hook;
 use crate::ffi::{guard, SUCCESS};
 use crate::life::intercept::{enabled, inside, Inside, Layer};
 use crate::real::driver::RealFn;
@@ -200,24 +199,5 @@ pub extern "C" fn cudaDeviceDisablePeerAccess(peer: c_int) -> c_int {
         let rc = call_real!(cudaDeviceDisablePeerAccess(peer));
         after_runtime(rc, peer, false);
         rc
-    })
-}
-
-/// The driver peer-access hook exported under exactly `name`.
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    let (hook, real) = match name {
-        b"cuCtxEnablePeerAccess" => (cuCtxEnablePeerAccess as *const () as usize, &REAL_ENABLE),
-        b"cuCtxDisablePeerAccess" => (cuCtxDisablePeerAccess as *const () as usize, &REAL_DISABLE),
-        _ => return None,
-    };
-    Some(Hook { hook, real })
-}
-
-/// The hooked symbol a `cuGetProcAddress` request for `base` at `version` resolves to.
-pub fn hooked_symbol(base: &[u8], version: c_int) -> Option<&'static [u8]> {
-    Some(match base {
-        b"cuCtxEnablePeerAccess" if version >= 4000 => b"cuCtxEnablePeerAccess",
-        b"cuCtxDisablePeerAccess" if version >= 4000 => b"cuCtxDisablePeerAccess",
-        _ => return None,
     })
 }

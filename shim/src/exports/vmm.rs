@@ -3,7 +3,7 @@
 //! `cuMemAddressFree`), managed (`cuMemAllocManaged`), pitched (`cuMemAllocPitch_v2`), pools
 //! (`cuMemAllocFromPoolAsync` and `_ptsz`) and host registration (`cuMemHostRegister_v2`/
 //! `cuMemHostUnregister`); handed out by `dlsym` and `cuGetProcAddress` for exact
-//! (name, version, flags) requests ([`hooked_symbol`], [`by_symbol`]).
+//! (name, version, flags) requests (rows of `lookup/table.rs`).
 //!
 //! Invariant: in both modes each call goes to the real driver function with the program's
 //! arguments and its result is returned unchanged; a success is recorded (`observe`). The
@@ -15,7 +15,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::observed::Kind;
 
 use crate::call_driver;
-use crate::exports::driver::{hook, CuStream, DevPtr, Hook};
+use crate::exports::driver::{hook, CuStream, DevPtr};
 use crate::observe::driver::driver_device;
 use crate::observe::{self, read_out, Call};
 use crate::real::driver::RealFn;
@@ -293,59 +293,4 @@ pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
         |s| Some(observe::host_free(s, p as u64, real)),
         || observe::forget_host_then(p as u64, real),
     )
-}
-
-/// The hooked symbol a `cuGetProcAddress` request for `base` at `version` resolves to
-/// (`ptds`: whether the per-thread variant is wanted), `None` when not substituted.
-pub fn hooked_symbol(base: &[u8], version: c_int, ptds: bool) -> Option<&'static [u8]> {
-    Some(match base {
-        b"cuMemCreate" if version >= 10020 => b"cuMemCreate",
-        b"cuMemRelease" if version >= 10020 => b"cuMemRelease",
-        b"cuMemMap" if version >= 10020 => b"cuMemMap",
-        b"cuMemUnmap" if version >= 10020 => b"cuMemUnmap",
-        b"cuMemAddressReserve" if version >= 10020 => b"cuMemAddressReserve",
-        b"cuMemAddressFree" if version >= 10020 => b"cuMemAddressFree",
-        b"cuMemAllocManaged" if version >= 6000 => b"cuMemAllocManaged",
-        b"cuMemAllocPitch" if version >= 3020 => b"cuMemAllocPitch_v2",
-        b"cuMemAllocFromPoolAsync" if version >= 11020 && ptds => b"cuMemAllocFromPoolAsync_ptsz",
-        b"cuMemAllocFromPoolAsync" if version >= 11020 => b"cuMemAllocFromPoolAsync",
-        b"cuMemHostRegister" if version >= 6050 => b"cuMemHostRegister_v2",
-        b"cuMemHostUnregister" if version >= 4000 => b"cuMemHostUnregister",
-        _ => return None,
-    })
-}
-
-/// The hook exported under exactly this symbol name.
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    let (hook, real): (usize, &'static RealFn) = match name {
-        b"cuMemCreate" => (cuMemCreate as *const () as usize, &REAL_MEM_CREATE),
-        b"cuMemRelease" => (cuMemRelease as *const () as usize, &REAL_MEM_RELEASE),
-        b"cuMemMap" => (cuMemMap as *const () as usize, &REAL_MEM_MAP),
-        b"cuMemUnmap" => (cuMemUnmap as *const () as usize, &REAL_MEM_UNMAP),
-        b"cuMemAddressReserve" => (
-            cuMemAddressReserve as *const () as usize,
-            &REAL_ADDRESS_RESERVE,
-        ),
-        b"cuMemAddressFree" => (cuMemAddressFree as *const () as usize, &REAL_ADDRESS_FREE),
-        b"cuMemAllocManaged" => (cuMemAllocManaged as *const () as usize, &REAL_ALLOC_MANAGED),
-        b"cuMemAllocPitch_v2" => (cuMemAllocPitch_v2 as *const () as usize, &REAL_ALLOC_PITCH),
-        b"cuMemAllocFromPoolAsync" => (
-            cuMemAllocFromPoolAsync as *const () as usize,
-            &REAL_ALLOC_FROM_POOL,
-        ),
-        b"cuMemAllocFromPoolAsync_ptsz" => (
-            cuMemAllocFromPoolAsync_ptsz as *const () as usize,
-            &REAL_ALLOC_FROM_POOL_PTSZ,
-        ),
-        b"cuMemHostRegister_v2" => (
-            cuMemHostRegister_v2 as *const () as usize,
-            &REAL_HOST_REGISTER,
-        ),
-        b"cuMemHostUnregister" => (
-            cuMemHostUnregister as *const () as usize,
-            &REAL_HOST_UNREGISTER,
-        ),
-        _ => return None,
-    };
-    Some(Hook { hook, real })
 }

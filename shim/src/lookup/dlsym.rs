@@ -20,7 +20,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::life::intercept::{enabled, inside, Layer};
+use crate::life::intercept::{enabled, inside};
 use crate::real::driver::{in_shim, real_dlsym, real_dlsym_addr};
 
 /// Decide a `dlsym(handle, name)` made from return address `caller`: the hook to return, or
@@ -32,13 +32,8 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
         let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-        let (hook, layer) = match crate::lookup::procaddr::by_symbol(bytes) {
-            Some(h) => (h, Layer::Driver),
-            None => (
-                crate::lookup::runtime_hooks::by_symbol(bytes)?,
-                Layer::Runtime,
-            ),
-        };
+        let row = crate::lookup::table::row(bytes)?;
+        let (hook, layer) = (row.hook(), row.layer);
         if !enabled(layer) || inside() || in_shim(caller) {
             return None;
         }

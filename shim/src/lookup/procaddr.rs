@@ -16,14 +16,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::call_driver;
-use crate::exports::driver::{by_symbol as driver_hook, Hook};
 use crate::life::intercept::{enabled, inside, Layer};
+use crate::lookup::table::{by_symbol, hooked_symbol};
 use crate::real::driver::RealFn;
-
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
-const PER_THREAD_FLAG: u64 = 2;
-/// `CU_GET_PROC_ADDRESS_LEGACY_STREAM`.
-const LEGACY_FLAG: u64 = 1;
 
 pub static REAL_GPA: RealFn = RealFn::new(c"cuGetProcAddress");
 pub static REAL_GPA_V2: RealFn = RealFn::new(c"cuGetProcAddress_v2");
@@ -31,78 +26,6 @@ pub static REAL_GPA_V2: RealFn = RealFn::new(c"cuGetProcAddress_v2");
 type GpaFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
 type GpaV2Fn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
-
-/// The hooked symbol a request for `base` at `version` with `flags` resolves to, given that
-/// the driver answered `got`; `None` when the request is not one the shim substitutes.
-pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Option<&'static [u8]> {
-    let ptds = |legacy: &'static [u8], per_thread: &'static [u8]| -> &'static [u8] {
-        if flags & PER_THREAD_FLAG != 0 {
-            return per_thread;
-        }
-        if flags & LEGACY_FLAG != 0 {
-            return legacy;
-        }
-        // Default mode: the driver chose; keep the variant it answered with.
-        let real_ptsz = driver_hook(per_thread).and_then(|h| h.real.get());
-        if real_ptsz == Some(got) {
-            per_thread
-        } else {
-            legacy
-        }
-    };
-    Some(match base {
-        b"cuMemAlloc" if version >= 3020 => b"cuMemAlloc_v2",
-        b"cuMemFree" if version >= 3020 => b"cuMemFree_v2",
-        b"cuMemAllocHost" if version >= 3020 => b"cuMemAllocHost_v2",
-        b"cuMemHostAlloc" if version >= 2020 => b"cuMemHostAlloc",
-        b"cuMemFreeHost" if version >= 2000 => b"cuMemFreeHost",
-        b"cuMemGetInfo" if version >= 3020 => b"cuMemGetInfo_v2",
-        b"cuMemAllocAsync" if version >= 11020 => ptds(b"cuMemAllocAsync", b"cuMemAllocAsync_ptsz"),
-        b"cuMemFreeAsync" if version >= 11020 => ptds(b"cuMemFreeAsync", b"cuMemFreeAsync_ptsz"),
-        b"cuStreamCreate" if version >= 2000 => b"cuStreamCreate",
-        b"cuStreamCreateWithPriority" if version >= 5050 => b"cuStreamCreateWithPriority",
-        b"cuStreamDestroy" if version >= 4000 => b"cuStreamDestroy_v2",
-        b"cuMemGetAddressRange" if version >= 3020 => b"cuMemGetAddressRange_v2",
-        b"cuPointerGetAttribute" if version >= 4000 => b"cuPointerGetAttribute",
-        b"cuPointerGetAttributes" if version >= 7000 => b"cuPointerGetAttributes",
-        b"cuIpcGetMemHandle" if version >= 4010 => b"cuIpcGetMemHandle",
-        b"cuIpcOpenMemHandle" if version >= 11000 => b"cuIpcOpenMemHandle_v2",
-        b"cuIpcOpenMemHandle" if version >= 4010 => b"cuIpcOpenMemHandle",
-        b"cuIpcCloseMemHandle" if version >= 4010 => b"cuIpcCloseMemHandle",
-        b"cuStreamBeginCapture" if version >= 10010 => {
-            ptds(b"cuStreamBeginCapture_v2", b"cuStreamBeginCapture_v2_ptsz")
-        }
-        b"cuStreamEndCapture" if version >= 10000 => {
-            ptds(b"cuStreamEndCapture", b"cuStreamEndCapture_ptsz")
-        }
-        b"cuGetProcAddress" if version >= 12000 => b"cuGetProcAddress_v2",
-        b"cuGetProcAddress" if version >= 11030 => b"cuGetProcAddress",
-        other => {
-            let ptds = flags & PER_THREAD_FLAG != 0;
-            return crate::exports::vmm::hooked_symbol(other, version, ptds)
-                .or_else(|| crate::exports::peer::hooked_symbol(other, version));
-        }
-    })
-}
-
-/// The shim's function exported under exactly `name`: a driver hook or a wrapper here.
-pub fn by_symbol(name: &[u8]) -> Option<Hook> {
-    match name {
-        b"cuGetProcAddress" => Some(Hook {
-            hook: cuGetProcAddress as *const () as usize,
-            real: &REAL_GPA,
-        }),
-        b"cuGetProcAddress_v2" => Some(Hook {
-            hook: cuGetProcAddress_v2 as *const () as usize,
-            real: &REAL_GPA_V2,
-        }),
-        other => driver_hook(other)
-            .or_else(|| crate::exports::address::by_symbol(other))
-            .or_else(|| crate::exports::vmm::by_symbol(other))
-            .or_else(|| crate::exports::ipc::by_symbol(other))
-            .or_else(|| crate::exports::peer::by_symbol(other)),
-    }
-}
 
 static LOG: AtomicU8 = AtomicU8::new(0);
 
@@ -220,7 +143,7 @@ mod tests {
         // Stand-in "real" functions: any two addresses outside libcushim.so.
         let legacy = libc::malloc as *const () as usize;
         let per_thread = libc::free as *const () as usize;
-        driver_hook(b"cuMemFreeAsync_ptsz")
+        by_symbol(b"cuMemFreeAsync_ptsz")
             .expect("hook")
             .real
             .offer(per_thread);
