@@ -1,10 +1,10 @@
-//! The allocator engine in-process, over the engine's own `FakeDevice` (host bookkeeping,
+//! The allocator engine in-process, over `ReplayDevice` (host bookkeeping,
 //! no memory behind the addresses): cached pair cost, threads, fragmentation.
 //!
 //! Invariant: the allocator is cushim's real `CachingAllocator` with a configuration parsed
 //! from the same `CUSHIM_ALLOC_CONF` syntax users write; peaks come from its own statistics.
 
-use crate::fake_device::FakeDevice;
+use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse as parse_alloc;
 use cushim::config::history::parse as parse_history;
@@ -26,7 +26,7 @@ pub fn allocator(conf: &str, history: Option<&str>) -> Result<CachingAllocator, 
         Some(h) => Some(parse_history(h).map_err(|e| format!("history configuration: {e}"))?),
         None => None,
     };
-    let dev = Arc::new(FakeDevice::new(1, 80 * GIB));
+    let dev = Arc::new(ReplayDevice::<NoFaults>::new(1, 80 * GIB));
     let make = |_d: i32| -> Box<dyn EventSink> {
         match &hist {
             Some(h) => Box::new(TraceRing::for_device(h)),

@@ -133,7 +133,7 @@ pub fn ext(format: Format) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cushim_tools::snapshot::reader::read_file;
+    use crate::snapshot::reader::read_file;
 
     #[test]
     fn a_generated_dump_reads_back_with_every_event_and_named_frames() {
