@@ -247,3 +247,11 @@ pub type Need = &'static [(&'static str, fn() -> bool)];
 pub fn first_missing(fns: Need) -> Option<&'static str> {
     fns.iter().find(|(_, has)| !has()).map(|(n, _)| *n)
 }
+
+/// The device of the calling thread's current context, if one is current.
+pub fn ctx_device() -> Option<i32> {
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
+    let r = unsafe { cuCtxGetDevice(&mut dev) };
+    (r == SUCCESS).then_some(dev)
+}

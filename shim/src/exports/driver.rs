@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys as cu;
 
-use crate::driver::entry as drv;
+use crate::driver::entry::{self as drv, ctx_device};
 use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
@@ -36,10 +36,12 @@ use crate::observe::driver as observing;
 use crate::observe::{forget_host_then, forget_then};
 use crate::real::driver::RealFn;
 
-/// `CUdeviceptr`.
-pub type DevPtr = u64;
-/// `CUstream`.
-pub type CuStream = *mut c_void;
+use crate::ffi::types::{
+    AllocAsyncFn, AllocFn, FreeAsyncFn, FreeFn, FreeHostFn, HostAllocFlagsFn, HostAllocFn,
+    MemInfoFn,
+};
+pub use crate::ffi::types::{CuStream, DevPtr};
+use crate::real::slots::*;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const ERR_OUT_OF_MEMORY: c_int = 2;
@@ -56,14 +58,6 @@ fn alloc_code(e: AllocError) -> c_int {
         AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
         AllocError::InvalidHandle => ERR_INVALID_HANDLE,
     }
-}
-
-/// The device of the calling thread's current context, if one is current.
-pub(crate) fn ctx_device() -> Option<i32> {
-    let mut dev = 0;
-    // SAFETY: valid out-pointer; the shim's state exists, so the driver is initialized.
-    let r = unsafe { drv::cuCtxGetDevice(&mut dev) };
-    (r == drv::SUCCESS).then_some(dev)
 }
 
 /// The device the engine may allocate for: the current context's device when that context
@@ -283,29 +277,6 @@ fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Op
     })
 }
 
-pub static REAL_MEM_ALLOC: RealFn = RealFn::new(c"cuMemAlloc_v2");
-pub static REAL_MEM_FREE: RealFn = RealFn::new(c"cuMemFree_v2");
-pub static REAL_MEM_ALLOC_HOST: RealFn = RealFn::new(c"cuMemAllocHost_v2");
-pub static REAL_MEM_HOST_ALLOC: RealFn = RealFn::new(c"cuMemHostAlloc");
-pub static REAL_MEM_FREE_HOST: RealFn = RealFn::new(c"cuMemFreeHost");
-pub static REAL_MEM_ALLOC_ASYNC: RealFn = RealFn::new(c"cuMemAllocAsync");
-pub static REAL_MEM_ALLOC_ASYNC_PTSZ: RealFn = RealFn::new(c"cuMemAllocAsync_ptsz");
-pub static REAL_MEM_FREE_ASYNC: RealFn = RealFn::new(c"cuMemFreeAsync");
-pub static REAL_MEM_FREE_ASYNC_PTSZ: RealFn = RealFn::new(c"cuMemFreeAsync_ptsz");
-pub static REAL_MEM_GET_INFO: RealFn = RealFn::new(c"cuMemGetInfo_v2");
-pub static REAL_STREAM_CREATE: RealFn = RealFn::new(c"cuStreamCreate");
-pub static REAL_STREAM_CREATE_PRIO: RealFn = RealFn::new(c"cuStreamCreateWithPriority");
-pub static REAL_STREAM_DESTROY: RealFn = RealFn::new(c"cuStreamDestroy_v2");
-
-// The real functions' signatures (shared with `observe_driver`, which calls them too).
-pub(crate) type AllocFn = unsafe extern "C" fn(*mut DevPtr, usize) -> c_int;
-pub(crate) type FreeFn = unsafe extern "C" fn(DevPtr) -> c_int;
-pub(crate) type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-pub(crate) type HostAllocFlagsFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-pub(crate) type FreeHostFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-pub(crate) type AllocAsyncFn = unsafe extern "C" fn(*mut DevPtr, usize, CuStream) -> c_int;
-pub(crate) type FreeAsyncFn = unsafe extern "C" fn(DevPtr, CuStream) -> c_int;
-pub(crate) type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type StreamCreateFn = unsafe extern "C" fn(*mut CuStream, c_uint) -> c_int;
 type StreamCreatePrioFn = unsafe extern "C" fn(*mut CuStream, c_uint, c_int) -> c_int;
 type StreamDestroyFn = unsafe extern "C" fn(CuStream) -> c_int;

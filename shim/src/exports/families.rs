@@ -14,29 +14,11 @@ use cushim::alloc::observed::Kind;
 
 use crate::call_real;
 use crate::ffi::guard;
+pub use crate::ffi::types::{Extent, PitchedPtr};
 use crate::life::intercept::runtime_state;
 use crate::life::state;
 use crate::observe::{self, read_ptr, Call};
 use crate::real::runtime::Stream;
-
-/// `cudaExtent`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Extent {
-    pub width: usize,
-    pub height: usize,
-    pub depth: usize,
-}
-
-/// `cudaPitchedPtr`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PitchedPtr {
-    pub ptr: *mut c_void,
-    pub pitch: usize,
-    pub xsize: usize,
-    pub ysize: usize,
-}
 
 /// Record a device allocation made by `real` (sizes known only after it ran come from
 /// `size`, read on success).

@@ -5,6 +5,7 @@
 
 pub mod callsite;
 pub mod lasterror;
+pub mod types;
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};

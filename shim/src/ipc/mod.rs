@@ -41,15 +41,9 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
 use self::records as ipc_records;
+pub use crate::ffi::types::IpcHandle;
 use crate::ffi::{ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
 use crate::life::state::Shim;
-
-/// The 64 opaque bytes of `CUipcMemHandle` / `cudaIpcMemHandle_t`.
-#[repr(C)]
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct IpcHandle {
-    pub reserved: [u8; 64],
-}
 
 const MAGIC: &[u8; 8] = b"CUSHIMH2";
 

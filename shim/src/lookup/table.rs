@@ -25,6 +25,7 @@ use crate::life::intercept::Layer;
 use crate::lookup::procaddr;
 use crate::real::driver::RealFn;
 use crate::real::runtime::fns;
+use crate::real::slots;
 
 /// A hook and the real function it stands for.
 pub struct Hook {
@@ -124,19 +125,19 @@ const PTSZ_BY_FLAG: Variant = Variant::PerThread {
 #[rustfmt::skip]
 pub static ROWS: &[Row] = &[
     // Driver allocation and stream hooks (`exports/driver.rs`, `exports/capture.rs`).
-    drv(b"cuMemAlloc_v2", driver::cuMemAlloc_v2 as *const (), &driver::REAL_MEM_ALLOC, b"cuMemAlloc", 3020, Only),
-    drv(b"cuMemFree_v2", driver::cuMemFree_v2 as *const (), &driver::REAL_MEM_FREE, b"cuMemFree", 3020, Only),
-    drv(b"cuMemAllocHost_v2", driver::cuMemAllocHost_v2 as *const (), &driver::REAL_MEM_ALLOC_HOST, b"cuMemAllocHost", 3020, Only),
-    drv(b"cuMemHostAlloc", driver::cuMemHostAlloc as *const (), &driver::REAL_MEM_HOST_ALLOC, b"cuMemHostAlloc", 2020, Only),
-    drv(b"cuMemFreeHost", driver::cuMemFreeHost as *const (), &driver::REAL_MEM_FREE_HOST, b"cuMemFreeHost", 2000, Only),
-    drv(b"cuMemGetInfo_v2", driver::cuMemGetInfo_v2 as *const (), &driver::REAL_MEM_GET_INFO, b"cuMemGetInfo", 3020, Only),
-    drv(b"cuMemAllocAsync", driver::cuMemAllocAsync as *const (), &driver::REAL_MEM_ALLOC_ASYNC, b"cuMemAllocAsync", 11020, Legacy),
-    drv(b"cuMemAllocAsync_ptsz", driver::cuMemAllocAsync_ptsz as *const (), &driver::REAL_MEM_ALLOC_ASYNC_PTSZ, b"cuMemAllocAsync", 11020, PTSZ),
-    drv(b"cuMemFreeAsync", driver::cuMemFreeAsync as *const (), &driver::REAL_MEM_FREE_ASYNC, b"cuMemFreeAsync", 11020, Legacy),
-    drv(b"cuMemFreeAsync_ptsz", driver::cuMemFreeAsync_ptsz as *const (), &driver::REAL_MEM_FREE_ASYNC_PTSZ, b"cuMemFreeAsync", 11020, PTSZ),
-    drv(b"cuStreamCreate", driver::cuStreamCreate as *const (), &driver::REAL_STREAM_CREATE, b"cuStreamCreate", 2000, Only),
-    drv(b"cuStreamCreateWithPriority", driver::cuStreamCreateWithPriority as *const (), &driver::REAL_STREAM_CREATE_PRIO, b"cuStreamCreateWithPriority", 5050, Only),
-    drv(b"cuStreamDestroy_v2", driver::cuStreamDestroy_v2 as *const (), &driver::REAL_STREAM_DESTROY, b"cuStreamDestroy", 4000, Only),
+    drv(b"cuMemAlloc_v2", driver::cuMemAlloc_v2 as *const (), &slots::REAL_MEM_ALLOC, b"cuMemAlloc", 3020, Only),
+    drv(b"cuMemFree_v2", driver::cuMemFree_v2 as *const (), &slots::REAL_MEM_FREE, b"cuMemFree", 3020, Only),
+    drv(b"cuMemAllocHost_v2", driver::cuMemAllocHost_v2 as *const (), &slots::REAL_MEM_ALLOC_HOST, b"cuMemAllocHost", 3020, Only),
+    drv(b"cuMemHostAlloc", driver::cuMemHostAlloc as *const (), &slots::REAL_MEM_HOST_ALLOC, b"cuMemHostAlloc", 2020, Only),
+    drv(b"cuMemFreeHost", driver::cuMemFreeHost as *const (), &slots::REAL_MEM_FREE_HOST, b"cuMemFreeHost", 2000, Only),
+    drv(b"cuMemGetInfo_v2", driver::cuMemGetInfo_v2 as *const (), &slots::REAL_MEM_GET_INFO, b"cuMemGetInfo", 3020, Only),
+    drv(b"cuMemAllocAsync", driver::cuMemAllocAsync as *const (), &slots::REAL_MEM_ALLOC_ASYNC, b"cuMemAllocAsync", 11020, Legacy),
+    drv(b"cuMemAllocAsync_ptsz", driver::cuMemAllocAsync_ptsz as *const (), &slots::REAL_MEM_ALLOC_ASYNC_PTSZ, b"cuMemAllocAsync", 11020, PTSZ),
+    drv(b"cuMemFreeAsync", driver::cuMemFreeAsync as *const (), &slots::REAL_MEM_FREE_ASYNC, b"cuMemFreeAsync", 11020, Legacy),
+    drv(b"cuMemFreeAsync_ptsz", driver::cuMemFreeAsync_ptsz as *const (), &slots::REAL_MEM_FREE_ASYNC_PTSZ, b"cuMemFreeAsync", 11020, PTSZ),
+    drv(b"cuStreamCreate", driver::cuStreamCreate as *const (), &slots::REAL_STREAM_CREATE, b"cuStreamCreate", 2000, Only),
+    drv(b"cuStreamCreateWithPriority", driver::cuStreamCreateWithPriority as *const (), &slots::REAL_STREAM_CREATE_PRIO, b"cuStreamCreateWithPriority", 5050, Only),
+    drv(b"cuStreamDestroy_v2", driver::cuStreamDestroy_v2 as *const (), &slots::REAL_STREAM_DESTROY, b"cuStreamDestroy", 4000, Only),
     drv(b"cuStreamBeginCapture_v2", capture::cuStreamBeginCapture_v2 as *const (), &capture::REAL_BEGIN_CAPTURE, b"cuStreamBeginCapture", 10010, Legacy),
     drv(b"cuStreamBeginCapture_v2_ptsz", capture::cuStreamBeginCapture_v2_ptsz as *const (), &capture::REAL_BEGIN_CAPTURE_PTSZ, b"cuStreamBeginCapture", 10010, PTSZ),
     drv(b"cuStreamEndCapture", capture::cuStreamEndCapture as *const (), &capture::REAL_END_CAPTURE, b"cuStreamEndCapture", 10000, Legacy),

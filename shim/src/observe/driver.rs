@@ -10,9 +10,11 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::observed::Kind;
 
 use crate::call_driver;
-use crate::exports::driver::*;
+use crate::driver::entry::ctx_device;
+use crate::ffi::types::*;
 use crate::life::state::Shim;
 use crate::observe::{self, observing, read_out, read_ptr, Call};
+use crate::real::slots::*;
 
 /// The device a driver-layer record belongs to: the current context's.
 pub fn driver_device(s: &Shim) -> i32 {

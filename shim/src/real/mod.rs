@@ -2,3 +2,4 @@
 
 pub mod driver;
 pub mod runtime;
+pub mod slots;

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
 
-use crate::exports::families::{Extent, PitchedPtr};
+use crate::ffi::types::{Extent, IpcHandle, PitchedPtr};
 
 pub type Stream = *mut c_void;
 
@@ -79,8 +79,8 @@ real_runtime! {
     cudaMallocFromPoolAsync: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
     cudaHostRegister: fn(*mut c_void, usize, c_uint) -> c_int;
     cudaHostUnregister: fn(*mut c_void) -> c_int;
-    cudaIpcGetMemHandle: fn(*mut crate::ipc::IpcHandle, *mut c_void) -> c_int;
-    cudaIpcOpenMemHandle: fn(*mut *mut c_void, crate::ipc::IpcHandle, c_uint) -> c_int;
+    cudaIpcGetMemHandle: fn(*mut IpcHandle, *mut c_void) -> c_int;
+    cudaIpcOpenMemHandle: fn(*mut *mut c_void, IpcHandle, c_uint) -> c_int;
     cudaIpcCloseMemHandle: fn(*mut c_void) -> c_int;
     cudaDeviceEnablePeerAccess: fn(c_int, c_uint) -> c_int;
     cudaDeviceDisablePeerAccess: fn(c_int) -> c_int;
