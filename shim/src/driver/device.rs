@@ -1,5 +1,5 @@
 //! `CudaDevice`: the engine's [`Device`] over the real driver API, reached through the
-//! driver's own `cuGetProcAddress` (`driver_entry.rs`), so these calls always reach the
+//! driver's own `cuGetProcAddress` (`driver/entry.rs`), so these calls always reach the
 //! driver the process uses (through whatever layer sits in front of it), never the shim's
 //! own exports. A driver function an older driver lacks turns off the feature that needs it
 //! (expandable segments, capture checks, pinned caching) with one `cushim:` line; without

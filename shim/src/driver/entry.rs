@@ -15,7 +15,7 @@
 //! Invariants: nothing here panics. Each function resolves once, on first use, and never
 //! changes afterwards; a function the driver lacks answers `CUDA_ERROR_NOT_FOUND` (500)
 //! without calling anything, and [`has`] says so beforehand, so the feature that needs it
-//! can be turned off with one `cushim:` line (`driver.rs`). An address inside libcushim.so
+//! can be turned off with one `cushim:` line (`driver/device.rs`). An address inside libcushim.so
 //! is never used (a layer below handing back the shim's own hook would loop). Results are
 //! the driver's raw `CUresult` integers: an unexpected code is a value, never an invalid
 //! Rust enum.

@@ -12,7 +12,7 @@
 //! `CUDA_ERROR_INVALID_VALUE` (1), exhaustion `CUDA_ERROR_OUT_OF_MEMORY` (2), an invalid
 //! free of a cached pointer 1 (logged once per call site); a NULL or foreign pointer goes to
 //! the real free function; a stream-ordered free on a destroyed stream 400. Under capture,
-//! as the runtime exports (`exports_runtime.rs`, `capture.rs`). In the `_ptsz` variants
+//! as the runtime exports (`exports/runtime.rs`, `capture.rs`). In the `_ptsz` variants
 //! stream 0 means the per-thread stream.
 
 use std::ffi::{c_int, c_uint, c_void};

@@ -8,7 +8,7 @@
 //! Invariant: in both modes each call goes to the real driver function with the program's
 //! arguments and its result is returned unchanged; a success is recorded (`observe`). The
 //! shim's own VMM calls (expandable segments) go through the driver's `cuGetProcAddress`
-//! (`driver_entry.rs`), never through here.
+//! (`driver/entry.rs`), never through here.
 
 use std::ffi::{c_int, c_uint, c_void};
 

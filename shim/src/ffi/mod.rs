@@ -28,7 +28,7 @@ pub const ERR_UNKNOWN: c_int = 999;
 /// one thing in a runtime export that can reach the driver hooks is a call into the real
 /// runtime, and `call_real!` marks the thread inside the shim around exactly that call, so
 /// the real runtime's driver calls are intercepted once, by the runtime export. The engine's
-/// own driver calls never reach the hooks (`driver.rs`).
+/// own driver calls never reach the hooks (`driver/device.rs`).
 #[inline]
 pub fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {

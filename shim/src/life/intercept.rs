@@ -9,7 +9,7 @@
 //! `cuGetProcAddress` substitutions on that thread pass straight to the real driver: one
 //! program call is intercepted once, never twice, and the shim's own driver calls always
 //! reach the real driver (the engine's go through the driver's own `cuGetProcAddress`,
-//! `driver_entry.rs`, which never hands out a shim function). A runtime export's cached path touches no
+//! `driver/entry.rs`, which never hands out a shim function). A runtime export's cached path touches no
 //! thread-local state.
 
 use std::cell::Cell;

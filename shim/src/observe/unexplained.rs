@@ -7,7 +7,7 @@
 //! Invariant: a device whose primary context is not active is not asked (asking would
 //! create a context, which itself takes device memory); its entry says so. Runs on the
 //! dumping thread, outside every allocator lock; the driver calls go straight to the real
-//! driver (`driver_entry.rs`).
+//! driver (`driver/entry.rs`).
 
 use cudarc::driver::sys as cu;
 
