@@ -121,7 +121,7 @@ fn observing_makes_exactly_the_programs_device_calls_and_records_every_family_wi
         "cuCtxPopCurrent_v2",
         "cuMemGetInfo_v2",
     ];
-    // The shim's own lookups of the driver functions it calls (`driver_entry.rs`).
+    // The shim's own lookups of the driver functions it calls (`shim/src/driver/entry.rs`).
     let lookups = ["cuGetProcAddress_v2"];
     let (a, b) = (&plain_report["calls"], &obs_report["calls"]);
     let names = a.as_object().expect("calls");

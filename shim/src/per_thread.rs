@@ -42,7 +42,7 @@ use std::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
 
 use cushim::alloc::CachingAllocator;
 
-use crate::real_driver::RealFn;
+use crate::real::driver::RealFn;
 
 /// `cudaStreamPerThread` / `CU_STREAM_PER_THREAD`.
 pub const PER_THREAD_HANDLE: usize = 2;
@@ -80,7 +80,7 @@ extern "C" fn mark() {
         SEEN.store(1, Ordering::SeqCst);
         // Pairs with the fence in `apply`: either this sees the state, or `apply` sees SEEN.
         fence(Ordering::SeqCst);
-        if let Some(s) = crate::state::get_if_ready() {
+        if let Some(s) = crate::life::state::get_if_ready() {
             s.alloc.per_thread_streams_used();
         }
     });
@@ -374,7 +374,7 @@ pub use stubs::by_symbol as runtime_hook;
 
 /// Without stubs there are no runtime stubs to hand out.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn runtime_hook(_: &[u8]) -> Option<crate::exports_driver::Hook> {
+pub fn runtime_hook(_: &[u8]) -> Option<crate::lookup::table::Hook> {
     None
 }
 
@@ -425,7 +425,7 @@ fn is_per_thread_fn(base: &[u8], got: usize) -> bool {
                 return false;
             };
             // SAFETY: a pseudo-handle and a NUL-terminated name.
-            let p = unsafe { crate::real_driver::real_dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+            let p = unsafe { crate::real::driver::real_dlsym(libc::RTLD_NEXT, name.as_ptr()) };
             p as usize == got
         })
 }

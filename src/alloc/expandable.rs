@@ -410,9 +410,9 @@ impl DeviceState {
         // that stream is idle (nothing queued can touch them: no CPU wait). Taking a page
         // from a busy stream means synchronizing it, and another stream's pages are memory
         // it will likely want back (with two streams in turn, every switch moved pages and
-        // synchronized a stream: 149 maps for 5 creations in a cudarc run). So those are
-        // taken only when the growth fails without them (creating memory failed or would
-        // exceed the allowed fraction), own stream's first.
+        // synchronized a stream: BENCHMARKS.md, "Measurements behind design choices"). So
+        // those are taken only when the growth fails without them (creating memory failed
+        // or would exceed the allowed fraction), own stream's first.
         let stream = self.exp.list[r as usize].stream;
         let same = |d: u32| self.exp.list[d as usize].stream == stream;
         let mut all: Vec<(u32, DevPtr, u64)> = Vec::new();

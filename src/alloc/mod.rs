@@ -10,6 +10,7 @@ pub mod block;
 pub mod caching;
 mod cap;
 mod deferred;
+mod device_state;
 pub mod devlock;
 pub mod expandable;
 pub mod host;

@@ -26,11 +26,11 @@ use crate::analyze::device_size::{choose, evidence, Evidence};
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::seed::{layout_at_start, Piece, SeedSegment};
 use crate::analyze::timeline::{peaks, start_of, Start};
+use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::parse;
 use cushim::trace::event::{Action, NullSink};
-use cushim_testsupport::fake_device::FakeDevice;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -149,7 +149,7 @@ fn replay_device(
         return Err(format!("--conf {conf:?}: {e}"));
     }
     let capacity = capacity.min(UNLIMITED);
-    let fake = Arc::new(FakeDevice::new(1, capacity));
+    let fake = Arc::new(ReplayDevice::<NoFaults>::new(1, capacity));
     let rounded = {
         let c = c.clone();
         move |size: u64| round_size(size, &c)

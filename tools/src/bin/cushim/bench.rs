@@ -2,7 +2,7 @@
 //! Markdown table (quick mode: under two minutes; `--full`: more repeats).
 //!
 //! Invariant: each figure in the table was measured in this run by the workloads shared with
-//! the criterion benches (`cushim_testsupport::workloads`); a figure that cannot be measured
+//! the criterion benches (`cushim_tools::workloads`); a figure that cannot be measured
 //! here (a piece not built, a program that failed) is a row saying why, never a number. Targets
 //! are reported as met / not met, never asserted.
 
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use cushim::config::history::Unwinder;
 use cushim::snapshot::Format;
-use cushim_testsupport::artifacts;
-use cushim_testsupport::workloads;
+use cushim_tools::artifacts;
+use cushim_tools::workloads;
 use workloads::procs::{self, ProcEnv};
 use workloads::table::{markdown, Row};
 use workloads::{engine, snapshot, timing, trace};

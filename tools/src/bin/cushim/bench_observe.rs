@@ -9,9 +9,9 @@ use std::time::Duration;
 use cushim::alloc::observed::{Kind, ObservedTable, Record};
 use cushim::trace::event::{EventSink, NullSink};
 
-use cushim_testsupport::workloads::procs::ProcEnv;
-use cushim_testsupport::workloads::table::Row;
-use cushim_testsupport::workloads::{engine, timing};
+use cushim_tools::workloads::procs::ProcEnv;
+use cushim_tools::workloads::table::Row;
+use cushim_tools::workloads::{engine, timing};
 
 /// What observing adds to a call without history: one record and one forget of the table.
 pub fn observed_rows(batch: Duration, repeats: usize) -> Vec<Row> {
@@ -46,7 +46,7 @@ pub fn observed_rows(batch: Duration, repeats: usize) -> Vec<Row> {
 }
 
 fn depth_ns(p: &ProcEnv, depth: u32, stacks: &str) -> Result<f64, String> {
-    let script = cushim_testsupport::artifacts::source_root().join("examples/py_alloc_depth.py");
+    let script = cushim_tools::artifacts::source_root().join("examples/py_alloc_depth.py");
     let script = script.to_string_lossy().into_owned();
     let d = depth.to_string();
     let history = format!("enabled=all,stacks={stacks},max_frames=256");

@@ -21,7 +21,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use cushim_testsupport::artifacts;
+use cushim_tools::artifacts;
 
 /// Where a piece was found, for `--version` and `doctor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,7 +55,7 @@ fn child_with_shim(pid: i32) -> Option<i32> {
         .filter_map(|c| c.parse().ok())
         .filter(|c| {
             std::fs::read_to_string(format!("/proc/{c}/maps"))
-                .is_ok_and(|m| m.contains(cushim_testsupport::artifacts::SHIM_LIB))
+                .is_ok_and(|m| m.contains(cushim_tools::artifacts::SHIM_LIB))
         })
         .collect();
     match with[..] {
@@ -69,7 +69,7 @@ fn child_with_shim(pid: i32) -> Option<i32> {
 pub fn dump(pid: i32, signal: Option<&str>) -> Result<i32, String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| format!("process {pid}: cannot read /proc/{pid}/maps: {e}"))?;
-    if !maps.contains(cushim_testsupport::artifacts::SHIM_LIB) {
+    if !maps.contains(cushim_tools::artifacts::SHIM_LIB) {
         // `cushim run`'s pid is the one a user sees: its program is the child that loaded
         // the shim.
         if let Some(child) = child_with_shim(pid) {
@@ -77,7 +77,7 @@ pub fn dump(pid: i32, signal: Option<&str>) -> Result<i32, String> {
         }
         return Err(format!(
             "process {pid} has not loaded {}; not sending it a signal",
-            cushim_testsupport::artifacts::SHIM_LIB
+            cushim_tools::artifacts::SHIM_LIB
         ));
     }
     let theirs = environ_var(pid, "CUSHIM_DUMP_SIGNAL");

@@ -1,0 +1,203 @@
+//! Peer access carried onto expandable segments (`cudaDeviceEnablePeerAccess`,
+//! `cudaDeviceDisablePeerAccess`, `cuCtxEnablePeerAccess`, `cuCtxDisablePeerAccess`).
+//!
+//! The problem: peer access governs `cuMemAlloc` memory only; virtual-memory mappings are
+//! reachable from exactly the devices `cuMemSetAccess` names. The cache maps expandable
+//! pages for their own device only, so a program that enabled peer access would fault
+//! touching a peer's tensor that happens to live in an expandable segment.
+//!
+//! Policy (why: the program must see expandable memory behave as ordinary allocations do):
+//! - When the driver accepts the program's enabling of access from device D to device P,
+//!   D may read and write every expandable page of P: the pages mapped now are granted
+//!   (`cuMemSetAccess` for D over each mapped range), and every page mapped later for P is
+//!   granted to D in the same step that grants P itself (a failure there fails the growth,
+//!   as a failed `cuMemSetAccess` for P does).
+//! - When the driver accepts the disabling, D's access to P's mapped pages is removed
+//!   (`PROT_NONE` for D) and later pages are no longer granted to it.
+//! - The enabled pairs are one bit matrix of atomic words (row P: the devices that may
+//!   access P), so the mapping path reads one word and allocates nothing when no peer is
+//!   enabled. The program's call is answered by the driver, unchanged; a failure to carry
+//!   it onto a mapped range already unmapped by a racing free is ignored (nothing is left
+//!   to grant there).
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::sys as cu;
+
+use crate::driver::entry as de;
+
+use crate::call_driver;
+use crate::call_real;
+use crate::ffi::{guard, SUCCESS};
+use crate::life::intercept::{enabled, inside, Inside, Layer};
+use crate::real::driver::RealFn;
+
+/// Row `p`: bit `d` set when device `d` has peer access to device `p`.
+static ACCESSORS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// The devices granted access to device `dev`'s pages besides `dev` itself (a bit mask).
+pub fn accessors_of(dev: i32) -> u64 {
+    usize::try_from(dev)
+        .ok()
+        .and_then(|d| ACCESSORS.get(d))
+        .map_or(0, |w| w.load(Ordering::Acquire))
+}
+
+fn access_desc(dev: i32, flags: cu::CUmemAccess_flags) -> cu::CUmemAccessDesc {
+    // SAFETY: plain C data for which all-zero is a valid value.
+    let mut desc: cu::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    desc.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = dev;
+    desc.flags = flags;
+    desc
+}
+
+/// Grant the devices with peer access to `dev` read-write access to the fresh mapping
+/// `[ptr, ptr + size)` of `dev`'s memory (called with a context current).
+pub fn grant_new_mapping(dev: i32, ptr: u64, size: u64) -> Result<(), i32> {
+    let mask = accessors_of(dev);
+    if mask == 0 {
+        return Ok(());
+    }
+    let descs: Vec<cu::CUmemAccessDesc> = (0..64)
+        .filter(|d| mask & (1u64 << d) != 0)
+        .map(|d| access_desc(d, cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+        .collect();
+    // SAFETY: a range the caller just mapped, descriptors of ours.
+    let rc = unsafe { de::cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len()) };
+    if rc == de::SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// Record that `from` may (or may no longer) access `to`, and carry it onto `to`'s mapped
+/// expandable pages.
+fn changed(from: i32, to: i32, enable: bool) {
+    let (Ok(f), Ok(t)) = (usize::try_from(from), usize::try_from(to)) else {
+        return;
+    };
+    if f >= 64 || t >= 64 {
+        return;
+    }
+    if enable {
+        ACCESSORS[t].fetch_or(1 << f, Ordering::AcqRel);
+    } else {
+        ACCESSORS[t].fetch_and(!(1 << f), Ordering::AcqRel);
+    }
+    let Some(s) = crate::life::state::get_if_ready() else {
+        return;
+    };
+    let flags = if enable {
+        cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    } else {
+        cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+    };
+    let desc = access_desc(from, flags);
+    let _inside = Inside::enter();
+    for seg in s.alloc.segments(to).iter().filter(|g| g.is_expandable) {
+        // SAFETY: a range the cache has mapped (or, racing a release, had mapped: the
+        // driver then refuses and nothing changes); one descriptor of ours.
+        let _ = unsafe { de::cuMemSetAccess(seg.address, seg.total_size as usize, &desc, 1) };
+    }
+}
+
+/// The device of the calling thread's current context.
+fn current_device() -> Option<i32> {
+    let mut d: c_int = 0;
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { de::cuCtxGetDevice(&mut d) };
+    (rc == de::SUCCESS).then_some(d)
+}
+
+/// The device of context `ctx`.
+fn ctx_device(ctx: *mut c_void) -> Option<i32> {
+    // SAFETY: pushing the program's own context (the driver checks it), reading its device,
+    // popping it again.
+    unsafe {
+        if de::cuCtxPushCurrent_v2(ctx as cu::CUcontext) != de::SUCCESS {
+            return None;
+        }
+        let d = current_device();
+        let mut old: cu::CUcontext = std::ptr::null_mut();
+        let _ = de::cuCtxPopCurrent_v2(&mut old);
+        d
+    }
+}
+
+pub static REAL_ENABLE: RealFn = RealFn::new(c"cuCtxEnablePeerAccess");
+pub static REAL_DISABLE: RealFn = RealFn::new(c"cuCtxDisablePeerAccess");
+
+type EnableFn = unsafe extern "C" fn(*mut c_void, c_uint) -> c_int;
+type DisableFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// Whether a driver hook applies the policy on this thread.
+fn driver_layer() -> bool {
+    enabled(Layer::Driver) && !inside()
+}
+
+fn after_driver(rc: c_int, peer: *mut c_void, enable: bool) {
+    if rc != SUCCESS || !driver_layer() {
+        return;
+    }
+    let _inside = Inside::enter();
+    if let (Some(from), Some(to)) = (current_device(), ctx_device(peer)) {
+        changed(from, to, enable);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_int {
+    guard("cuCtxEnablePeerAccess", || {
+        let rc = {
+            let _inside = Inside::enter();
+            call_driver!(REAL_ENABLE, EnableFn, (peer, flags))
+        };
+        after_driver(rc, peer, true);
+        rc
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
+    guard("cuCtxDisablePeerAccess", || {
+        let rc = {
+            let _inside = Inside::enter();
+            call_driver!(REAL_DISABLE, DisableFn, (peer))
+        };
+        after_driver(rc, peer, false);
+        rc
+    })
+}
+
+fn after_runtime(rc: c_int, peer: c_int, enable: bool) {
+    if rc != SUCCESS || !enabled(Layer::Runtime) {
+        return;
+    }
+    let mut dev: c_int = -1;
+    let out = &mut dev as *mut c_int;
+    if call_real!(cudaGetDevice(out)) == SUCCESS {
+        let _inside = Inside::enter();
+        changed(dev, peer, enable);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> c_int {
+    guard("cudaDeviceEnablePeerAccess", || {
+        let rc = call_real!(cudaDeviceEnablePeerAccess(peer, flags));
+        after_runtime(rc, peer, true);
+        rc
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaDeviceDisablePeerAccess(peer: c_int) -> c_int {
+    guard("cudaDeviceDisablePeerAccess", || {
+        let rc = call_real!(cudaDeviceDisablePeerAccess(peer));
+        after_runtime(rc, peer, false);
+        rc
+    })
+}

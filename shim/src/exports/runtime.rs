@@ -1,0 +1,337 @@
+//! Exported CUDA runtime allocation functions: decode C arguments, call the engine, map the
+//! result to a CUDA error code. No policy lives here.
+//!
+//! Invariants: a NULL out-pointer is `cudaErrorInvalidValue` (1); `cudaMalloc(&p, 0)`
+//! succeeds with `p = NULL`; `cudaFree(NULL)` and pointers the cache does not own go to the
+//! real function; an invalid free of a cached pointer is 1, logged once per call site; a
+//! stream-ordered free on a destroyed stream is 400. While a capture forbids allocation
+//! (`capture.rs`) `cudaMalloc` goes to the real function and a free of a cached block
+//! returns what a real allocation returns then (900, invalidating the capture); a
+//! `cudaMallocAsync` on a capturing stream goes to the real function (a graph allocation),
+//! and a `cudaFreeAsync` of a cached block on a capturing stream keeps the block allocated
+//! (the graph may use it whenever it is launched).
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use cushim::alloc::{AllocError, FreeError};
+use cushim::trace::event::NO_STACK;
+
+use crate::ffi::lasterror;
+use crate::ffi::{
+    ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
+    ERR_UNKNOWN, SUCCESS,
+};
+use crate::life::failopen::{self, Point};
+use crate::life::{capture, state};
+use crate::observe::runtime as observing;
+use crate::real::runtime::Stream;
+use crate::{call_real, observe};
+
+fn alloc_code(e: AllocError) -> c_int {
+    match e {
+        AllocError::OutOfMemory => ERR_MEMORY_ALLOCATION,
+        AllocError::Capturing => ERR_CAPTURE_UNSUPPORTED,
+        AllocError::InvalidHandle => ERR_INVALID_HANDLE,
+        AllocError::Device(_) => ERR_MEMORY_ALLOCATION,
+    }
+}
+
+/// Store `p` through the program's out-pointer.
+fn put(out: *mut *mut c_void, p: u64) -> c_int {
+    // SAFETY: `out` was checked non-null by the caller and points at the program's variable.
+    unsafe { *out = p as *mut c_void };
+    SUCCESS
+}
+
+/// Handle a free the engine refused: forward what it does not own, report the rest.
+fn refused_free(what: &str, ptr: *mut c_void, e: FreeError, real: impl FnOnce() -> c_int) -> c_int {
+    match e {
+        FreeError::NotOurs => real(),
+        FreeError::InvalidValue => {
+            crate::ffi::callsite::log_once(&format!(
+                "{what}({ptr:p}): not an allocated block (double free or interior pointer)"
+            ));
+            lasterror::set(ERR_INVALID_VALUE)
+        }
+        FreeError::InvalidHandle => lasterror::set(ERR_INVALID_HANDLE),
+    }
+}
+
+/// [`capture::forbidden_free`] through the runtime.
+#[cold]
+fn forbidden_free() -> Option<c_int> {
+    capture::forbidden_free(
+        |size| {
+            let mut tmp: *mut c_void = std::ptr::null_mut();
+            let out: *mut *mut c_void = &mut tmp;
+            (call_real!(cudaMalloc(out, size)), tmp as u64)
+        },
+        |p| {
+            let p = p as *mut c_void;
+            let _ = call_real!(cudaFree(p));
+        },
+    )
+}
+
+fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
+    let s = crate::life::intercept::runtime_state()?;
+    if failopen::pass_through(Point::Runtime) {
+        return None;
+    }
+    if out.is_null() {
+        return Some(lasterror::set(ERR_INVALID_VALUE));
+    }
+    if async_ && capture::stream_capturing(stream) || !async_ && capture::forbidden() {
+        return None;
+    }
+    let dev = state::alloc_device(s);
+    let stack = s.history.alloc_stack();
+    let r = if async_ {
+        s.alloc.malloc_async(dev, size as u64, stream, stack)
+    } else {
+        s.alloc.malloc(dev, size as u64, stream, stack)
+    };
+    Some(match r {
+        Ok(p) => put(out, p),
+        Err(e) => {
+            // SAFETY: `out` is non-null; CUDA leaves the out-pointer NULL on failure.
+            unsafe { *out = std::ptr::null_mut() };
+            if e == AllocError::OutOfMemory {
+                crate::life::dump::on_oom(s);
+            }
+            lasterror::set(alloc_code(e))
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
+    let real = || call_real!(cudaMalloc(dev_ptr, size));
+    failopen::guard_or(
+        "cudaMalloc",
+        ERR_UNKNOWN,
+        || {
+            observing::malloc(dev_ptr, size)
+                .or_else(|| malloc_on(dev_ptr, size, 0, false))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
+    let real = || call_real!(cudaMallocAsync(dev_ptr, size, stream));
+    failopen::guard_or(
+        "cudaMallocAsync",
+        ERR_UNKNOWN,
+        || {
+            observing::malloc_async(dev_ptr, size, stream)
+                .or_else(|| malloc_on(dev_ptr, size, stream as u64, true))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
+    let real = || call_real!(cudaFree(ptr));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(p, |s| s.alloc.free(p, 0, NO_STACK), real)
+    };
+    failopen::guard_or(
+        "cudaFree",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free(ptr) {
+                return rc;
+            }
+            let Some(s) = crate::life::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            let degraded = failopen::pass_through(Point::Runtime);
+            if capture::forbidden() {
+                if s.alloc.owner(ptr as u64).is_none() {
+                    return real();
+                }
+                if let Some(rc) = forbidden_free() {
+                    return rc;
+                }
+            }
+            let stack = s.history.free_stack();
+            let dev = state::alloc_device(s);
+            let r = s.alloc.free(ptr as u64, dev, stack);
+            if r.is_ok() {
+                crate::ipc::freed(ptr as u64);
+            }
+            match r {
+                Ok(()) if degraded => failopen::drained(s),
+                Ok(()) => SUCCESS,
+                Err(e) => refused_free("cudaFree", ptr, e, || {
+                    observe::free(s, ptr as u64, dev, real)
+                }),
+            }
+        },
+        fallback,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
+    let real = || call_real!(cudaFreeAsync(ptr, stream));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(
+            p,
+            |s| s.alloc.free_async(p, stream as u64, 0, NO_STACK),
+            real,
+        )
+    };
+    failopen::guard_or(
+        "cudaFreeAsync",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free_async(ptr, stream) {
+                return rc;
+            }
+            let Some(s) = crate::life::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            failopen::inject(Point::Runtime);
+            if capture::stream_capturing(stream as u64) && s.alloc.owner(ptr as u64).is_some() {
+                return SUCCESS;
+            }
+            let stack = s.history.free_stack();
+            let dev = state::alloc_device(s);
+            match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
+                Ok(()) => {
+                    crate::ipc::freed(ptr as u64);
+                    SUCCESS
+                }
+                Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
+                    observe::free(s, ptr as u64, dev, real)
+                }),
+            }
+        },
+        fallback,
+    )
+}
+
+fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
+    let s = crate::life::intercept::runtime_state()?;
+    if !crate::driver::device::pinned_supported() || failopen::pass_through(Point::Pinned) {
+        return None;
+    }
+    if out.is_null() {
+        return Some(lasterror::set(ERR_INVALID_VALUE));
+    }
+    let stack = s.history.alloc_stack();
+    Some(match s.alloc.host_alloc(size as u64, flags, stack) {
+        Ok(p) => put(out, p),
+        Err(e) => {
+            // SAFETY: `out` is non-null.
+            unsafe { *out = std::ptr::null_mut() };
+            lasterror::set(alloc_code(e))
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+    let real = || call_real!(cudaMallocHost(ptr, size));
+    failopen::guard_or(
+        "cudaMallocHost",
+        ERR_UNKNOWN,
+        || {
+            observing::host_alloc(ptr, size, None)
+                .or_else(|| host_alloc(ptr, size, 0))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    let real = || call_real!(cudaHostAlloc(ptr, size, flags));
+    failopen::guard_or(
+        "cudaHostAlloc",
+        ERR_UNKNOWN,
+        || {
+            observing::host_alloc(ptr, size, Some(flags))
+                .or_else(|| host_alloc(ptr, size, flags))
+                .unwrap_or_else(real)
+        },
+        real,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+    let real = || call_real!(cudaFreeHost(ptr));
+    let fallback = || {
+        let p = ptr as u64;
+        failopen::free_fallback(p, |s| s.alloc.host_free(p, NO_STACK), real)
+    };
+    failopen::guard_or(
+        "cudaFreeHost",
+        ERR_UNKNOWN,
+        || {
+            if let Some(rc) = observing::free_host(ptr) {
+                return rc;
+            }
+            let Some(s) = crate::life::intercept::runtime_state() else {
+                return real();
+            };
+            if ptr.is_null() {
+                return real();
+            }
+            failopen::inject(Point::Pinned);
+            match s.alloc.host_free(ptr as u64, s.history.free_stack()) {
+                Ok(()) => SUCCESS,
+                Err(e) => refused_free("cudaFreeHost", ptr, e, real),
+            }
+        },
+        fallback,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
+    crate::life::failopen::around(
+        "cudaMemGetInfo",
+        || call_real!(cudaMemGetInfo(free, total)),
+        |real| {
+            if let Some(rc) = observing::mem_get_info(free, total) {
+                return rc;
+            }
+            let Some(s) = crate::life::intercept::runtime_state() else {
+                return real();
+            };
+            if free.is_null() || total.is_null() {
+                return lasterror::set(ERR_INVALID_VALUE);
+            }
+            match s.alloc.mem_get_info(state::current_device()) {
+                Ok((f, t)) => {
+                    // SAFETY: both out-pointers were checked non-null.
+                    unsafe {
+                        *free = f as usize;
+                        *total = t as usize;
+                    }
+                    SUCCESS
+                }
+                Err(_) => call_real!(cudaMemGetInfo(free, total)),
+            }
+        },
+    )
+}

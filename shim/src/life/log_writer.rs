@@ -1,0 +1,777 @@
+//! The whole-run event log (`CUSHIM_LOG=path-template`): every recorded event, and each
+//! distinct stack once, streamed to an append-only file (format: `cushim::trace::log`,
+//! `docs/LOG-FORMAT.md`).
+//!
+//! Policy:
+//! - The allocating thread only pushes the event (plain data) into a fixed-size lock-free
+//!   queue ([`QUEUE_EVENTS`] slots, allocated once): no I/O, no allocation, no lock of its
+//!   own. A thread of the shim's own (`cushim-log`) drains it, interns stacks into frame and
+//!   stack tables (symbolized there, off the allocating threads) and writes chunks, at least
+//!   every [`FLUSH_MS`] ms.
+//! - When the disk cannot keep up and the queue is full, the allocating thread waits for
+//!   room (yielding), because a log with a hole cannot be replayed: a missing free or
+//!   segment event corrupts every state rebuilt after it. Memory stays bounded whatever the
+//!   disk does. Only when no writer can ever drain the queue (it failed to start, or the log
+//!   was closed at exit) are events dropped instead, counted, and the count written to the
+//!   log (a `DROPPED` chunk) so nothing is lost silently.
+//! - At exit (from the library's destructor, after every `atexit` handler) and on an ending
+//!   signal, [`finish`] drains the queue and writes an `END` chunk.
+//!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
+//!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
+//!   proceeds; a batch the writer thread had taken out of the queue but not yet written is
+//!   taken over and written too (`GATE`). The stacks and range paths those events name are
+//!   written first, by the writer thread (see [`flush_from_signal`]: the crash path only
+//!   waits for it, so it stays async-signal-safe).
+//! - A `fork` child does not write to its parent's log: logging stops in the child, and the
+//!   first event it records says so on stderr, once. Why not a log of its own: the child of
+//!   a threaded process may only make async-signal-safe calls until it execs, and a log
+//!   needs a writer thread (started from the event's thread, in a process whose other
+//!   threads vanished holding whatever locks they held: the symbolizer's, malloc's).
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
+use cushim::trace::intern::StackTable;
+use cushim::trace::log::encode::EventEncoder;
+use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
+use cushim::trace::module_epochs;
+use cushim::trace::range::{path as range_path, NO_RANGE};
+use cushim::trace::runtime_frames::leading_runtime_frames;
+use cushim::trace::symbolize::Symbolizer;
+use once_cell::sync::OnceCell;
+use parking_lot::Mutex;
+
+use crate::life::state::Shim;
+
+/// Queue slots: about 8 MiB of events.
+pub const QUEUE_EVENTS: usize = 1 << 17;
+/// The longest an event waits in the queue while the program runs.
+pub const FLUSH_MS: u64 = 20;
+/// One events chunk's payload.
+const CHUNK_BYTES: usize = 64 << 10;
+
+static TEMPLATE: OnceCell<Option<String>> = OnceCell::new();
+static QUEUE: OnceCell<ArrayQueue<TraceEvent>> = OnceCell::new();
+/// Whether events go to the queue (set once the file is open; cleared in a fork child).
+static ON: AtomicBool = AtomicBool::new(false);
+/// Whether a writer drains the queue (else a full queue drops).
+static DRAINING: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static FD: AtomicI32 = AtomicI32::new(-1);
+static WRITER: OnceCell<Mutex<Writer>> = OnceCell::new();
+static THREAD: OnceCell<std::thread::Thread> = OnceCell::new();
+/// The writer thread's kernel thread id (0 until it runs).
+static WRITER_TID: AtomicI32 = AtomicI32::new(0);
+/// The largest stack id and NVTX range id recorded so far (ids are handed out in order, so
+/// every id an event in the queue names is at most these).
+static MAX_STACK: AtomicU32 = AtomicU32::new(0);
+static MAX_RANGE: AtomicU32 = AtomicU32::new(0);
+/// Every stack (range) id up to this one is in the file.
+static STACKS_DONE: AtomicU32 = AtomicU32::new(0);
+static RANGES_DONE: AtomicU32 = AtomicU32::new(0);
+
+fn template() -> Option<&'static str> {
+    TEMPLATE
+        .get_or_init(|| std::env::var("CUSHIM_LOG").ok().filter(|s| !s.is_empty()))
+        .as_deref()
+}
+
+/// Whether `CUSHIM_LOG` asks for a log.
+pub fn requested() -> bool {
+    template().is_some()
+}
+
+/// The sink that logs every event, then records it in `inner` as before.
+pub struct LogSink {
+    inner: Box<dyn EventSink>,
+}
+
+/// Wrap a device's sink when a log is asked for.
+pub fn wrap(inner: Box<dyn EventSink>) -> Box<dyn EventSink> {
+    if !requested() {
+        return inner;
+    }
+    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
+    Box::new(LogSink { inner })
+}
+
+impl EventSink for LogSink {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn record(&mut self, mut ev: TraceEvent) {
+        // The recording thread's NVTX range path (one thread-local read), as the ring takes it.
+        if ev.range == NO_RANGE {
+            ev.range = cushim::trace::range::current();
+        }
+        // A load of a line that is written only when a new id appears.
+        if ev.stack != NO_STACK && ev.stack > MAX_STACK.load(Ordering::Relaxed) {
+            MAX_STACK.fetch_max(ev.stack, Ordering::AcqRel);
+        }
+        if ev.range != NO_RANGE && ev.range > MAX_RANGE.load(Ordering::Relaxed) {
+            MAX_RANGE.fetch_max(ev.range, Ordering::AcqRel);
+        }
+        push(ev);
+        self.inner.record(ev);
+    }
+
+    fn events(&self) -> Vec<TraceEvent> {
+        self.inner.events()
+    }
+}
+
+#[inline]
+fn push(ev: TraceEvent) {
+    if !ON.load(Ordering::Relaxed) {
+        if FORKED.load(Ordering::Relaxed) {
+            say_child_does_not_log();
+        }
+        return;
+    }
+    let Some(q) = QUEUE.get() else { return };
+    let mut ev = ev;
+    loop {
+        match q.push(ev) {
+            // The writer wakes on its own every FLUSH_MS (the queue holds far more than a
+            // program records in that time); only a full queue wakes it early.
+            Ok(()) => return,
+            Err(back) => {
+                if !DRAINING.load(Ordering::Acquire) {
+                    DROPPED.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                ev = back;
+                if let Some(t) = THREAD.get() {
+                    t.unpark();
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The writer thread's state: the file, the stacks and frames already written.
+struct Writer {
+    sym: Symbolizer,
+    stacks_written: Vec<bool>,
+    ranges_written: Vec<bool>,
+    frames_written: usize,
+    events_written: u64,
+    dropped_written: u64,
+    payload: Vec<u8>,
+    side: Vec<u8>,
+    out: Vec<u8>,
+    stack_ids: Vec<u32>,
+    range_ids: Vec<u32>,
+    ips: Vec<u64>,
+    ids: Vec<u32>,
+    ended: bool,
+}
+
+/// Open the log and start its writer (from the shim's start-up, with its state built).
+pub fn start(s: &Shim) {
+    let Some(t) = template() else { return };
+    if let Err(e) = open_and_spawn(s, t) {
+        eprintln!("cushim: no event log: {e}");
+        return;
+    }
+    crate::life::ending::install();
+    crate::life::sigchain::arm_fatal();
+}
+
+fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
+    use cushim::snapshot::output::{expand, TemplateVars};
+    let path = expand(template, &TemplateVars::current(0));
+    let cpath = std::ffi::CString::new(path.clone())
+        .map_err(|_| format!("{path}: a NUL byte in the path"))?;
+    // SAFETY: a NUL-terminated path; flags and mode as open(2) takes them.
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "opening {path}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    FD.store(fd, Ordering::Release);
+    let header = serde_json::json!({
+        "format": "cushim event log",
+        "version": VERSION,
+        "pid": std::process::id(),
+        "rank": cushim::snapshot::output::rank_from_env(),
+        "cmdline": std::env::args().collect::<Vec<_>>(),
+        "clock": "microseconds since the Unix epoch",
+        "clock_origin_us": cushim::trace::event::now_us(),
+        "mode": crate::observe::mode_name(),
+        "allocator_settings": s.alloc.conf().settings_json(),
+        "env": {
+            "CUSHIM_HISTORY": std::env::var("CUSHIM_HISTORY").ok(),
+            "CUSHIM_ALLOC_CONF": std::env::var("CUSHIM_ALLOC_CONF").ok(),
+            "PYTORCH_CUDA_ALLOC_CONF": std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
+        },
+        "device_count": s.alloc.device_count(),
+        "memory": crate::observe::unexplained::memory_json(s),
+    });
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(MAGIC);
+    let mut chunk = Vec::new();
+    format::chunk(kind::HEADER, header.to_string().as_bytes(), &mut chunk);
+    out.extend_from_slice(&chunk);
+    write_all(fd, &out).map_err(|e| format!("writing {path}: {e}"))?;
+    let _ = WRITER.set(Mutex::new(Writer {
+        sym: Symbolizer::new(),
+        stacks_written: Vec::new(),
+        ranges_written: Vec::new(),
+        frames_written: 0,
+        events_written: 0,
+        dropped_written: 0,
+        payload: vec![0u8; CHUNK_BYTES],
+        side: Vec::new(),
+        out: Vec::new(),
+        stack_ids: Vec::new(),
+        range_ids: Vec::new(),
+        ips: Vec::new(),
+        ids: Vec::new(),
+        ended: false,
+    }));
+    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
+    ON.store(true, Ordering::Release);
+    DRAINING.store(true, Ordering::Release);
+    let spawned = crate::life::dump::spawn_quiet("cushim-log", writer_thread);
+    if let Err(e) = spawned {
+        DRAINING.store(false, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
+    while !bytes.is_empty() {
+        // SAFETY: writing from a valid slice to our own descriptor.
+        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const c_void, bytes.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e.to_string());
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+fn writer_thread() {
+    let _ = THREAD.set(std::thread::current());
+    // SAFETY: gettid has no preconditions.
+    WRITER_TID.store(
+        unsafe { libc::syscall(libc::SYS_gettid) } as i32,
+        Ordering::Release,
+    );
+    loop {
+        let step = std::panic::catch_unwind(|| match WRITER.get() {
+            Some(w) => {
+                let mut w = w.lock();
+                if w.ended {
+                    None
+                } else {
+                    Some(w.drain())
+                }
+            }
+            None => None,
+        });
+        match step {
+            Ok(Some(0)) => std::thread::park_timeout(Duration::from_millis(FLUSH_MS)),
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(_) => {
+                // Nobody drains the queue any more: the allocating threads must not wait
+                // for room; what they record from now on is counted as dropped.
+                DRAINING.store(false, Ordering::Release);
+                eprintln!("cushim: internal error in the event log's writer; the log stops here");
+                return;
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Write everything the queue holds now; returns the number of events written.
+    fn drain(&mut self) -> u64 {
+        let Some(q) = QUEUE.get() else { return 0 };
+        let fd = FD.load(Ordering::Acquire);
+        self.write_tables(fd);
+        let mut total = 0;
+        loop {
+            // Take a batch out of the queue through the gate (see `Gate`): a crash on
+            // another thread can take it over until it is written.
+            if GATE
+                .compare_exchange(IDLE, HOLDING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                break;
+            }
+            let mut n = 0;
+            while n < BATCH {
+                if GATE
+                    .compare_exchange(HOLDING, POPPING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return total;
+                }
+                let got = q.pop();
+                if let Some(ev) = got {
+                    // SAFETY: slots are written only by this thread while the gate is POPPING,
+                    // and read by the crash path only after it took the gate from HOLDING.
+                    unsafe { (*HELD.0.get())[n] = ev };
+                    n += 1;
+                    HELD_LEN.store(n, Ordering::Release);
+                }
+                GATE.store(HOLDING, Ordering::Release);
+                if got.is_none() {
+                    break;
+                }
+            }
+            if GATE
+                .compare_exchange(HOLDING, WRITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return total;
+            }
+            if n == 0 {
+                GATE.store(IDLE, Ordering::Release);
+                break;
+            }
+            let mut enc = EventEncoder::new();
+            let mut pos = 0;
+            self.stack_ids.clear();
+            self.range_ids.clear();
+            for i in 0..n {
+                // SAFETY: the gate is WRITING: only this thread touches the batch.
+                let ev = unsafe { (*HELD.0.get())[i] };
+                let p = match enc.put(&ev, &mut self.payload, pos) {
+                    Some(p) => p,
+                    None => {
+                        // The chunk is full: this event starts the next one.
+                        self.flush_events(fd, pos);
+                        enc = EventEncoder::new();
+                        enc.put(&ev, &mut self.payload, 0).unwrap_or(0)
+                    }
+                };
+                pos = p;
+                if ev.stack != NO_STACK {
+                    self.stack_ids.push(ev.stack);
+                }
+                if ev.range != NO_RANGE && !self.range_written(ev.range) {
+                    self.range_ids.push(ev.range);
+                }
+            }
+            if pos > 0 {
+                self.flush_events(fd, pos);
+            }
+            HELD_LEN.store(0, Ordering::Release);
+            GATE.store(IDLE, Ordering::Release);
+            total += n as u64;
+        }
+        let dropped = DROPPED.load(Ordering::Relaxed);
+        if dropped != self.dropped_written {
+            let mut b = [0u8; 10];
+            let len = put_varint(&mut b, 0, dropped);
+            format::chunk(kind::DROPPED, &b[..len], &mut self.out);
+            let _ = write_all(fd, &self.out);
+            self.dropped_written = dropped;
+        }
+        self.events_written += total;
+        total
+    }
+
+    /// Write the stacks of the pending events, then their chunk (`payload[..len]`).
+    fn flush_events(&mut self, fd: c_int, len: usize) {
+        let mut ids = std::mem::take(&mut self.stack_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        self.write_stacks(fd, &ids);
+        self.stack_ids = ids;
+        self.stack_ids.clear();
+        self.write_ranges(fd);
+        format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
+        if let Err(e) = write_all(fd, &self.out) {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
+        }
+    }
+
+    /// Every stack and range path recorded so far that is not in the file yet, whether or
+    /// not an event written yet names it: the crash path waits for this (see
+    /// [`flush_from_signal`]).
+    fn write_tables(&mut self, fd: c_int) {
+        let stacks = MAX_STACK.load(Ordering::Acquire);
+        let done = STACKS_DONE.load(Ordering::Acquire);
+        if stacks > done {
+            let ids: Vec<u32> = (done + 1..=stacks).collect();
+            self.write_stacks(fd, &ids);
+            STACKS_DONE.store(stacks, Ordering::Release);
+        }
+        let ranges = MAX_RANGE.load(Ordering::Acquire);
+        let done = RANGES_DONE.load(Ordering::Acquire);
+        if ranges > done {
+            self.range_ids.clear();
+            self.range_ids.extend(done + 1..=ranges);
+            self.write_ranges(fd);
+            RANGES_DONE.store(ranges, Ordering::Release);
+        }
+    }
+
+    fn range_written(&self, id: u32) -> bool {
+        self.ranges_written
+            .get(id as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The NVTX range paths of the pending events not written yet (`range_ids`).
+    fn write_ranges(&mut self, fd: c_int) {
+        if self.range_ids.is_empty() {
+            return;
+        }
+        let mut ids = std::mem::take(&mut self.range_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        self.side.clear();
+        for &id in &ids {
+            if self.range_written(id) {
+                continue;
+            }
+            let i = id as usize;
+            if self.ranges_written.len() <= i {
+                self.ranges_written.resize(i + 1, false);
+            }
+            self.ranges_written[i] = true;
+            push_varint(&mut self.side, u64::from(id));
+            push_string(&mut self.side, &range_path(id).unwrap_or_default());
+        }
+        ids.clear();
+        self.range_ids = ids;
+        if !self.side.is_empty() {
+            format::chunk(kind::RANGES, &self.side, &mut self.out);
+            let _ = write_all(fd, &self.out);
+        }
+    }
+
+    /// Frames and stacks not written yet, for `ids`.
+    fn write_stacks(&mut self, fd: c_int, ids: &[u32]) {
+        let table = StackTable::global();
+        let mut stacks = Vec::new();
+        let mut nstacks = 0u64;
+        for &id in ids {
+            let i = id as usize;
+            if self.stacks_written.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            if self.stacks_written.len() <= i {
+                self.stacks_written.resize(i + 1, false);
+            }
+            self.stacks_written[i] = true;
+            self.ips.clear();
+            let ips = &mut self.ips;
+            table.with(id, |f| ips.extend_from_slice(f));
+            let epoch = module_epochs::split_tag(&mut self.ips);
+            module_epochs::mark_unloaded(&mut self.ips, epoch);
+            self.ids.clear();
+            self.sym.resolve_stack(&self.ips, &mut self.ids);
+            let frames = self.sym.frames();
+            let skip =
+                leading_runtime_frames(self.ids.iter().map(|&f| frames[f as usize].name.as_str()));
+            push_varint(&mut stacks, id as u64);
+            push_varint(&mut stacks, (self.ids.len() - skip) as u64);
+            for &f in &self.ids[skip..] {
+                push_varint(&mut stacks, f as u64);
+            }
+            nstacks += 1;
+        }
+        if nstacks == 0 {
+            return;
+        }
+        let frames = self.sym.frames();
+        if frames.len() > self.frames_written {
+            self.side.clear();
+            for (i, f) in frames.iter().enumerate().skip(self.frames_written) {
+                push_varint(&mut self.side, i as u64);
+                push_string(&mut self.side, &f.name);
+                push_string(&mut self.side, &f.filename);
+                push_varint(&mut self.side, f.line);
+            }
+            self.frames_written = frames.len();
+            format::chunk(kind::FRAMES, &self.side, &mut self.out);
+            let _ = write_all(fd, &self.out);
+        }
+        format::chunk(kind::STACKS, &stacks, &mut self.out);
+        let _ = write_all(fd, &self.out);
+    }
+}
+
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    let mut b = [0u8; 10];
+    let n = put_varint(&mut b, 0, v);
+    out.extend_from_slice(&b[..n]);
+}
+
+fn push_string(out: &mut Vec<u8>, s: &str) {
+    push_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Drain the queue and close the log with an `END` chunk (at exit, on an ending signal).
+pub fn finish() {
+    // A fork child never locks the writer: the parent's writer thread may have held that
+    // lock at the fork, and in the child nothing would ever release it.
+    if IN_CHILD.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(w) = WRITER.get() else { return };
+    let mut w = w.lock();
+    if w.ended {
+        return;
+    }
+    w.drain();
+    DRAINING.store(false, Ordering::Release);
+    ON.store(false, Ordering::Release);
+    // Events pushed between the drain and `ON` going off.
+    w.drain();
+    let mut b = [0u8; 10];
+    let n = put_varint(&mut b, 0, w.events_written);
+    format::chunk(kind::END, &b[..n], &mut w.out);
+    let fd = FD.load(Ordering::Acquire);
+    let _ = write_all(fd, &w.out);
+    // SAFETY: fsync of our own descriptor.
+    unsafe { libc::fsync(fd) };
+    w.ended = true;
+}
+
+/// The log is closed by the library's destructor, which `exit` runs after every `atexit`
+/// handler (the program's, whenever registered, and the exit snapshot's), so the events
+/// those make are in the log too.
+extern "C" fn at_unload() {
+    if crate::life::ending::pending() {
+        crate::life::ending::wait_for_end();
+    }
+    finish();
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
+/// In a `fork` child: the writer thread does not exist and the file is the parent's.
+pub fn after_fork_in_child() {
+    let was_on = ON.swap(false, Ordering::AcqRel);
+    DRAINING.store(false, Ordering::Release);
+    FORKED.store(was_on, Ordering::Release);
+    IN_CHILD.store(true, Ordering::Release);
+}
+
+/// Set in a fork child: the log is the parent's.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Set in a fork child of a logging process until it has said it does not log.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// One line on stderr from a fork child's first recorded event (with `write(2)` from a stack
+/// buffer: no lock another thread of the parent may have held at the fork).
+#[cold]
+fn say_child_does_not_log() {
+    if !FORKED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    use std::io::Write;
+    let mut buf = [0u8; 256];
+    let mut w = &mut buf[..];
+    let _ = writeln!(
+        w,
+        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on",
+        std::process::id()
+    );
+    let len = 256 - w.len();
+    // SAFETY: writing our own stack buffer to stderr.
+    unsafe { libc::write(2, buf.as_ptr() as *const c_void, len) };
+}
+
+/// The gate between the writer thread and the crash path over the batch the writer has
+/// taken out of the queue but not yet written: IDLE (no batch), HOLDING (a batch, the
+/// writer between pops), POPPING (the writer inside one pop), WRITING (the writer is
+/// writing it out), STOLEN (the crash path took the batch and writes it itself). The crash
+/// path waits out POPPING and WRITING (the writer runs on, on its own thread, and leaves
+/// them within a pop or a write), takes the batch from HOLDING, or the gate from IDLE, and
+/// opens it again when done (a handler of the program's may keep the program running).
+const IDLE: u8 = 0;
+const HOLDING: u8 = 1;
+const POPPING: u8 = 2;
+const WRITING: u8 = 3;
+const STOLEN: u8 = 4;
+static GATE: AtomicU8 = AtomicU8::new(IDLE);
+/// Events in a batch.
+const BATCH: usize = 2048;
+struct Held(std::cell::UnsafeCell<[TraceEvent; BATCH]>);
+// SAFETY: accessed only under the gate's protocol (above).
+unsafe impl Sync for Held {}
+const NO_EVENT: TraceEvent = TraceEvent {
+    action: cushim::trace::event::Action::Alloc,
+    device: 0,
+    addr: 0,
+    size: 0,
+    stream: 0,
+    time_us: 0,
+    stack: NO_STACK,
+    device_free: 0,
+    range: 0,
+};
+static HELD: Held = Held(std::cell::UnsafeCell::new([NO_EVENT; BATCH]));
+static HELD_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Serializes the fatal-signal flushes (taken with a compare-exchange: a second crashing
+/// thread does not wait in its handler).
+static FATAL_BUSY: AtomicBool = AtomicBool::new(false);
+/// The fatal path's chunk buffer (head, then payload), used only while `FATAL_BUSY` is held.
+static mut FATAL_CHUNK: [u8; CHUNK_HEAD + CHUNK_BYTES] = [0; CHUNK_HEAD + CHUNK_BYTES];
+
+/// From a SIGSEGV/SIGBUS/SIGABRT handler: write what the queue holds, with `write(2)` only.
+pub fn flush_from_signal() {
+    if !ON.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(q) = QUEUE.get() else { return };
+    if FATAL_BUSY
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let fd = FD.load(Ordering::Acquire);
+    wait_for_tables();
+    // Take the writer's batch (or close the gate), waiting out a pop or a write in progress;
+    // bounded, in case the crash is on the writer thread itself.
+    let mut stolen = false;
+    let mut held = 0;
+    for _ in 0..50_000_000u64 {
+        match GATE.compare_exchange(HOLDING, STOLEN, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                stolen = true;
+                held = HELD_LEN.load(Ordering::Acquire);
+                break;
+            }
+            Err(IDLE) => {
+                if GATE
+                    .compare_exchange(IDLE, STOLEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    stolen = true;
+                    break;
+                }
+            }
+            Err(STOLEN) => break,
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
+    let mut i = 0;
+    // SAFETY: with the gate STOLEN the writer does not touch the batch.
+    let mut from_batch = || {
+        if i < held {
+            i += 1;
+            Some(unsafe { (*HELD.0.get())[i - 1] })
+        } else {
+            None
+        }
+    };
+    write_from_signal(fd, &mut from_batch);
+    write_from_signal(fd, &mut || q.pop());
+    if stolen {
+        HELD_LEN.store(0, Ordering::Release);
+        GATE.store(IDLE, Ordering::Release);
+    }
+    FATAL_BUSY.store(false, Ordering::Release);
+}
+
+/// The longest the crash path waits for the writer thread to write the stack and range
+/// tables (it symbolizes: the first stacks load debug information).
+const TABLES_WAIT_MS: u64 = 10_000;
+
+/// From the crash path, before it writes the queued events: wait until the writer thread
+/// has written every stack and range path recorded so far, so the events written next have
+/// their stacks in the file.
+///
+/// Why this is sound in a signal handler: this thread only loads atomics, calls
+/// `syscall(gettid)` and `nanosleep` (both async-signal-safe) and takes no lock; the
+/// symbolizing, allocating and locking happen on the writer thread, which keeps running
+/// while this one waits. The wait is bounded: if the crashed thread holds a lock the writer
+/// needs (the stack table's, or malloc's after heap corruption), the writer stalls and the
+/// events are written after [`TABLES_WAIT_MS`] without those stacks. A crash on the writer
+/// thread itself does not wait (it cannot write while it is here).
+fn wait_for_tables() {
+    // SAFETY: gettid has no preconditions; async-signal-safe.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    if !DRAINING.load(Ordering::Acquire) || WRITER_TID.load(Ordering::Acquire) == me {
+        return;
+    }
+    let stacks = MAX_STACK.load(Ordering::Acquire);
+    let ranges = MAX_RANGE.load(Ordering::Acquire);
+    let nap = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..TABLES_WAIT_MS {
+        if STACKS_DONE.load(Ordering::Acquire) >= stacks
+            && RANGES_DONE.load(Ordering::Acquire) >= ranges
+        {
+            return;
+        }
+        // SAFETY: nanosleep with a valid request and no remainder; async-signal-safe.
+        unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+    }
+}
+
+/// Encode the events `next` gives into chunks in the static buffer and `write(2)` them.
+fn write_from_signal(fd: c_int, next: &mut dyn FnMut() -> Option<TraceEvent>) {
+    // SAFETY: FATAL_BUSY gives this thread sole use of the static buffer.
+    let buf = unsafe { &mut *std::ptr::addr_of_mut!(FATAL_CHUNK) };
+    loop {
+        let (head, payload) = buf.split_at_mut(CHUNK_HEAD);
+        let mut enc = EventEncoder::new();
+        let mut pos = 0;
+        // MAX_EVENT_BYTES is far below the 4096 bytes left: `put` always succeeds.
+        while pos < CHUNK_BYTES - 4096 {
+            let Some(ev) = next() else { break };
+            if let Some(p) = enc.put(&ev, payload, pos) {
+                pos = p;
+            }
+        }
+        if pos == 0 {
+            break;
+        }
+        let mut h = [0u8; CHUNK_HEAD];
+        format::chunk_head(kind::EVENTS, &payload[..pos], &mut h);
+        head.copy_from_slice(&h);
+        let total = CHUNK_HEAD + pos;
+        let mut off = 0;
+        while off < total {
+            // SAFETY: write(2) from our static buffer: async-signal safe.
+            let n =
+                unsafe { libc::write(fd, buf[off..total].as_ptr() as *const c_void, total - off) };
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+    }
+}

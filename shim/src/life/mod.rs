@@ -1,0 +1,15 @@
+//! The process life of the shim: its state and initialization, what it records, snapshot
+//! triggers and writing, fork, graceful ends and the signal chain, fail open.
+
+pub mod capture;
+pub mod dump;
+pub mod ending;
+pub mod failopen;
+pub mod fork;
+pub mod history;
+pub mod intercept;
+pub mod log_writer;
+pub mod sigchain;
+pub mod snapshot;
+pub mod state;
+pub mod stats;

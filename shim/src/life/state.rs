@@ -1,0 +1,162 @@
+//! The shim's process-wide state, built lazily on the first intercepted call.
+//!
+//! Invariants: initialization runs once; a call that arrives on the initializing thread while
+//! it is still initializing (re-entry) sees no state and passes through to the real function;
+//! when `CUSHIM_DISABLE=1`, or no driver can be initialized, every export is a pure
+//! pass-through for the life of the process.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cushim::alloc::observed::ObservedTable;
+use cushim::alloc::CachingAllocator;
+use cushim::config::alloc::AllocConf;
+use once_cell::sync::OnceCell;
+
+use crate::driver::device::CudaDevice;
+use crate::life::history::History;
+
+/// Everything an export needs.
+pub struct Shim {
+    pub alloc: CachingAllocator,
+    pub history: History,
+    /// Allocations recorded as made (observing mode, and families the cache does not serve).
+    pub observed: ObservedTable,
+}
+
+static STATE: OnceCell<Option<Shim>> = OnceCell::new();
+
+thread_local! {
+    static INITIALIZING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether `CUSHIM_DISABLE` asks for pure pass-through.
+pub fn disabled_by_env() -> bool {
+    std::env::var("CUSHIM_DISABLE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The shim, or `None` when calls must pass through to the real functions.
+#[inline]
+pub fn get() -> Option<&'static Shim> {
+    if let Some(s) = STATE.get() {
+        return s.as_ref();
+    }
+    get_first()
+}
+
+/// [`get`] before the state is built: build it, unless this thread is building it.
+#[cold]
+fn get_first() -> Option<&'static Shim> {
+    if INITIALIZING.with(|f| f.get()) {
+        return None;
+    }
+    INITIALIZING.with(|f| f.set(true));
+    // A start-up that fails inside the shim leaves a pass-through shim (fail open).
+    let s = STATE.get_or_init(|| {
+        std::panic::catch_unwind(init).unwrap_or_else(|_| {
+            eprintln!("cushim: internal error while starting; passing every call through to CUDA");
+            None
+        })
+    });
+    INITIALIZING.with(|f| f.set(false));
+    if let Some(s) = s {
+        // A per-thread default stream used while the state was being published.
+        crate::per_thread::apply(&s.alloc);
+    }
+    s.as_ref()
+}
+
+static RUNTIME_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Policy: the shim starts the real runtime only because the program called it. A runtime
+/// export the shim serves from its cache (the first `cudaMalloc`) would have initialized the
+/// real runtime (primary context retained and current on the calling thread), so the first
+/// such call lets the real runtime do so (`cudaFree(NULL)`, the context-init idiom), once per
+/// process. A program that only loads the runtime, or only uses the driver API, gets no
+/// runtime start and no context from the shim: on a GPU a primary context costs hundreds of
+/// MB, and the program may work in contexts of its own. One relaxed load on the hot path.
+#[inline]
+pub fn start_runtime() {
+    if !RUNTIME_STARTED.load(Ordering::Relaxed) {
+        start_runtime_first();
+    }
+}
+
+#[cold]
+fn start_runtime_first() {
+    if RUNTIME_STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // Observing: the program's device calls are exactly its own (the real functions it calls
+    // start the runtime themselves).
+    if crate::observe::observing() {
+        return;
+    }
+    let null = std::ptr::null_mut();
+    let _ = crate::call_real!(cudaFree(null));
+}
+
+/// The state if it was already built (never initializes; for exit and signal paths).
+pub fn get_if_ready() -> Option<&'static Shim> {
+    STATE.get().and_then(|s| s.as_ref())
+}
+
+fn init() -> Option<Shim> {
+    if disabled_by_env() {
+        return None;
+    }
+    // The shim's own start-up is never intercepted by the driver hooks when the runtime
+    // layer is. It starts neither the runtime nor a context: see [`start_runtime`].
+    let _inside = crate::life::intercept::Inside::enter_runtime();
+    crate::life::failopen::inject(crate::life::failopen::Point::Init);
+    let device = match CudaDevice::new() {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            eprintln!("cushim: {e}; passing every call through to CUDA");
+            return None;
+        }
+    };
+    let conf = AllocConf::from_env();
+    let history = History::from_env();
+    let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
+    crate::per_thread::apply(&alloc);
+    let observed = ObservedTable::new(alloc.device_count(), &|dev| history.make_sink(dev));
+    let shim = Shim {
+        alloc,
+        history,
+        observed,
+    };
+    crate::life::dump::install();
+    crate::life::log_writer::start(&shim);
+    crate::life::fork::install();
+    Some(shim)
+}
+
+/// The device a cudaMalloc/cudaFree of the calling thread works on: its current device, or
+/// 0 without asking when the allocator has a single device.
+///
+/// Why the shortcut is exact: with one device the runtime's current device can only be 0,
+/// and [`current_device`] maps a failing `cudaGetDevice` to 0 as well, so the answer is
+/// the same; a free's device is only a hint (the allocator tries every device). It saves a
+/// real `cudaGetDevice` per call, a noticeable share of a cached cudaMalloc+cudaFree pair
+/// through the shim (BENCHMARKS.md, "Measurements behind design choices").
+#[inline]
+pub fn alloc_device(s: &Shim) -> c_int {
+    if s.alloc.device_count() == 1 {
+        0
+    } else {
+        current_device()
+    }
+}
+
+/// The calling thread's current device, as the real runtime sees it.
+pub fn current_device() -> c_int {
+    let mut d: c_int = 0;
+    let out: *mut c_int = &mut d;
+    if crate::call_real!(cudaGetDevice(out)) != crate::ffi::SUCCESS {
+        return 0;
+    }
+    d
+}
