@@ -331,16 +331,7 @@ fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
             .map(String::from)
     };
     // The paths the live snapshot gives the same program (tests/shim_nvtx.rs).
-    for (mib, path) in [
-        (1, Some("step")),
-        (2, Some("step/forward")),
-        (3, Some("step/forward/layer")),
-        (4, Some("step/mem:phase [io]")),
-        (5, Some("step/request")),
-        (6, None),
-        (7, Some("[loader]/worker")),
-        (8, Some("[loader]/worker/backward")),
-    ] {
+    for (mib, path) in common::nvtx::RANGES_PROGRAM_PATHS {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
     }
 }

@@ -43,26 +43,16 @@ fn allocations_carry_the_nvtx_range_path_they_were_made_in() {
     let trace = snap["device_traces"][0]
         .as_array()
         .expect("device 0 has a trace");
-    let path_of = |mib: i64| -> Option<String> {
+    let path_of = |mib: u64| -> Option<String> {
         let e = trace
             .iter()
-            .find(|e| e["action"] == "alloc" && e["size"].as_i64() == Some(mib * MIB))
+            .find(|e| e["action"] == "alloc" && e["size"].as_i64() == Some(mib as i64 * MIB))
             .unwrap_or_else(|| panic!("no alloc of {mib} MiB in the trace"));
         e.get("user_metadata")
             .and_then(|m| m.as_str())
             .map(String::from)
     };
-    let want = [
-        (1, Some("step")),
-        (2, Some("step/forward")),
-        (3, Some("step/forward/layer")),
-        (4, Some("step/mem:phase [io]")),
-        (5, Some("step/request")),
-        (6, None),
-        (7, Some("[loader]/worker")),
-        (8, Some("[loader]/worker/backward")),
-    ];
-    for (mib, path) in want {
+    for (mib, path) in common::nvtx::RANGES_PROGRAM_PATHS {
         assert_eq!(path_of(mib).as_deref(), path, "the {mib} MiB allocation");
     }
     // Every range's start and end, as PyTorch writes external annotations.

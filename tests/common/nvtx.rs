@@ -5,6 +5,19 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+
+/// The range path each allocation of `tests/c/nvtx_ranges.c` is made in, by its size in MiB
+/// (`None`: outside every range), as a live snapshot and a log both record it.
+pub const RANGES_PROGRAM_PATHS: [(u64, Option<&str>); 8] = [
+    (1, Some("step")),
+    (2, Some("step/forward")),
+    (3, Some("step/forward/layer")),
+    (4, Some("step/mem:phase [io]")),
+    (5, Some("step/request")),
+    (6, None),
+    (7, Some("[loader]/worker")),
+    (8, Some("[loader]/worker/backward")),
+];
 use std::process::Command;
 use std::sync::OnceLock;
 
