@@ -640,8 +640,12 @@ seg = {{"device": 0, "address": 1 << 40, "total_size": 2 * MIB, "stream": 0,
        "blocks": [{{"address": 1 << 40, "size": 2 * MIB, "requested_size": 2 * MIB,
                     "state": "active_allocated", "frames": bert}}]}}
 e = {{"action": "alloc", "addr": 1 << 40, "size": 2 * MIB, "stream": 0, "frames": bert,
-      "user_metadata": "step=3", "compile_context": "[0/1]", "pool_id": (1, 7),
+      "user_metadata": "step=3", "compile_context": "Torch-Compiled Region: 0/1",
+      "pool_id": (1, 7), "internal_metadata": "x",
       "forward_frames": [{{"name": "fwd", "filename": "/w/m.py", "line": 5}}]}}
+# The same line outside any compiled region and in the default pool: PyTorch writes "N/A".
+c = {{"action": "alloc", "addr": (1 << 40) + 4 * MIB, "size": MIB, "stream": 0, "frames": bert,
+      "compile_context": "N/A", "pool_id": (0, 0)}}
 # A backward allocation: the autograd engine's thread, no Python frame; PyTorch records the
 # forward pass that made its autograd node.
 engine = [native("torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
@@ -651,7 +655,7 @@ fwd = [{{"name": "project", "filename": "/w/attention.py", "line": 41}},
        {{"name": "_call_impl", "filename": "/x/torch/nn/modules/module.py", "line": 1527}}]
 b = {{"action": "alloc", "addr": (1 << 40) + 2 * MIB, "size": 2 * MIB, "stream": 0,
       "frames": engine, "forward_frames": fwd}}
-s = {{"segments": [seg], "device_traces": [[e, b]],
+s = {{"segments": [seg], "device_traces": [[e, b, c]],
      "external_annotations": [{{"device": 0, "stage": "START", "name": "fwd", "time_us": 1}}],
      "internal_metadata": {{"trace_format": 2}}}}
 sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
@@ -672,6 +676,38 @@ sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
     assert!(
         out.contains("pool (1, 7): 2.00 MiB reserved in 1 segments, 2.00 MiB allocated"),
         "{out}"
+    );
+    // Sites are split by the torch.compile region and the private pool the trace entry
+    // names (PyTorch's memory_viz shows both on each allocation); "N/A" and the default
+    // pool (0, 0) add nothing.
+    let bert = "forward (/w/transformers/models/bert/modeling_bert.py:286)";
+    let at_peak = out
+        .split("at the trace's peak")
+        .nth(1)
+        .and_then(|p| p.split("by live bytes").next())
+        .unwrap_or_else(|| panic!("no sites at the peak\n{out}"));
+    assert!(
+        at_peak.contains(&format!(
+            "1 blocks  {bert} [compiled region Torch-Compiled Region: 0/1] [private pool (1, 7)]\n"
+        )),
+        "{out}"
+    );
+    assert!(at_peak.contains(&format!("1 blocks  {bert}\n")), "{out}");
+    // A block live at the end in a private pool's segment says so too.
+    let at_end = out.split("by live bytes").nth(1).unwrap_or_default();
+    assert!(
+        at_end.contains(&format!("1 blocks  {bert} [private pool (1, 7)]\n")),
+        "{out}"
+    );
+    // The report's sites at the peak name them as well.
+    let page = dir.join("newer.html");
+    let mut rc = Command::new(common::cushim_bin());
+    rc.arg("report").arg(&f).arg("-o").arg(&page);
+    common::run_ok(&mut rc);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("[compiled region Torch-Compiled Region: 0/1] [private pool (1, 7)]"),
+        "report"
     );
     let j = dir.join("newer.json");
     let back = dir.join("back.pickle");

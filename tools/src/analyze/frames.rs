@@ -21,6 +21,7 @@
 //! The rules are one table, [`RULES`], each with the reason it exists; the first rule that
 //! matches decides; a frame no rule matches is the program's.
 
+use crate::analyze::entry_marks::{is_mark, suffix};
 use crate::analyze::model::{Frame, Stacks};
 
 /// What a frame is to the site finder.
@@ -481,7 +482,8 @@ pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
 /// stack's own program frames first, then the forward pass's, then the library frames of
 /// each, then the stack's innermost machinery.
 fn site_frames(stacks: &Stacks, id: u32) -> (Vec<&Frame>, bool) {
-    let frames: Vec<&Frame> = stacks.frames_of(id).collect();
+    // The marks of a compiled region or a private pool are not frames (`entry_marks`).
+    let frames: Vec<&Frame> = stacks.frames_of(id).filter(|f| !is_mark(f)).collect();
     let (own, fwd) = match frames.iter().position(|f| &*f.name == FORWARD_MARK) {
         Some(m) => (&frames[..m], &frames[m + 1..]),
         None => (&frames[..], &[][..]),
@@ -524,8 +526,18 @@ pub fn describe(f: &Frame) -> String {
 
 /// The site of stack `id`: its first program frame and `depth - 1` program callers,
 /// innermost first, joined by ` <- `, after `backward of ` when they are the forward pass
-/// of a backward allocation; `<no stack>` when nothing was recorded.
+/// of a backward allocation; `<no stack>` when nothing was recorded. Then the compiled
+/// region and private pool the allocation was in, when PyTorch recorded them
+/// ([`suffix`]).
 pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
+    format!(
+        "{}{}",
+        site_of_frames(stacks, id, depth),
+        suffix(stacks, id)
+    )
+}
+
+fn site_of_frames(stacks: &Stacks, id: u32, depth: usize) -> String {
     let (frames, forward) = site_frames(stacks, id);
     if frames.is_empty() {
         return "<no stack>".to_string();
