@@ -318,6 +318,42 @@ fn compressed_snapshots_are_read_as_a_stream_in_memory_far_below_their_decompres
     }
 }
 
+#[test]
+fn convert_streams_a_compressed_json_snapshot_in_memory_far_below_its_decompressed_size() {
+    use std::io::Write;
+    let dir = common::scratch("analyze-real-convert-big");
+    let gz_f = dir.join("big.json.gz");
+    let file = std::io::BufWriter::new(std::fs::File::create(&gz_f).unwrap());
+    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    let big = write_big_json(&mut gz, 20_000);
+    gz.finish().unwrap().flush().unwrap();
+    // Read whole, the decompressed text alone would take `big` bytes (and its parsed tree
+    // several times that); streamed, frames and frame lists repeated in the text are one
+    // shared node each, as in the pickle PyTorch writes.
+    let limit = big / 4;
+    for out in [dir.join("big.pickle"), dir.join("big.msgpack")] {
+        let r = run_limited(
+            Command::new(common::cushim_bin())
+                .arg("convert")
+                .arg(&gz_f)
+                .arg(&out),
+            limit,
+        );
+        assert!(
+            r.status.success(),
+            "{big} bytes decompressed, data limited to {limit}: {:?}\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let text = ok(&["summary"], &[&out]);
+        assert!(text.contains("layer_0 (/w/model/train.py:10)"), "{text}");
+        assert!(
+            text.contains("allocated: 0.50 MiB (peak 0.50 MiB"),
+            "{text}"
+        );
+    }
+}
+
 /// The peak reserved (MiB) of the replay table's row starting with `label`: the first
 /// figure followed by `MiB`.
 fn peak_reserved(out: &str, label: &str) -> f64 {
