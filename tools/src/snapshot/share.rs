@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn equal_frames_and_frame_lists_become_one_node_and_trace_entries_stay_apart() {
         let mut s = Share::default();
-        let mut frame = |s: &mut Share| {
+        let frame = |s: &mut Share| {
             let d = Value::dict(vec![
                 (s.string("name"), s.string("f")),
                 (s.string("line"), Value::Int(3)),
