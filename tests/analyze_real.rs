@@ -318,6 +318,42 @@ fn compressed_snapshots_are_read_as_a_stream_in_memory_far_below_their_decompres
     }
 }
 
+#[test]
+fn convert_streams_a_compressed_json_snapshot_in_memory_far_below_its_decompressed_size() {
+    use std::io::Write;
+    let dir = common::scratch("analyze-real-convert-big");
+    let gz_f = dir.join("big.json.gz");
+    let file = std::io::BufWriter::new(std::fs::File::create(&gz_f).unwrap());
+    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    let big = write_big_json(&mut gz, 20_000);
+    gz.finish().unwrap().flush().unwrap();
+    // Read whole, the decompressed text alone would take `big` bytes (and its parsed tree
+    // several times that); streamed, frames and frame lists repeated in the text are one
+    // shared node each, as in the pickle PyTorch writes.
+    let limit = big / 4;
+    for out in [dir.join("big.pickle"), dir.join("big.msgpack")] {
+        let r = run_limited(
+            Command::new(common::cushim_bin())
+                .arg("convert")
+                .arg(&gz_f)
+                .arg(&out),
+            limit,
+        );
+        assert!(
+            r.status.success(),
+            "{big} bytes decompressed, data limited to {limit}: {:?}\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let text = ok(&["summary"], &[&out]);
+        assert!(text.contains("layer_0 (/w/model/train.py:10)"), "{text}");
+        assert!(
+            text.contains("allocated: 0.50 MiB (peak 0.50 MiB"),
+            "{text}"
+        );
+    }
+}
+
 /// The peak reserved (MiB) of the replay table's row starting with `label`: the first
 /// figure followed by `MiB`.
 fn peak_reserved(out: &str, label: &str) -> f64 {
@@ -640,8 +676,12 @@ seg = {{"device": 0, "address": 1 << 40, "total_size": 2 * MIB, "stream": 0,
        "blocks": [{{"address": 1 << 40, "size": 2 * MIB, "requested_size": 2 * MIB,
                     "state": "active_allocated", "frames": bert}}]}}
 e = {{"action": "alloc", "addr": 1 << 40, "size": 2 * MIB, "stream": 0, "frames": bert,
-      "user_metadata": "step=3", "compile_context": "[0/1]", "pool_id": (1, 7),
+      "user_metadata": "step=3", "compile_context": "Torch-Compiled Region: 0/1",
+      "pool_id": (1, 7), "internal_metadata": "x",
       "forward_frames": [{{"name": "fwd", "filename": "/w/m.py", "line": 5}}]}}
+# The same line outside any compiled region and in the default pool: PyTorch writes "N/A".
+c = {{"action": "alloc", "addr": (1 << 40) + 4 * MIB, "size": MIB, "stream": 0, "frames": bert,
+      "compile_context": "N/A", "pool_id": (0, 0)}}
 # A backward allocation: the autograd engine's thread, no Python frame; PyTorch records the
 # forward pass that made its autograd node.
 engine = [native("torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
@@ -651,7 +691,7 @@ fwd = [{{"name": "project", "filename": "/w/attention.py", "line": 41}},
        {{"name": "_call_impl", "filename": "/x/torch/nn/modules/module.py", "line": 1527}}]
 b = {{"action": "alloc", "addr": (1 << 40) + 2 * MIB, "size": 2 * MIB, "stream": 0,
       "frames": engine, "forward_frames": fwd}}
-s = {{"segments": [seg], "device_traces": [[e, b]],
+s = {{"segments": [seg], "device_traces": [[e, b, c]],
      "external_annotations": [{{"device": 0, "stage": "START", "name": "fwd", "time_us": 1}}],
      "internal_metadata": {{"trace_format": 2}}}}
 sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
@@ -672,6 +712,38 @@ sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
     assert!(
         out.contains("pool (1, 7): 2.00 MiB reserved in 1 segments, 2.00 MiB allocated"),
         "{out}"
+    );
+    // Sites are split by the torch.compile region and the private pool the trace entry
+    // names (PyTorch's memory_viz shows both on each allocation); "N/A" and the default
+    // pool (0, 0) add nothing.
+    let bert = "forward (/w/transformers/models/bert/modeling_bert.py:286)";
+    let at_peak = out
+        .split("at the trace's peak")
+        .nth(1)
+        .and_then(|p| p.split("by live bytes").next())
+        .unwrap_or_else(|| panic!("no sites at the peak\n{out}"));
+    assert!(
+        at_peak.contains(&format!(
+            "1 blocks  {bert} [compiled region Torch-Compiled Region: 0/1] [private pool (1, 7)]\n"
+        )),
+        "{out}"
+    );
+    assert!(at_peak.contains(&format!("1 blocks  {bert}\n")), "{out}");
+    // A block live at the end in a private pool's segment says so too.
+    let at_end = out.split("by live bytes").nth(1).unwrap_or_default();
+    assert!(
+        at_end.contains(&format!("1 blocks  {bert} [private pool (1, 7)]\n")),
+        "{out}"
+    );
+    // The report's sites at the peak name them as well.
+    let page = dir.join("newer.html");
+    let mut rc = Command::new(common::cushim_bin());
+    rc.arg("report").arg(&f).arg("-o").arg(&page);
+    common::run_ok(&mut rc);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("[compiled region Torch-Compiled Region: 0/1] [private pool (1, 7)]"),
+        "report"
     );
     let j = dir.join("newer.json");
     let back = dir.join("back.pickle");

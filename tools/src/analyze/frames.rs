@@ -20,7 +20,18 @@
 //!
 //! The rules are one table, [`RULES`], each with the reason it exists; the first rule that
 //! matches decides; a frame no rule matches is the program's.
+//!
+//! Installed Python packages (`site-packages`, `dist-packages`) are decided by what their
+//! line tells the user, not by where they are installed. A package whose functions are
+//! generic tensor operations, called the same way from any model (`torch`, `einops`'
+//! `rearrange`, `opt_einsum`, `xformers.ops`, `flash_attn`'s interface), is library: its
+//! own line is the same for every tensor, the caller's line says which tensor it is. A
+//! package that defines the model's layers (`transformers`' `modeling_bert.py`, `timm`,
+//! `diffusers`) is the program's: its line names the layer that made the tensor
+//! (`modeling_bert.py:286`, the attention scores), which the program's own line
+//! (`model(batch)`) cannot. So no rule names `site-packages`; library packages are listed.
 
+use crate::analyze::entry_marks::{is_mark, suffix};
 use crate::analyze::model::{Frame, Stacks};
 
 /// What a frame is to the site finder.
@@ -150,6 +161,26 @@ pub const RULES: &[Rule] = &[
         Path("/ctypes/__init__.py"),
         Library,
         "ctypes' call wrappers",
+    ),
+    rule(
+        Path("/einops/"),
+        Library,
+        "einops: generic tensor rearrangements; the caller's line says which tensor",
+    ),
+    rule(
+        Path("/opt_einsum/"),
+        Library,
+        "opt_einsum: a generic contraction; the caller's line says which tensor",
+    ),
+    rule(
+        Path("/xformers/ops/"),
+        Library,
+        "xformers' attention operators: generic ops; the caller's line says which layer",
+    ),
+    rule(
+        Path("/flash_attn/flash_attn_interface.py"),
+        Library,
+        "flash-attention's entry points: a generic op; the caller's line says which layer",
     ),
     // PyTorch's C++ (demangled, qualified names).
     rule(
@@ -481,7 +512,8 @@ pub fn program_frames(stacks: &Stacks, id: u32) -> Vec<&Frame> {
 /// stack's own program frames first, then the forward pass's, then the library frames of
 /// each, then the stack's innermost machinery.
 fn site_frames(stacks: &Stacks, id: u32) -> (Vec<&Frame>, bool) {
-    let frames: Vec<&Frame> = stacks.frames_of(id).collect();
+    // The marks of a compiled region or a private pool are not frames (`entry_marks`).
+    let frames: Vec<&Frame> = stacks.frames_of(id).filter(|f| !is_mark(f)).collect();
     let (own, fwd) = match frames.iter().position(|f| &*f.name == FORWARD_MARK) {
         Some(m) => (&frames[..m], &frames[m + 1..]),
         None => (&frames[..], &[][..]),
@@ -524,8 +556,18 @@ pub fn describe(f: &Frame) -> String {
 
 /// The site of stack `id`: its first program frame and `depth - 1` program callers,
 /// innermost first, joined by ` <- `, after `backward of ` when they are the forward pass
-/// of a backward allocation; `<no stack>` when nothing was recorded.
+/// of a backward allocation; `<no stack>` when nothing was recorded. Then the compiled
+/// region and private pool the allocation was in, when PyTorch recorded them
+/// ([`suffix`]).
 pub fn site(stacks: &Stacks, id: u32, depth: usize) -> String {
+    format!(
+        "{}{}",
+        site_of_frames(stacks, id, depth),
+        suffix(stacks, id)
+    )
+}
+
+fn site_of_frames(stacks: &Stacks, id: u32, depth: usize) -> String {
     let (frames, forward) = site_frames(stacks, id);
     if frames.is_empty() {
         return "<no stack>".to_string();
@@ -683,6 +725,41 @@ mod tests {
         let s = stacks(vec![fr("cudaMalloc", "??", 0), fr("_start", "??", 0)]);
         assert_eq!(site(&s, 1, 1), "cudaMalloc (??:0)");
         assert_eq!(site(&s, 0, 1), "<no stack>");
+    }
+
+    #[test]
+    fn installed_tensor_op_packages_are_library_and_model_packages_the_program() {
+        let sp = "/opt/conda/lib/python3.11/site-packages";
+        for f in [
+            format!("{sp}/einops/einops.py"),
+            format!("{sp}/opt_einsum/contract.py"),
+            format!("{sp}/xformers/ops/fmha/__init__.py"),
+            format!("{sp}/flash_attn/flash_attn_interface.py"),
+        ] {
+            assert_eq!(classify(&fr("apply", &f, 1)), Class::Library, "{f}");
+        }
+        for f in [
+            format!("{sp}/transformers/models/bert/modeling_bert.py"),
+            "/usr/lib/python3/dist-packages/timm/models/vit.py".to_string(),
+        ] {
+            assert_eq!(classify(&fr("forward", &f, 1)), Class::Program, "{f}");
+        }
+        // The site of a rearrange in a BERT layer is the layer's line, not einops'.
+        let s = stacks(vec![
+            fr("cudaMalloc", "??", 0),
+            fr("_apply_recipe", &format!("{sp}/einops/einops.py"), 237),
+            fr("rearrange", &format!("{sp}/einops/einops.py"), 591),
+            fr(
+                "forward",
+                &format!("{sp}/transformers/models/bert/modeling_bert.py"),
+                286,
+            ),
+            fr("train", "/home/u/train.py", 40),
+        ]);
+        assert_eq!(
+            site(&s, 1, 1),
+            format!("forward ({sp}/transformers/models/bert/modeling_bert.py:286)")
+        );
     }
 
     /// The shape of a backward allocation in a real PyTorch 2.x snapshot: the autograd

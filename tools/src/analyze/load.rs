@@ -9,6 +9,7 @@
 //! many bytes can hold, so a crafted file that references one large list many times over
 //! (cheap in pickle's memo) is refused instead of multiplied.
 
+use crate::analyze::entry_marks::{compile_region, private_pool, COMPILE_MARK, POOL_MARK};
 use crate::analyze::frames::FORWARD_MARK;
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
 use cushim::snapshot::value::Value;
@@ -145,29 +146,76 @@ impl Interner {
 
     /// A trace entry's stack: its frames, and when it has PyTorch's `forward_frames` (the
     /// forward pass that made the autograd node of a backward allocation), those after a
-    /// [`FORWARD_MARK`] frame, so a site can come from them (`analyze::frames`).
+    /// [`FORWARD_MARK`] frame, so a site can come from them (`analyze::frames`); then the
+    /// marks of its compiled region and private pool (`analyze::entry_marks`).
     fn event_stack(&mut self, e: &Value, at: &dyn Fn() -> String) -> R<u32> {
         let own = self.stack(e, at)?;
         let fwd = match e.get("forward_frames") {
-            Some(Value::List(l) | Value::Tuple(l)) if !l.is_empty() => l.clone(),
-            _ => return Ok(own),
+            Some(Value::List(l) | Value::Tuple(l)) if !l.is_empty() => Some(l.clone()),
+            _ => None,
         };
+        let region =
+            compile_region(e.get("compile_context").and_then(Value::as_str)).map(str::to_string);
+        let pool = match e.get("pool_id").and_then(Value::as_seq) {
+            Some([Value::Int(a), Value::Int(b)]) => private_pool((*a, *b)),
+            _ => None,
+        };
+        if fwd.is_none() && region.is_none() && pool.is_none() {
+            return Ok(own);
+        }
         let mut ids: Vec<u32> = self
             .stacks
             .lists
             .get(own as usize)
             .map(|l| l.to_vec())
             .unwrap_or_default();
-        let mark = Frame {
-            name: self.string(FORWARD_MARK),
-            file: self.string(""),
-            line: 0,
-        };
-        ids.push(self.frame_id(mark));
-        for (i, f) in fwd.iter().enumerate() {
-            ids.push(self.frame(f, &|| format!("{}.forward_frames[{i}]", at()))?);
+        if let Some(fwd) = fwd {
+            let mark = Frame {
+                name: self.string(FORWARD_MARK),
+                file: self.string(""),
+                line: 0,
+            };
+            ids.push(self.frame_id(mark));
+            for (i, f) in fwd.iter().enumerate() {
+                ids.push(self.frame(f, &|| format!("{}.forward_frames[{i}]", at()))?);
+            }
         }
-        Ok(match self.list_by_content.get(&ids[..]) {
+        self.push_marks(&mut ids, region.as_deref(), pool.as_deref());
+        Ok(self.list_id(ids))
+    }
+
+    /// Stack `id` with a private pool's mark appended (`pool` its text); `id` itself when
+    /// there is none.
+    fn pooled(&mut self, id: u32, pool: Option<&str>) -> u32 {
+        if pool.is_none() {
+            return id;
+        }
+        let mut ids: Vec<u32> = self
+            .stacks
+            .lists
+            .get(id as usize)
+            .map(|l| l.to_vec())
+            .unwrap_or_default();
+        self.push_marks(&mut ids, None, pool);
+        self.list_id(ids)
+    }
+
+    fn push_marks(&mut self, ids: &mut Vec<u32>, region: Option<&str>, pool: Option<&str>) {
+        for (name, value) in [(COMPILE_MARK, region), (POOL_MARK, pool)] {
+            if let Some(v) = value {
+                let mark = Frame {
+                    name: self.string(name),
+                    file: self.string(v),
+                    line: 0,
+                };
+                ids.push(self.frame_id(mark));
+            }
+        }
+    }
+
+    /// The id of the stack `ids`, interned by content.
+    fn list_id(&mut self, ids: Vec<u32>) -> u32 {
+        match self.list_by_content.get(&ids[..]) {
             Some(&id) => id,
             None => {
                 let id = self.stacks.lists.len() as u32;
@@ -176,7 +224,7 @@ impl Interner {
                 self.stacks.lists.push(b);
                 id
             }
-        })
+        }
     }
 
     /// The id of `frame`, interned by content.
@@ -270,6 +318,19 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
             "a bool",
         )?,
     };
+    let pool = match seq(seg, "segment_pool_id", at)? {
+        [Value::Int(a), Value::Int(b)] => (*a, *b),
+        [] => (0, 0),
+        other => {
+            return Err(format!(
+                "{}.segment_pool_id: expected two integers, found {} items",
+                at(),
+                other.len()
+            ))
+        }
+    };
+    // A private pool's blocks carry its mark: their sites say which pool holds them.
+    let pool_mark = private_pool(pool);
     let mut blocks = Vec::new();
     let mut offset = address;
     let mut covered: u64 = 0;
@@ -294,6 +355,7 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
         offset = address.saturating_add(size);
         let state = block_state(text(b, "state", &at)?);
         let stack = i.stack(b, &at)?;
+        let stack = i.pooled(stack, pool_mark.as_deref());
         blocks.push(Block {
             address,
             size,
@@ -303,17 +365,6 @@ fn segment(seg: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<(i64, Se
         });
     }
     let kind = text(seg, "kind", at)?.map(|k| i.string(k));
-    let pool = match seq(seg, "segment_pool_id", at)? {
-        [Value::Int(a), Value::Int(b)] => (*a, *b),
-        [] => (0, 0),
-        other => {
-            return Err(format!(
-                "{}.segment_pool_id: expected two integers, found {} items",
-                at(),
-                other.len()
-            ))
-        }
-    };
     Ok((
         device,
         Segment {

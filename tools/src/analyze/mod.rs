@@ -14,6 +14,7 @@
 pub mod by_range;
 pub mod device_size;
 pub mod diff;
+pub mod entry_marks;
 pub mod event_list;
 pub mod frames;
 pub mod input;

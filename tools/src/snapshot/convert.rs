@@ -1,7 +1,8 @@
 //! `cushim convert IN OUT`: re-encode a snapshot in another format.
 //!
 //! Invariant: the output holds the same tree as the input (shared nodes stay shared in
-//! pickle output); the output is written atomically like any snapshot. JSON and msgpack
+//! pickle output; a JSON or msgpack input's repeated frames and frame lists are read as
+//! shared nodes, `snapshot::share`); the output is written atomically like any snapshot. JSON and msgpack
 //! write shared nodes out in full, so an input whose written-out size is beyond what any
 //! real snapshot of its length reaches (a crafted "billion laughs" of memo references) is
 //! refused before anything is written.

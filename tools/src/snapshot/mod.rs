@@ -11,5 +11,6 @@ pub mod log_reader;
 mod memo;
 pub mod progress;
 pub mod reader;
+pub mod share;
 pub mod sniff;
 pub mod stream;

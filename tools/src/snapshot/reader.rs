@@ -22,36 +22,42 @@ use std::io::Read;
 use std::sync::Arc;
 
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
-/// falling back to msgpack.
-/// A compressed pickle is read as it is decompressed; other compressed content is
-/// decompressed whole first.
+/// falling back to msgpack, through any gzip and zstd layers.
+/// JSON and msgpack are read as a stream, repeated strings, frames and frame lists made one
+/// node each (`snapshot::share`), so neither the text nor a tree of its every copy is ever
+/// in memory; a compressed pickle is read as it is decompressed; a plain pickle whole.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
     let reading = |e: String| format!("reading {}: {e}", path.display());
+    let named = |e: String| crate::snapshot::sniff::name_error(path, &e);
     let f = std::fs::File::open(path).map_err(|e| reading(e.to_string()))?;
     let len = f.metadata().map_err(|e| reading(e.to_string()))?.len();
-    let mut r = std::io::BufReader::with_capacity(1 << 20, f);
-    let head = std::io::BufRead::fill_buf(&mut r).map_err(|e| reading(e.to_string()))?;
-    if crate::snapshot::sniff::compression(head).is_some() {
-        let (mut d, _) = crate::snapshot::sniff::decompressing(Box::new(r)).map_err(reading)?;
-        let head = std::io::BufRead::fill_buf(&mut d).map_err(|e| reading(e.to_string()))?;
-        if head.first() == Some(&0x80) {
+    let r = std::io::BufReader::with_capacity(1 << 20, f);
+    let (mut d, layers) = crate::snapshot::sniff::decompressing(Box::new(r)).map_err(reading)?;
+    let head = std::io::BufRead::fill_buf(&mut d).map_err(|e| reading(e.to_string()))?;
+    let head = head[..head.len().min(4096)].to_vec();
+    match detect(&head) {
+        Format::Pickle if layers == 0 => {
+            drop(d);
+            let bytes = std::fs::read(path).map_err(|e| reading(e.to_string()))?;
+            read_bytes(&bytes).map_err(named)
+        }
+        Format::Pickle => {
             // Copying shared containers is budgeted as for a file 64 times the compressed one.
             let budget = usize::try_from(len.saturating_mul(64)).unwrap_or(usize::MAX);
             let src = Source::Stream {
                 r: d,
                 buf: Vec::new(),
             };
-            return reader(src, usize::MAX, budget, None)
-                .run()
-                .map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+            reader(src, usize::MAX, budget, None).run().map_err(named)
         }
-        let mut bytes = Vec::new();
-        d.read_to_end(&mut bytes)
-            .map_err(|e| reading(e.to_string()))?;
-        return read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e));
+        Format::Json => crate::snapshot::stream::read_json_shared(d).map_err(named),
+        Format::Msgpack if crate::snapshot::sniff::starts_msgpack_map(&head) => {
+            crate::snapshot::stream::read_msgpack_shared(d).map_err(named)
+        }
+        Format::Msgpack => Err(named(crate::snapshot::sniff::not_snapshot(
+            crate::snapshot::sniff::describe(&head),
+        ))),
     }
-    let bytes = crate::snapshot::sniff::read_decompressed(path).map_err(reading)?;
-    read_bytes(&bytes).map_err(|e| crate::snapshot::sniff::name_error(path, &e))
 }
 
 /// Decode snapshot bytes in any supported format (detected from the content).

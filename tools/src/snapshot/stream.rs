@@ -9,12 +9,15 @@
 //! hook's run (`taken_list`), as the pickle reader does.
 
 use crate::snapshot::reader::{restore_tuples, DictHook, MAX_DEPTH};
+use crate::snapshot::share::Share;
 use cushim::snapshot::value::Value;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::io::Read;
 
 struct Ctx<'h> {
     hook: Option<DictHook<'h>>,
+    /// Repeated strings, frames and frame lists made one node each (`snapshot::share`).
+    share: Option<Share>,
     /// Whether the value just completed was a dict the hook took.
     last_taken: bool,
 }
@@ -35,6 +38,13 @@ impl Node<'_, '_> {
     fn leaf(self, v: Value) -> Value {
         self.ctx.last_taken = false;
         v
+    }
+    fn string(self, s: &str) -> Value {
+        let v = match self.ctx.share.as_mut() {
+            Some(share) => share.string(s),
+            None => Value::str(s),
+        };
+        self.leaf(v)
     }
     fn nest<E: de::Error>(&self) -> Result<u32, E> {
         if self.depth >= MAX_DEPTH {
@@ -72,10 +82,10 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
         Ok(self.leaf(Value::Float(f)))
     }
     fn visit_str<E>(self, s: &str) -> Result<Value, E> {
-        Ok(self.leaf(Value::str(s)))
+        Ok(self.string(s))
     }
     fn visit_bytes<E>(self, b: &[u8]) -> Result<Value, E> {
-        Ok(self.leaf(Value::str(&String::from_utf8_lossy(b))))
+        Ok(self.string(&String::from_utf8_lossy(b)))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
@@ -110,7 +120,10 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
             (Some((first, n)), None) => Ok(Value::list(
                 (0..n as i64).map(|i| Value::Int(first + i)).collect(),
             )),
-            (None, _) => Ok(Value::list(items)),
+            (None, _) => Ok(match self.ctx.share.as_mut() {
+                Some(share) => share.node(Value::list(items)),
+                None => Value::list(items),
+            }),
         }
     }
 
@@ -134,7 +147,10 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
                 let taken = matches!(r, Value::Int(_));
                 (r, taken)
             }
-            None => (v, false),
+            None => match self.ctx.share.as_mut() {
+                Some(share) => (share.node(v), false),
+                None => (v, false),
+            },
         };
         self.ctx.last_taken = taken;
         Ok(v)
@@ -143,10 +159,36 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
 
 /// Read one JSON value from `r`, dicts handed to `hook` as they complete.
 pub fn read_json(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    let mut ctx = Ctx {
-        hook,
-        last_taken: false,
-    };
+    json(r, Ctx::new(hook, None))
+}
+
+/// Read one JSON value from `r` whole, repeated strings, frames and frame lists shared
+/// (`snapshot::share`): the tree `convert` writes back out.
+pub fn read_json_shared(r: impl Read) -> Result<Value, String> {
+    json(r, Ctx::new(None, Some(Share::default())))
+}
+
+/// Read one msgpack value from `r`, which it must fill, dicts handed to `hook`.
+pub fn read_msgpack(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, String> {
+    msgpack(r, Ctx::new(hook, None))
+}
+
+/// [`read_json_shared`] for msgpack.
+pub fn read_msgpack_shared(r: impl Read) -> Result<Value, String> {
+    msgpack(r, Ctx::new(None, Some(Share::default())))
+}
+
+impl<'h> Ctx<'h> {
+    fn new(hook: Option<DictHook<'h>>, share: Option<Share>) -> Self {
+        Ctx {
+            hook,
+            share,
+            last_taken: false,
+        }
+    }
+}
+
+fn json(r: impl Read, mut ctx: Ctx<'_>) -> Result<Value, String> {
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(r));
     let v = Node {
         ctx: &mut ctx,
@@ -158,12 +200,7 @@ pub fn read_json(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, Stri
     Ok(restore_tuples(v))
 }
 
-/// Read one msgpack value from `r`, which it must fill, dicts handed to `hook`.
-pub fn read_msgpack(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    let mut ctx = Ctx {
-        hook,
-        last_taken: false,
-    };
+fn msgpack(r: impl Read, mut ctx: Ctx<'_>) -> Result<Value, String> {
     let mut r = std::io::BufReader::new(r);
     let v = {
         let mut de = rmp_serde::Deserializer::new(&mut r);
@@ -201,5 +238,7 @@ mod tests {
         assert!(read_msgpack(&extra[..], None).is_err());
         let deep = "[".repeat(100) + &"]".repeat(100);
         assert!(read_json(deep.as_bytes(), None).is_err());
+        assert_eq!(read_json_shared(&j[..]).unwrap(), read_bytes(j).unwrap());
+        assert_eq!(read_msgpack_shared(&m[..]).unwrap(), v);
     }
 }
