@@ -5,12 +5,15 @@
 //! node `(parent, domain, name)` gets a [`RangeId`] once, for the life of the process, so an
 //! event carries one `u32` and the dump renders `parent/.../name` once per distinct path.
 //!
-//! Policy (cost): each thread keeps its own stack of open ranges and its current path id in
-//! thread-locals; a push takes the table's one lock only when the child node (or the name)
-//! is not among the thread's recent lookups (a small direct-mapped cache), a pop only when
-//! it closes a range under another domain's, and recording an event reads one thread-local
-//! `Cell`. A program that never opens a
-//! range pays that one read per recorded event and nothing else. Not for signal handlers.
+//! Policy (cost): each thread keeps its stack of open ranges, its current path id and its
+//! recent lookups in one thread-local, so a push or a pop looks the thread up once (in
+//! `libcushim.so` every thread-local lookup is a call into the dynamic linker); a push takes
+//! the table's one lock only when the child node (or the name) is not among the thread's
+//! recent lookups (small direct-mapped caches), a pop only when it closes a range under
+//! another, and recording an event reads the current path from that thread-local's `Cell`
+//! without a borrow. The rare paths (a cache miss, a thread named by another, a range closed
+//! under others) are kept out of line. A program that never opens a range pays that one read
+//! per recorded event and nothing else. Not for signal handlers.
 //!
 //! Policy (semantics, as NVTX defines them): push/pop nest per thread and per domain (a
 //! domain's pop closes that domain's innermost open range, even when another domain's range
@@ -147,17 +150,205 @@ struct Open {
     node: RangeId,
 }
 
-thread_local! {
-    static CURRENT: Cell<RangeId> = const { Cell::new(NO_RANGE) };
-    static OPEN: RefCell<Vec<Open>> = const { RefCell::new(Vec::new()) };
+/// Slots of a thread's caches of recent lookups (a power of two).
+const RECENT: usize = 32;
+
+/// A name in a thread's cache: `(hash, the name's bytes as given, id)`.
+type RecentName = (u64, Box<[u8]>, NameId);
+
+/// A thread's open ranges and recent lookups, behind the one borrow a call takes.
+struct Ranges {
+    /// Open ranges, outermost first.
+    open: Vec<Open>,
     /// The thread's root: `NO_RANGE`, or its `[name]` level once named.
-    static BASE: Cell<RangeId> = const { Cell::new(NO_RANGE) };
+    base: RangeId,
     /// The `THREADS_NAMED` count this thread last checked its name against.
-    static NAMES_SEEN: Cell<u64> = const { Cell::new(0) };
+    names_seen: u64,
+    /// Recent `(parent, domain, name) -> child` lookups, direct-mapped by a hash, so a
+    /// repeated push takes no lock (a miss asks the table).
+    nodes: [(RangeId, NameId, NameId, RangeId); RECENT],
+    /// Recent name-bytes -> id lookups, direct-mapped the same way (empty until the first).
+    names: Vec<RecentName>,
 }
 
-fn base() -> RangeId {
-    BASE.try_with(Cell::get).unwrap_or(NO_RANGE)
+/// A thread's whole range state in one thread-local, so a push, a pop or an event's read of
+/// the current path looks the thread up once.
+struct ThreadRanges {
+    /// The current path, read by every recorded event without a borrow.
+    current: Cell<RangeId>,
+    ranges: RefCell<Ranges>,
+}
+
+thread_local! {
+    static THREAD: ThreadRanges = const {
+        ThreadRanges {
+            current: Cell::new(NO_RANGE),
+            ranges: RefCell::new(Ranges {
+                open: Vec::new(),
+                base: NO_RANGE,
+                names_seen: 0,
+                nodes: [(0, 0, 0, NO_RANGE); RECENT],
+                names: Vec::new(),
+            }),
+        }
+    };
+}
+
+/// Run `f` on the calling thread's ranges and current path: `None` in a thread that is
+/// exiting (or if `f` called back in here, which nothing does).
+#[inline]
+fn with_thread<R>(f: impl FnOnce(&mut Ranges, &Cell<RangeId>) -> R) -> Option<R> {
+    THREAD
+        .try_with(|t| {
+            let mut r = t.ranges.try_borrow_mut().ok()?;
+            Some(f(&mut r, &t.current))
+        })
+        .ok()
+        .flatten()
+}
+
+fn slot(h: u64) -> usize {
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % RECENT
+}
+
+/// A hash of a name's bytes, eight at a time (it only picks a cache slot).
+#[inline]
+fn name_hash(b: &[u8]) -> u64 {
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let mut chunks = b.chunks_exact(8);
+    let mut h = b.len() as u64;
+    for c in &mut chunks {
+        let w = c.iter().rev().fold(0u64, |w, &x| w << 8 | u64::from(x));
+        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let w = rest.iter().fold(0u64, |w, &x| w << 8 | u64::from(x));
+        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    }
+    h
+}
+
+impl Ranges {
+    /// The child node `(parent, domain, name)`, from the cache or the table.
+    #[inline(always)]
+    fn child(&mut self, parent: RangeId, domain: NameId, name: NameId) -> RangeId {
+        let h = slot(u64::from(parent) << 40 ^ u64::from(domain) << 20 ^ u64::from(name));
+        let (p, d, n, node) = self.nodes[h];
+        if node != NO_RANGE && (p, d, n) == (parent, domain, name) {
+            return node;
+        }
+        self.child_miss(h, parent, domain, name)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn child_miss(&mut self, h: usize, parent: RangeId, domain: NameId, name: NameId) -> RangeId {
+        let node = TABLE.lock().child(parent, domain, name);
+        self.nodes[h] = (parent, domain, name, node);
+        node
+    }
+
+    /// The id of the name whose bytes are `b` (UTF-8, invalid sequences replaced, checked
+    /// only on a miss), from the cache or the table.
+    #[inline(always)]
+    fn name(&mut self, b: &[u8]) -> NameId {
+        let h = name_hash(b);
+        let at = slot(h);
+        if let Some((k, n, id)) = self.names.get(at) {
+            if *id != 0 && *k == h && **n == *b {
+                return *id;
+            }
+        }
+        self.name_miss(at, h, b)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn name_miss(&mut self, at: usize, h: u64, b: &[u8]) -> NameId {
+        let id = TABLE.lock().name(&String::from_utf8_lossy(b));
+        if self.names.len() < RECENT {
+            self.names.resize(RECENT, (0, Box::default(), 0));
+        }
+        self.names[at] = (h, b.into(), id);
+        id
+    }
+
+    /// Apply a name another thread gave this one, if one came since the last check.
+    #[inline(always)]
+    fn check_thread_name(&mut self, current: &Cell<RangeId>) {
+        let named = THREADS_NAMED.load(Ordering::Relaxed);
+        if named != self.names_seen {
+            self.take_thread_name(named, current);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_thread_name(&mut self, named: u64, current: &Cell<RangeId>) {
+        self.names_seen = named;
+        let mut t = TABLE.lock();
+        if let Some(name) = t.pending_threads.remove(&own_tid()) {
+            self.root_at(&mut t, name, current);
+        }
+    }
+
+    /// Root the thread's paths at the level `[name]`: its open ranges are re-derived on top
+    /// of it.
+    fn root_at(&mut self, t: &mut Table, name: NameId, current: &Cell<RangeId>) {
+        self.base = t.child(NO_RANGE, THREAD_LEVEL, name);
+        self.rederive(t, 0, current);
+    }
+
+    /// Re-derive the paths of the open ranges from index `from` up, and the current path.
+    fn rederive(&mut self, t: &mut Table, from: usize, current: &Cell<RangeId>) {
+        let mut parent = from.checked_sub(1).map_or(self.base, |i| self.open[i].node);
+        for o in self.open[from..].iter_mut() {
+            o.node = t.child(parent, o.domain, o.name);
+            parent = o.node;
+        }
+        current.set(parent);
+    }
+
+    /// Close the open range at `at`, under others: the paths above it are re-derived.
+    #[cold]
+    #[inline(never)]
+    fn close_under(&mut self, at: usize, current: &Cell<RangeId>) -> Open {
+        let gone = self.open.remove(at);
+        self.rederive(&mut TABLE.lock(), at, current);
+        gone
+    }
+
+    /// Push `o`; its zero-based level among the open ranges of its domain.
+    #[inline(always)]
+    fn push(&mut self, o: Open, current: &Cell<RangeId>) -> i32 {
+        let level = self.open.iter().filter(|x| x.domain == o.domain).count() as i32;
+        self.open.push(o);
+        current.set(o.node);
+        level
+    }
+
+    /// Close the innermost open range `which` accepts: its level among the open ranges of
+    /// `domain` below it, and the range; `None` when none was open.
+    #[inline(always)]
+    fn close(
+        &mut self,
+        which: impl Fn(&Open) -> bool,
+        domain: NameId,
+        current: &Cell<RangeId>,
+    ) -> Option<(i32, Open)> {
+        let at = self.open.iter().rposition(which)?;
+        let level = self.open[..at]
+            .iter()
+            .filter(|o| o.domain == domain)
+            .count() as i32;
+        if at + 1 < self.open.len() {
+            return Some((level, self.close_under(at, current)));
+        }
+        let gone = self.open.pop()?;
+        current.set(self.open.last().map_or(self.base, |o| o.node));
+        Some((level, gone))
+    }
 }
 
 /// The calling thread's OS thread id (what `nvtxNameOsThread*` names threads by).
@@ -166,46 +357,16 @@ fn own_tid() -> u64 {
     (unsafe { libc::gettid() }) as u64
 }
 
-/// Root the calling thread's paths at the level `[name]`: its open ranges are re-derived
-/// on top of it.
-fn root_at(name: NameId) {
-    let mut t = TABLE.lock();
-    let root = t.child(NO_RANGE, THREAD_LEVEL, name);
-    let _ = BASE.try_with(|b| b.set(root));
-    let _ = OPEN.try_with(|open| {
-        let mut open = open.borrow_mut();
-        let mut parent = root;
-        for o in open.iter_mut() {
-            o.node = t.child(parent, o.domain, o.name);
-            parent = o.node;
-        }
-        CURRENT.with(|c| c.set(parent));
-    });
-}
-
 /// Name OS thread `tid` `name` (`nvtxNameOsThread*`): the calling thread at once, another
 /// at its next push or start.
 pub fn name_thread(tid: u64, name: &str) {
     let id = intern_name(name);
     if tid == own_tid() {
-        root_at(id);
+        let mut t = TABLE.lock();
+        let _ = with_thread(|r, current| r.root_at(&mut t, id, current));
     } else {
         TABLE.lock().pending_threads.insert(tid, id);
         THREADS_NAMED.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// Apply a name another thread gave this one, if one came since the last check.
-#[inline]
-fn check_thread_name() {
-    let named = THREADS_NAMED.load(Ordering::Relaxed);
-    if named == 0 || NAMES_SEEN.try_with(Cell::get).unwrap_or(named) == named {
-        return;
-    }
-    let _ = NAMES_SEEN.try_with(|s| s.set(named));
-    let mine = TABLE.lock().pending_threads.remove(&own_tid());
-    if let Some(name) = mine {
-        root_at(name);
     }
 }
 
@@ -230,85 +391,7 @@ pub fn categorized(domain: NameId, category: u32, name: NameId) -> NameId {
 /// thread that is exiting).
 #[inline]
 pub fn current() -> RangeId {
-    CURRENT.try_with(Cell::get).unwrap_or(NO_RANGE)
-}
-
-/// Slots of a thread's cache of recent lookups (a power of two).
-const RECENT: usize = 32;
-
-/// A thread's recent lookups, so a repeated push takes no lock: `(parent, domain, name) ->
-/// child` and name string -> id, each direct-mapped by a hash (a miss asks the table).
-struct Recent {
-    nodes: [(RangeId, NameId, NameId, RangeId); RECENT],
-    /// `(hash, the name's bytes as given, id)`.
-    names: Vec<(u64, Box<[u8]>, NameId)>,
-}
-
-thread_local! {
-    static RECENT_LOOKUPS: RefCell<Recent> = const {
-        RefCell::new(Recent {
-            nodes: [(0, 0, 0, NO_RANGE); RECENT],
-            names: Vec::new(),
-        })
-    };
-}
-
-fn slot(h: u64) -> usize {
-    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % RECENT
-}
-
-/// The child node `(parent, domain, name)`, from the thread's cache or the table.
-fn child(parent: RangeId, domain: NameId, name: NameId) -> RangeId {
-    let h = slot(u64::from(parent) << 40 ^ u64::from(domain) << 20 ^ u64::from(name));
-    let hit = RECENT_LOOKUPS
-        .try_with(|r| {
-            let (p, d, n, node) = r.borrow().nodes[h];
-            (node != NO_RANGE && (p, d, n) == (parent, domain, name)).then_some(node)
-        })
-        .ok()
-        .flatten();
-    if let Some(node) = hit {
-        return node;
-    }
-    let node = TABLE.lock().child(parent, domain, name);
-    let _ = RECENT_LOOKUPS.try_with(|r| r.borrow_mut().nodes[h] = (parent, domain, name, node));
-    node
-}
-
-/// The id of name `s`, from the thread's cache or the table.
-fn recent_name(s: &str) -> NameId {
-    recent_name_bytes(s.as_bytes())
-}
-
-/// The id of the name whose bytes are `b` (UTF-8, invalid sequences replaced, checked only
-/// on a miss), from the thread's cache or the table.
-fn recent_name_bytes(b: &[u8]) -> NameId {
-    let h = b.iter().fold(b.len() as u64, |h, &c| {
-        (h.rotate_left(5) ^ u64::from(c)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
-    });
-    let at = slot(h);
-    let hit = RECENT_LOOKUPS
-        .try_with(|r| {
-            r.borrow()
-                .names
-                .get(at)
-                .filter(|(k, n, id)| *id != 0 && *k == h && &**n == b)
-                .map(|e| e.2)
-        })
-        .ok()
-        .flatten();
-    if let Some(id) = hit {
-        return id;
-    }
-    let id = TABLE.lock().name(&String::from_utf8_lossy(b));
-    let _ = RECENT_LOOKUPS.try_with(|r| {
-        let mut r = r.borrow_mut();
-        if r.names.len() < RECENT {
-            r.names.resize(RECENT, (0, Box::from(&b""[..]), 0));
-        }
-        r.names[at] = (h, b.into(), id);
-    });
-    id
+    THREAD.try_with(|t| t.current.get()).unwrap_or(NO_RANGE)
 }
 
 /// Intern a name (a registered string, a domain's name).
@@ -321,75 +404,56 @@ pub fn name_of(id: NameId) -> String {
     TABLE.lock().name_str(id).to_string()
 }
 
+/// Open a range in `domain` on the calling thread, named by what `name` finds (with the
+/// thread's caches at hand). Returns its zero-based level among the thread's open ranges of
+/// that domain, `-1` if the thread is exiting.
+#[inline]
+fn enter(domain: NameId, started: u64, name: impl FnOnce(&mut Ranges) -> NameId) -> i32 {
+    let opened = with_thread(|r, current| {
+        r.check_thread_name(current);
+        let name = name(r);
+        let node = r.child(current.get(), domain, name);
+        let o = Open {
+            domain,
+            name,
+            started,
+            node,
+        };
+        (r.push(o, current), o)
+    });
+    let Some((level, o)) = opened else {
+        return -1;
+    };
+    if crate::trace::annotations::on() {
+        crate::trace::annotations::record(true, o.domain, o.name, o.node);
+    }
+    level
+}
+
 /// Open a range named `name` (already interned) in `domain` on the calling thread; `started`
 /// is its start/end id, `0` for a push. Returns the zero-based level of the new range among
 /// the thread's open ranges of that domain (what `nvtxRangePush` returns), `-1` if the
 /// thread is exiting.
 pub fn open(domain: NameId, name: NameId, started: u64) -> i32 {
-    check_thread_name();
-    let node = child(current(), domain, name);
-    enter(Open {
-        domain,
-        name,
-        started,
-        node,
-    })
-}
-
-fn enter(o: Open) -> i32 {
-    if crate::trace::annotations::on() {
-        crate::trace::annotations::record(true, o.domain, o.name, o.node);
-    }
-    OPEN.try_with(|open| {
-        let mut open = open.borrow_mut();
-        open.push(o);
-        CURRENT.with(|c| c.set(o.node));
-        open.iter().filter(|x| x.domain == o.domain).count() as i32 - 1
-    })
-    .unwrap_or(-1)
+    enter(domain, started, |_| name)
 }
 
 /// Open a range named by the string `name`.
 pub fn open_str(domain: NameId, name: &str, started: u64) -> i32 {
-    check_thread_name();
-    let parent = current();
-    let name = recent_name(name);
-    let node = child(parent, domain, name);
-    enter(Open {
-        domain,
-        name,
-        started,
-        node,
-    })
+    enter(domain, started, |r| r.name(name.as_bytes()))
 }
 
 /// Open a range named by the bytes `name` (a C string's, UTF-8 checked only the first time
 /// the thread sees them).
 pub fn open_bytes(domain: NameId, name: &[u8], started: u64) -> i32 {
-    check_thread_name();
-    let parent = current();
-    let name = recent_name_bytes(name);
-    let node = child(parent, domain, name);
-    enter(Open {
-        domain,
-        name,
-        started,
-        node,
-    })
+    enter(domain, started, |r| r.name(name))
 }
 
 /// Open a range named by the string `name` with `category` of `domain` (see
 /// [`categorized`]).
 pub fn open_str_categorized(domain: NameId, category: u32, name: &str, started: u64) -> i32 {
-    check_thread_name();
-    let parent = current();
-    let name = categorized(domain, category, recent_name(name));
-    let node = child(parent, domain, name);
-    enter(Open {
-        domain,
-        name,
-        started,
-        node,
+    enter(domain, started, |r| {
+        categorized(domain, category, r.name(name.as_bytes()))
     })
 }
 
@@ -406,30 +470,16 @@ pub fn end(started: u64) {
     }
 }
 
+#[inline]
 fn close(which: impl Fn(&Open) -> bool, domain: NameId) -> i32 {
-    OPEN.try_with(|open| {
-        let mut open = open.borrow_mut();
-        let Some(at) = open.iter().rposition(&which) else {
-            return -1;
-        };
-        let level = open[..at].iter().filter(|o| o.domain == domain).count() as i32;
-        let gone = open.remove(at);
-        if crate::trace::annotations::on() {
-            crate::trace::annotations::record(false, gone.domain, gone.name, gone.node);
-        }
-        if at < open.len() {
-            // A range closed under others: re-derive the paths above it.
-            let mut t = TABLE.lock();
-            let mut parent = at.checked_sub(1).map_or_else(base, |i| open[i].node);
-            for o in open[at..].iter_mut() {
-                o.node = t.child(parent, o.domain, o.name);
-                parent = o.node;
-            }
-        }
-        CURRENT.with(|c| c.set(open.last().map_or_else(base, |o| o.node)));
-        level
-    })
-    .unwrap_or(-1)
+    let Some((level, gone)) = with_thread(|r, current| r.close(which, domain, current)).flatten()
+    else {
+        return -1;
+    };
+    if crate::trace::annotations::on() {
+        crate::trace::annotations::record(false, gone.domain, gone.name, gone.node);
+    }
+    level
 }
 
 /// The path table's lock, held across `fork` (see the shim's `fork.rs`); dropping it
@@ -520,6 +570,26 @@ mod tests {
             pop(DEFAULT_DOMAIN);
             open_bytes(DEFAULT_DOMAIN, b"a\xffb", 0);
             assert_eq!(path(current()).as_deref(), Some("a\u{fffd}b"));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn names_that_share_a_cache_slot_or_a_prefix_stay_distinct() {
+        std::thread::spawn(|| {
+            // More names than the cache has slots, of lengths across the eight-byte words
+            // the cache hashes by: each must come back as itself, cached or not.
+            let names: Vec<String> = (0..3 * RECENT)
+                .map(|i| format!("{}{i}", "n".repeat(i % 19)))
+                .collect();
+            for _ in 0..2 {
+                for n in &names {
+                    open_bytes(DEFAULT_DOMAIN, n.as_bytes(), 0);
+                    assert_eq!(path(current()).as_deref(), Some(n.as_str()));
+                    pop(DEFAULT_DOMAIN);
+                }
+            }
         })
         .join()
         .unwrap();
