@@ -29,8 +29,8 @@ use crate::driver::entry as de;
 
 use crate::call_driver;
 use crate::call_real;
+use crate::ffi::intercept::{enabled, inside, Inside, Layer};
 use crate::ffi::{guard, SUCCESS};
-use crate::life::intercept::{enabled, inside, Inside, Layer};
 use crate::real::driver::RealFn;
 
 /// Row `p`: bit `d` set when device `d` has peer access to device `p`.

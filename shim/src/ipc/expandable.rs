@@ -49,10 +49,10 @@ const POSIX_FD_SUPPORTED_ATTRIBUTE: c_int = 103;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
+use crate::ffi::intercept::Inside;
 use crate::ffi::{ERR_INVALID_CONTEXT, ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
 use crate::ipc::records as ipc_records;
 use crate::ipc::IpcHandle;
-use crate::life::intercept::Inside;
 
 const MAGIC: &[u8; 8] = b"CUSHIMX1";
 

@@ -214,7 +214,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         "cmdline": std::env::args().collect::<Vec<_>>(),
         "clock": "microseconds since the Unix epoch",
         "clock_origin_us": cushim::trace::event::now_us(),
-        "mode": crate::observe::mode_name(),
+        "mode": crate::life::mode::mode_name(),
         "allocator_settings": s.alloc.conf().settings_json(),
         "env": {
             "CUSHIM_HISTORY": std::env::var("CUSHIM_HISTORY").ok(),
@@ -222,7 +222,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
             "PYTORCH_CUDA_ALLOC_CONF": std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
         },
         "device_count": s.alloc.device_count(),
-        "memory": crate::observe::unexplained::memory_json(s),
+        "memory": crate::life::unexplained::memory_json(s),
     });
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(MAGIC);

@@ -4,12 +4,12 @@
 pub mod capture;
 pub mod dump;
 pub mod ending;
-pub mod failopen;
 pub mod fork;
 pub mod history;
-pub mod intercept;
 pub mod log_writer;
+pub mod mode;
 pub mod sigchain;
 pub mod snapshot;
 pub mod state;
 pub mod stats;
+pub mod unexplained;

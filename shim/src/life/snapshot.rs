@@ -70,8 +70,8 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         }
     }
     input.extra = serde_json::json!({
-        "mode": crate::observe::mode_name(),
-        "memory": crate::observe::unexplained::memory_json(s),
+        "mode": crate::life::mode::mode_name(),
+        "memory": crate::life::unexplained::memory_json(s),
     });
     input.stats = crate::life::stats::stats_json(s);
     let v = build(&input, StackTable::global());

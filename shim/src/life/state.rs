@@ -7,6 +7,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use cushim::config::alloc::AllocConf;
 use once_cell::sync::OnceCell;
 
 use crate::driver::device::CudaDevice;
+use crate::ffi::intercept::{enabled, inside, Layer};
 use crate::life::history::History;
 
 /// Everything an export needs.
@@ -91,7 +93,7 @@ fn start_runtime_first() {
     }
     // Observing: the program's device calls are exactly its own (the real functions it calls
     // start the runtime themselves).
-    if crate::observe::observing() {
+    if crate::life::mode::observing() {
         return;
     }
     let null = std::ptr::null_mut();
@@ -109,8 +111,9 @@ fn init() -> Option<Shim> {
     }
     // The shim's own start-up is never intercepted by the driver hooks when the runtime
     // layer is. It starts neither the runtime nor a context: see [`start_runtime`].
-    let _inside = crate::life::intercept::Inside::enter_runtime();
-    crate::life::failopen::inject(crate::life::failopen::Point::Init);
+    let _inside = crate::ffi::intercept::Inside::enter_runtime();
+    crate::ffi::failopen::inject(crate::ffi::failopen::Point::Init);
+    crate::ffi::failopen::on_failure(drain_after_failure);
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {
@@ -132,6 +135,44 @@ fn init() -> Option<Shim> {
     crate::life::log_writer::start(&shim);
     crate::life::fork::install();
     Some(shim)
+}
+
+/// After a free served by the cache while caching is off: the memory the cache no longer
+/// needs goes back to CUDA, where the program's own allocations now come from (a cache
+/// that kept it would leave the program less memory than without the shim). `SUCCESS`.
+#[cold]
+pub fn drained(s: &Shim) -> c_int {
+    let _ = catch_unwind(AssertUnwindSafe(|| s.alloc.empty_cache()));
+    crate::ffi::SUCCESS
+}
+
+/// After the first internal failure (registered with `ffi::failopen` at start-up): drain the
+/// cache if the state is built.
+fn drain_after_failure() {
+    if let Some(s) = get_if_ready() {
+        drained(s);
+    }
+}
+
+/// The shim for a runtime export, or `None` when the call must pass through (runtime layer
+/// not intercepted, shim disabled or not initializable).
+#[inline]
+pub fn runtime_state() -> Option<&'static Shim> {
+    if !enabled(Layer::Runtime) {
+        return None;
+    }
+    let s = get()?;
+    start_runtime();
+    Some(s)
+}
+
+/// The shim for a driver hook, or `None` when the call must pass through (driver layer not
+/// intercepted, called from inside the shim, shim disabled or not initializable).
+pub fn driver_state() -> Option<&'static Shim> {
+    if !enabled(Layer::Driver) || inside() {
+        return None;
+    }
+    get()
 }
 
 /// The device a cudaMalloc/cudaFree of the calling thread works on: its current device, or

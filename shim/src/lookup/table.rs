@@ -19,9 +19,9 @@
 
 use std::ffi::c_int;
 
+use crate::exports::lasterror;
 use crate::exports::{address, capture, driver, ipc, peer, runtime, stream, vmm};
-use crate::ffi::lasterror;
-use crate::life::intercept::Layer;
+use crate::ffi::intercept::Layer;
 use crate::lookup::procaddr;
 use crate::real::driver::RealFn;
 use crate::real::runtime::fns;

@@ -51,7 +51,7 @@ fn driver_info(dev: i32) -> Option<(u64, u64)> {
 
 /// The `memory` list of the snapshot's `cushim` key: one entry per device.
 pub fn memory_json(s: &Shim) -> Value {
-    let observing = crate::observe::observing();
+    let observing = crate::life::mode::observing();
     let devices: Vec<Value> = (0..s.alloc.device_count() as i32)
         .map(|d| {
             let cached = if observing {
