@@ -114,6 +114,7 @@ fn init() -> Option<Shim> {
     let _inside = crate::ffi::intercept::Inside::enter_runtime();
     crate::ffi::failopen::inject(crate::ffi::failopen::Point::Init);
     crate::ffi::failopen::on_failure(drain_after_failure);
+    crate::per_thread::on_first_use(tell_per_thread_use);
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {
@@ -151,6 +152,14 @@ pub fn drained(s: &Shim) -> c_int {
 fn drain_after_failure() {
     if let Some(s) = get_if_ready() {
         drained(s);
+    }
+}
+
+/// A per-thread default stream was used for the first time (registered with `per_thread` at
+/// start-up): tell the allocator if the state is built.
+fn tell_per_thread_use() {
+    if let Some(s) = get_if_ready() {
+        s.alloc.per_thread_streams_used();
     }
 }
 

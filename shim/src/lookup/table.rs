@@ -27,11 +27,7 @@ use crate::real::driver::RealFn;
 use crate::real::runtime::fns;
 use crate::real::slots;
 
-/// A hook and the real function it stands for.
-pub struct Hook {
-    pub hook: usize,
-    pub real: &'static RealFn,
-}
+pub use crate::real::driver::Hook;
 
 /// Which function of a legacy / per-thread pair a row is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
