@@ -69,7 +69,7 @@ extern "C" fn prepare() {
             unwinder: unwind_dwarf::hold_for_fork(),
             modules: module_epochs::hold_for_fork(),
             observed: s.observed.hold_for_fork(),
-            nvtx_handles: crate::exports::nvtx::hold_for_fork(),
+            nvtx_handles: crate::life::nvtx_handles::hold_for_fork(),
             ranges: range::hold_for_fork(),
             annotations: annotations::hold_for_fork(),
         };

@@ -24,10 +24,7 @@ impl History {
         StackTable::global().set_limit(conf.max_stacks);
         cushim::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
         if conf.records_history() {
-            cushim::trace::annotations::enable(
-                conf.max_entries,
-                crate::exports::nvtx::annotation_device,
-            );
+            cushim::trace::annotations::enable(conf.max_entries, annotation_device);
         }
         History {
             conf,
@@ -75,4 +72,10 @@ impl History {
             NO_STACK
         }
     }
+}
+
+/// The device an NVTX range start or end is recorded on: the one the shim allocates on for
+/// the calling thread (0 before the shim's state exists).
+pub fn annotation_device() -> i32 {
+    crate::life::state::get_if_ready().map_or(0, crate::life::state::alloc_device)
 }

@@ -8,6 +8,7 @@ pub mod fork;
 pub mod history;
 pub mod log_writer;
 pub mod mode;
+pub mod nvtx_handles;
 pub mod sigchain;
 pub mod snapshot;
 pub mod state;
