@@ -24,8 +24,8 @@
 
 use cushim::trace::range::{self, NameId, DEFAULT_DOMAIN};
 
-use crate::life::history::annotation_device;
 use crate::life::nvtx_handles::HANDLES;
+use crate::life::shim::annotation_device;
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

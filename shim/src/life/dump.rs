@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
 
-use crate::life::state::{self, Shim};
+use crate::life::shim::{self, Shim};
 
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 static READ_FD: AtomicI32 = AtomicI32::new(-1);
@@ -103,7 +103,7 @@ fn serve_requests(s: &Shim) {
 /// The snapshots owed at the end of the program (`when`: "at exit", "on SIGTERM"): one for
 /// each open dump request, then the exit snapshot.
 pub fn final_dumps(when: &str) {
-    let Some(s) = state::get_if_ready() else {
+    let Some(s) = shim::get_if_ready() else {
         return;
     };
     if template().is_none() {
@@ -242,7 +242,7 @@ fn dumper(rfd: c_int) {
         if n == 0 {
             return;
         }
-        if let Some(s) = state::get_if_ready() {
+        if let Some(s) = shim::get_if_ready() {
             serve_requests(s);
         }
     }

@@ -46,7 +46,7 @@ use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// Queue slots: about 8 MiB of events.
 pub const QUEUE_EVENTS: usize = 1 << 17;

@@ -11,7 +11,7 @@ use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::snapshot::output::{expand, write_snapshot, TemplateVars};
 use cushim::trace::intern::StackTable;
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// Merge observed events into a device's events, oldest first (stable: equal times keep
 /// the cache's events first).
@@ -37,7 +37,7 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         ..SnapshotInput::default()
     };
     // In a `fork` child the dump asks the driver nothing (`fork.rs`).
-    let forked = crate::life::fork::in_forked_child();
+    let forked = crate::life::forked::in_forked_child();
     let devices = if forked {
         s.alloc.snapshot_without_device_calls()
     } else {

@@ -14,21 +14,13 @@ use std::sync::Arc;
 use cushim::alloc::observed::ObservedTable;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::AllocConf;
-use once_cell::sync::OnceCell;
+use cushim::trace::event::EventSink;
 
 use crate::driver::device::CudaDevice;
 use crate::ffi::intercept::{enabled, inside, Layer};
 use crate::life::history::History;
-
-/// Everything an export needs.
-pub struct Shim {
-    pub alloc: CachingAllocator,
-    pub history: History,
-    /// Allocations recorded as made (observing mode, and families the cache does not serve).
-    pub observed: ObservedTable,
-}
-
-static STATE: OnceCell<Option<Shim>> = OnceCell::new();
+use crate::life::shim::STATE;
+pub use crate::life::shim::{alloc_device, current_device, get_if_ready, Shim};
 
 thread_local! {
     static INITIALIZING: Cell<bool> = const { Cell::new(false) };
@@ -100,11 +92,6 @@ fn start_runtime_first() {
     let _ = crate::call_real!(cudaFree(null));
 }
 
-/// The state if it was already built (never initializes; for exit and signal paths).
-pub fn get_if_ready() -> Option<&'static Shim> {
-    STATE.get().and_then(|s| s.as_ref())
-}
-
 fn init() -> Option<Shim> {
     if disabled_by_env() {
         return None;
@@ -124,9 +111,15 @@ fn init() -> Option<Shim> {
     };
     let conf = AllocConf::from_env();
     let history = History::from_env();
-    let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
+    if history.conf.records_history() {
+        cushim::trace::annotations::enable(
+            history.conf.max_entries,
+            crate::life::shim::annotation_device,
+        );
+    }
+    let alloc = CachingAllocator::new(device, conf, &|dev| make_sink(&history, dev));
     crate::per_thread::apply(&alloc);
-    let observed = ObservedTable::new(alloc.device_count(), &|dev| history.make_sink(dev));
+    let observed = ObservedTable::new(alloc.device_count(), &|dev| make_sink(&history, dev));
     let shim = Shim {
         alloc,
         history,
@@ -136,6 +129,12 @@ fn init() -> Option<Shim> {
     crate::life::log_writer::start(&shim);
     crate::life::fork::install();
     Some(shim)
+}
+
+/// The event sink for device `dev` (`-1`: pinned host memory), logging every event when
+/// `CUSHIM_LOG` is set.
+fn make_sink(history: &History, dev: i32) -> Box<dyn EventSink> {
+    crate::life::log_writer::wrap(history.ring_sink(dev))
 }
 
 /// After a free served by the cache while caching is off: the memory the cache no longer
@@ -182,31 +181,4 @@ pub fn driver_state() -> Option<&'static Shim> {
         return None;
     }
     get()
-}
-
-/// The device a cudaMalloc/cudaFree of the calling thread works on: its current device, or
-/// 0 without asking when the allocator has a single device.
-///
-/// Why the shortcut is exact: with one device the runtime's current device can only be 0,
-/// and [`current_device`] maps a failing `cudaGetDevice` to 0 as well, so the answer is
-/// the same; a free's device is only a hint (the allocator tries every device). It saves a
-/// real `cudaGetDevice` per call, a noticeable share of a cached cudaMalloc+cudaFree pair
-/// through the shim (BENCHMARKS.md, "Measurements behind design choices").
-#[inline]
-pub fn alloc_device(s: &Shim) -> c_int {
-    if s.alloc.device_count() == 1 {
-        0
-    } else {
-        current_device()
-    }
-}
-
-/// The calling thread's current device, as the real runtime sees it.
-pub fn current_device() -> c_int {
-    let mut d: c_int = 0;
-    let out: *mut c_int = &mut d;
-    if crate::call_real!(cudaGetDevice(out)) != crate::ffi::SUCCESS {
-        return 0;
-    }
-    d
 }
