@@ -124,25 +124,6 @@ extern "C" fn at_exit() {
     final_dumps("at exit");
 }
 
-/// Spawn a shim thread with every signal blocked, so that the program's signals are always
-/// delivered to the program's own threads (the thread's creator keeps its mask).
-pub fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    // SAFETY: sigset operations on local sets; the creator's mask is restored below.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        old
-    };
-    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
-    // SAFETY: restoring the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    spawned
-        .map(|_| ())
-        .map_err(|e| format!("cannot start the {name} thread: {e}"))
-}
-
 /// After an allocation failed for lack of memory: a snapshot, when `CUSHIM_DUMP_ON_OOM=1`.
 /// Runs on the failing thread after the allocator's lock was released.
 pub fn on_oom(s: &Shim) {
@@ -163,7 +144,7 @@ pub fn install() {
     }
     // SAFETY: registering a plain extern "C" function with no preconditions.
     unsafe { libc::atexit(at_exit) };
-    crate::life::ending::install();
+    crate::life::ending::install(dump_signal());
     let Some(sig) = dump_signal() else {
         return;
     };
@@ -171,6 +152,7 @@ pub fn install() {
         eprintln!("cushim: no live dumps: {e}");
         return;
     }
+    crate::life::sigchain::on(crate::life::sigchain::Role::Dump, |_| request_from_signal());
     if let Err(e) = crate::life::sigchain::arm(sig, crate::life::sigchain::Role::Dump) {
         eprintln!("cushim: no live dumps: {e}");
     }
@@ -186,7 +168,7 @@ fn start_dumper() -> Result<(), String> {
     let (rfd, wfd) = (fds[0], fds[1]);
     // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
     unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    let spawned = spawn_quiet("cushim-dump", move || dumper(rfd));
+    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-dump", move || dumper(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {
@@ -200,14 +182,12 @@ fn start_dumper() -> Result<(), String> {
     Ok(())
 }
 
-/// In a `fork` child (from `fork.rs`): the parent's dump thread does not exist here, so when
+/// In a `fork` child (from `fork.rs`, after the ending thread's and the log's): the parent's dump thread does not exist here, so when
 /// live dumps are armed, the child gets its own pipe and thread (the signal handler, which
 /// the child inherits, writes to the new pipe). The inherited pipe is closed.
 pub fn after_fork_in_child() {
     // A dump the parent's dump thread was writing will never finish here.
     DUMPING.store(false, Ordering::Release);
-    crate::life::ending::after_fork_in_child();
-    crate::life::log_writer::after_fork_in_child();
     let (rfd, wfd) = (
         READ_FD.load(Ordering::Relaxed),
         WRITE_FD.load(Ordering::Relaxed),

@@ -94,6 +94,8 @@ extern "C" fn child() {
         if let Some(h) = take_held() {
             release(h, true);
         }
+        crate::life::ending::after_fork_in_child();
+        crate::life::log_writer::after_fork_in_child();
         crate::life::dump::after_fork_in_child();
     });
 }

@@ -182,7 +182,8 @@ pub fn start(s: &Shim) {
         eprintln!("cushim: no event log: {e}");
         return;
     }
-    crate::life::ending::install();
+    crate::life::ending::install(crate::life::dump::dump_signal());
+    crate::life::sigchain::on(crate::life::sigchain::Role::Fatal, |_| flush_from_signal());
     crate::life::sigchain::arm_fatal();
 }
 
@@ -249,7 +250,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
     QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
-    let spawned = crate::life::dump::spawn_quiet("cushim-log", writer_thread);
+    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
     if let Err(e) = spawned {
         DRAINING.store(false, Ordering::Release);
         return Err(e);

@@ -10,6 +10,7 @@ pub mod history;
 pub mod log_writer;
 pub mod mode;
 pub mod nvtx_handles;
+pub mod quiet_thread;
 pub mod shim;
 pub mod sigchain;
 pub mod snapshot;

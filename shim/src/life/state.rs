@@ -125,6 +125,7 @@ fn init() -> Option<Shim> {
         history,
         observed,
     };
+    crate::life::ending::on_end(end_of_program);
     crate::life::dump::install();
     crate::life::log_writer::start(&shim);
     crate::life::fork::install();
@@ -135,6 +136,13 @@ fn init() -> Option<Shim> {
 /// `CUSHIM_LOG` is set.
 fn make_sink(history: &History, dev: i32) -> Box<dyn EventSink> {
     crate::life::log_writer::wrap(history.ring_sink(dev))
+}
+
+/// What the ending thread does when an ending signal ends the program (registered with
+/// `ending` at start-up): the snapshots owed, then the event log's end.
+fn end_of_program(when: &str) {
+    crate::life::dump::final_dumps(when);
+    crate::life::log_writer::finish();
 }
 
 /// After a free served by the cache while caching is off: the memory the cache no longer
