@@ -4,6 +4,11 @@
 //! it is still initializing (re-entry) sees no state and passes through to the real function;
 //! when `CUSHIM_DISABLE=1`, or no driver can be initialized, every export is a pure
 //! pass-through for the life of the process.
+//!
+//! The built value and what reads it without building it are `shim.rs` (re-exported here
+//! for the exports). Start-up also registers what the modules below `life/` call back into
+//! (fail open's drain, the per-thread stream note, the end of the program): each before the
+//! state is published, so each finds the state whenever it would have found it by name.
 
 use std::cell::Cell;
 use std::ffi::c_int;
