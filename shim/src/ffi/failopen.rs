@@ -26,6 +26,7 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use cushim::alloc::FreeError;
 use once_cell::sync::OnceCell;
 
 /// A place where a fault can be injected.
@@ -258,6 +259,32 @@ pub fn note(what: &str, note: impl FnOnce()) {
     if catch_unwind(AssertUnwindSafe(note)).is_err() {
         failed(what);
     }
+}
+
+/// A free after a failure inside the shim: `cache_free` (the cache's plain free, no stack,
+/// no capture or observing logic) serves the cache's own pointers, then `freed` follows its
+/// success; everything else, and every call before the shim was built (`state` is `None`),
+/// goes to `real`. The shim's state comes in as a value so this layer names nothing above
+/// it (`exports/fallback.rs` passes it).
+#[inline]
+pub fn free_fallback<S: 'static>(
+    ptr: u64,
+    state: impl FnOnce() -> Option<&'static S>,
+    cache_free: impl FnOnce(&'static S) -> Result<(), FreeError>,
+    freed: impl FnOnce(&'static S) -> c_int,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    if ptr != 0 {
+        if let Some(s) = state() {
+            match cache_free(s) {
+                Ok(()) => return freed(s),
+                Err(FreeError::NotOurs) => {}
+                Err(FreeError::InvalidValue) => return crate::ffi::ERR_INVALID_VALUE,
+                Err(FreeError::InvalidHandle) => return crate::ffi::ERR_INVALID_HANDLE,
+            }
+        }
+    }
+    real()
 }
 
 #[cfg(test)]
