@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Import circles in a crate: which modules reach each other through `crate::` paths.
+"""Import circles in a crate: which modules reach each other through module paths.
 
-usage: scripts/import-circles.py SRC_DIR [--folders]
+usage: scripts/import-circles.py SRC_DIR [--folders] [--edges]
 
-Reads every `.rs` file under SRC_DIR, maps each `crate::a::b::...` path it names (in `use`
-lines, `use crate::{...}` groups over several lines, and paths written inline) to the longest
-module of the crate that path starts with, and prints each strongly connected group of more
-than one module (modules that import each other, directly or round a circle). With --folders,
-the same over the top-level folders of SRC_DIR (a file at the top is its own folder). Exits 1
-when there is a circle. `#[cfg(test)]` code counts like any other.
+Reads every `.rs` file under SRC_DIR, maps each module path it names (`crate::a::b`,
+`super::a`, `super::super::a`, `self::a`; in `use` lines, `use` groups over several lines, and
+paths written inline) to the longest module of the crate that path starts with, and prints
+each strongly connected group of more than one module (modules that import each other,
+directly or round a circle). `super::` and `self::` resolve from the module they are written
+in, counting inline `mod name { ... }` blocks (so `use super::*` in a file's `mod tests` names
+the file itself, not its parent). With --folders, the same over the top-level folders of
+SRC_DIR (a file at the top is its own folder). With --edges, each circle is followed by the
+imports inside it (`a -> b`), to show what to cut. Exits 1 when there is a circle.
+`#[cfg(test)]` code counts like any other. Not followed: a bare path naming a child module
+(`records::X` in its parent), which never imports back up, and paths built by macros.
 """
 import os
 import re
@@ -58,13 +63,52 @@ def expand(group):
     return out
 
 
-def refs(text):
+def inline_mods(text):
+    """[(start, end, name)] of each inline `mod name { ... }` block (braces matched)."""
+    out = []
+    for m in re.finditer(r"\bmod\s+(\w+)\s*\{", text):
+        depth, i = 0, m.end() - 1
+        while i < len(text):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        out.append((m.end(), i, m.group(1)))
+    return out
+
+
+def refs(text, module):
+    """Absolute module paths (tuples) named in `text`, the source of `module`."""
     text = strip_comments(text)
+    blocks = inline_mods(text)
     found = []
-    for m in re.finditer(r"\bcrate::(\{[^;]*\}|[\w:]+(?:::\{[^;]*\})?)", text, flags=re.S):
+    pattern = r"(?<![\w:])((?:crate|self|super)::(?:\{[^;]*\}|[\w:]+(?:::\{[^;]*\})?))"
+    for m in re.finditer(pattern, text, flags=re.S):
+        # The module this path is written in: the file's, plus the inline blocks around it.
+        here = list(module)
+        for start, end, name in sorted(blocks):
+            if start <= m.start() < end:
+                here.append(name)
         for path in expand(m.group(1)):
             path = re.split(r"\s+as\s+", path)[0].strip()
-            found.append(tuple(s for s in path.split("::") if s))
+            segs = [s for s in path.split("::") if s]
+            if not segs:
+                continue
+            if segs[0] == "crate":
+                base, segs = [], segs[1:]
+            else:
+                base = list(here)
+                while segs and segs[0] in ("self", "super"):
+                    if segs[0] == "super":
+                        if not base:
+                            break
+                        base.pop()
+                    segs = segs[1:]
+            segs = [s for s in segs if s not in ("self", "*")]
+            found.append(tuple(base + segs))
     return found
 
 
@@ -105,6 +149,7 @@ def main():
         return 2
     root = sys.argv[1]
     folders = "--folders" in sys.argv[2:]
+    show_edges = "--edges" in sys.argv[2:]
     files = {}
     for d, _, names in os.walk(root):
         for n in names:
@@ -116,7 +161,7 @@ def main():
     for mod, path in files.items():
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        for r in refs(text):
+        for r in refs(text, mod):
             target = None
             for k in range(len(r), 0, -1):
                 if r[:k] in mods:
@@ -133,8 +178,16 @@ def main():
             graph.setdefault(a, set()).add(b)
             graph.setdefault(b, set())
     circles = sccs(graph)
+    def name(m):
+        return "::".join(m) or "crate"
+
     for c in circles:
-        print("circle: " + " <-> ".join(sorted("::".join(m) or "crate" for m in c)))
+        print("circle: " + " <-> ".join(sorted(name(m) for m in c)))
+        if show_edges:
+            inside = set(c)
+            for a in sorted(inside):
+                for b in sorted(graph.get(a, ()) & inside):
+                    print(f"  {name(a)} -> {name(b)}")
     if not circles:
         print(f"no import circle among {len(graph)} {'folders' if folders else 'modules'}")
     return 1 if circles else 0

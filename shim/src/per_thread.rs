@@ -41,6 +41,7 @@ use std::ffi::{c_int, CStr};
 use std::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
 
 use cushim::alloc::CachingAllocator;
+use once_cell::sync::OnceCell;
 
 use crate::real::driver::RealFn;
 
@@ -71,6 +72,15 @@ pub fn note_ptds() {
     }
 }
 
+/// What tells the shim's allocator of the first use, if the allocator exists yet.
+/// Registered when the state is built (`life/state.rs`), before the state is published.
+static TELL: OnceCell<fn()> = OnceCell::new();
+
+/// Register what tells the allocator of the first use (once; later calls are ignored).
+pub fn on_first_use(tell: fn()) {
+    let _ = TELL.set(tell);
+}
+
 /// The first use: remember it and tell the allocator, if it exists yet (else [`apply`]
 /// tells it when it is built). Never unwinds (stubs call it).
 #[cold]
@@ -78,10 +88,11 @@ pub fn note_ptds() {
 extern "C" fn mark() {
     let _ = std::panic::catch_unwind(|| {
         SEEN.store(1, Ordering::SeqCst);
-        // Pairs with the fence in `apply`: either this sees the state, or `apply` sees SEEN.
+        // Pairs with the fence in `apply`: either this sees the state (`TELL` is registered
+        // before the state is published), or `apply` sees SEEN.
         fence(Ordering::SeqCst);
-        if let Some(s) = crate::life::state::get_if_ready() {
-            s.alloc.per_thread_streams_used();
+        if let Some(tell) = TELL.get() {
+            tell();
         }
     });
 }
@@ -374,7 +385,7 @@ pub use stubs::by_symbol as runtime_hook;
 
 /// Without stubs there are no runtime stubs to hand out.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn runtime_hook(_: &[u8]) -> Option<crate::lookup::table::Hook> {
+pub fn runtime_hook(_: &[u8]) -> Option<crate::real::driver::Hook> {
     None
 }
 

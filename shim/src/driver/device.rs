@@ -342,7 +342,7 @@ impl Device for CudaDevice {
         let _s = self.enter(dev)?;
         let mut prop = Self::mem_prop(dev);
         // Pages that can be exported are what IPC of expandable blocks shares.
-        prop.requestedHandleTypes = crate::ipc::expandable::handle_types(dev);
+        prop.requestedHandleTypes = handle_types(dev);
         let mut h: cu::CUmemGenericAllocationHandle = 0;
         // SAFETY: valid pointers.
         unsafe { check(drv::cuMemCreate(&mut h, size as usize, &prop, 0))? };
@@ -370,7 +370,7 @@ impl Device for CudaDevice {
                 return Err(e);
             }
             // Devices with peer access to `dev` reach its expandable pages too.
-            if let Err(code) = crate::exports::peer::grant_new_mapping(dev, ptr, size) {
+            if let Err(code) = crate::driver::peers::grant_new_mapping(dev, ptr, size) {
                 let _ = crate::driver::entry::cuMemUnmap(ptr, size as usize);
                 return Err(DeviceError::Driver(code));
             }
@@ -486,5 +486,21 @@ impl Device for CudaDevice {
         let _s = self.enter(0)?;
         // SAFETY: the pointer came from `host_alloc`.
         unsafe { check(drv::cuMemFreeHost(ptr as *mut c_void)) }
+    }
+}
+
+/// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`.
+const POSIX_FD_SUPPORTED_ATTRIBUTE: c_int = 103;
+
+/// The handle types the cache's pages ask for on `dev`: POSIX descriptors when the device
+/// can export them (so blocks of expandable segments can be shared), else none.
+pub fn handle_types(dev: c_int) -> cu::CUmemAllocationHandleType {
+    let mut v: c_int = 0;
+    // SAFETY: valid out-pointer; an attribute every CUDA 12 driver defines.
+    let rc = unsafe { drv::cuDeviceGetAttribute(&mut v, POSIX_FD_SUPPORTED_ATTRIBUTE, dev) };
+    if rc == drv::SUCCESS && v == 1 {
+        cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    } else {
+        cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
     }
 }

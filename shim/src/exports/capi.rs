@@ -30,9 +30,9 @@ macro_rules! next {
     }};
 }
 
-/// [`crate::life::failopen::around`] for a C-API function (no real call inside: `f` never calls it).
+/// [`crate::ffi::failopen::around`] for a C-API function (no real call inside: `f` never calls it).
 fn guard(what: &str, real: impl Fn() -> c_int, f: impl FnOnce() -> c_int) -> c_int {
-    crate::life::failopen::around(what, real, |_| f())
+    crate::ffi::failopen::around(what, real, |_| f())
 }
 
 /// Release every cached block and page back to the device. Returns 0, or -1 when inactive.

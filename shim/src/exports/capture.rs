@@ -17,7 +17,7 @@ use crate::{call_driver, call_real};
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int {
     crate::per_thread::note_stream(stream as usize);
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamBeginCapture",
         || call_real!(cudaStreamBeginCapture(stream, mode)),
         |real| {
@@ -31,7 +31,7 @@ pub extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: c_uint) -> c_int 
 #[no_mangle]
 pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c_int {
     crate::per_thread::note_ptds();
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamBeginCapture_ptsz",
         || call_real!(cudaStreamBeginCapture_ptsz(stream, mode)),
         |real| {
@@ -45,7 +45,7 @@ pub extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_uint) -> c
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> c_int {
     crate::per_thread::note_stream(stream as usize);
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamEndCapture",
         || call_real!(cudaStreamEndCapture(stream, graph)),
         |real| {
@@ -59,7 +59,7 @@ pub extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) 
 #[no_mangle]
 pub extern "C" fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> c_int {
     crate::per_thread::note_ptds();
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamEndCapture_ptsz",
         || call_real!(cudaStreamEndCapture_ptsz(stream, graph)),
         |real| {
@@ -81,13 +81,13 @@ type EndFn = unsafe extern "C" fn(Stream, *mut *mut c_void) -> c_int;
 /// Whether a driver hook records what it forwards: not when a runtime export of the shim
 /// is already handling the call (it records it).
 fn record_driver() -> bool {
-    !crate::life::intercept::inside()
+    !crate::ffi::intercept::inside()
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2(h: Stream, mode: c_uint) -> c_int {
     crate::per_thread::note_stream(h as usize);
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cuStreamBeginCapture_v2",
         || call_driver!(REAL_BEGIN_CAPTURE, BeginFn, (h, mode)),
         |real| {
@@ -103,7 +103,7 @@ pub extern "C" fn cuStreamBeginCapture_v2(h: Stream, mode: c_uint) -> c_int {
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int {
     crate::per_thread::note_ptds();
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cuStreamBeginCapture_v2_ptsz",
         || call_driver!(REAL_BEGIN_CAPTURE_PTSZ, BeginFn, (h, mode)),
         |real| {
@@ -119,7 +119,7 @@ pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: Stream, mode: c_uint) -> c_int
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture(h: Stream, graph: *mut *mut c_void) -> c_int {
     crate::per_thread::note_stream(h as usize);
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cuStreamEndCapture",
         || call_driver!(REAL_END_CAPTURE, EndFn, (h, graph)),
         |real| {
@@ -135,7 +135,7 @@ pub extern "C" fn cuStreamEndCapture(h: Stream, graph: *mut *mut c_void) -> c_in
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture_ptsz(h: Stream, graph: *mut *mut c_void) -> c_int {
     crate::per_thread::note_ptds();
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cuStreamEndCapture_ptsz",
         || call_driver!(REAL_END_CAPTURE_PTSZ, EndFn, (h, graph)),
         |real| {

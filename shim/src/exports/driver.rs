@@ -26,11 +26,12 @@ use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
 use crate::call_driver;
+use crate::ffi::intercept::Inside;
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS,
 };
 use crate::life::capture;
-use crate::life::intercept::{driver_state, Inside};
+use crate::life::state::driver_state;
 use crate::life::state::Shim;
 use crate::observe::driver as observing;
 use crate::observe::{forget_host_then, forget_then};
@@ -135,7 +136,7 @@ pub(crate) fn hook(
         }
         Err(_) => {
             // Fail open: the next definition, with the program's arguments.
-            crate::life::failopen::failed(what);
+            crate::ffi::failopen::failed(what);
             let _inside = Inside::enter();
             catch_unwind(AssertUnwindSafe(real)).unwrap_or(ERR_UNKNOWN)
         }
@@ -145,7 +146,7 @@ pub(crate) fn hook(
 /// A driver free the shim does not serve itself (declined, or failed inside the shim): the
 /// cache's own pointers are still freed by the cache (`failopen.rs`), the rest by `real`.
 fn cached_or(ptr: DevPtr, stream: Option<u64>, real: impl FnOnce() -> c_int) -> c_int {
-    crate::life::failopen::free_fallback(
+    crate::exports::fallback::free_fallback(
         ptr,
         |s| match stream {
             None => s.alloc.free(ptr, 0, NO_STACK),
@@ -191,7 +192,7 @@ fn forbidden_free() -> Option<c_int> {
 }
 
 fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) -> Option<c_int> {
-    if crate::life::failopen::pass_through(crate::life::failopen::Point::Driver) {
+    if crate::ffi::failopen::pass_through(crate::ffi::failopen::Point::Driver) {
         return None;
     }
     if out.is_null() || size == 0 {
@@ -223,7 +224,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     if ptr == 0 {
         return None;
     }
-    let degraded = crate::life::failopen::pass_through(crate::life::failopen::Point::Driver);
+    let degraded = crate::ffi::failopen::pass_through(crate::ffi::failopen::Point::Driver);
     // The device is only a hint (the allocator tries every device), so with one device
     // there is nothing to ask the driver (as `state::alloc_device` for the runtime layer).
     let dev = if s.alloc.device_count() == 1 {
@@ -253,7 +254,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
         crate::ipc::freed(ptr);
     }
     match r {
-        Ok(()) if degraded && stream.is_none() => Some(crate::life::failopen::drained(s)),
+        Ok(()) if degraded && stream.is_none() => Some(crate::life::state::drained(s)),
         Ok(()) => Some(SUCCESS),
         Err(e) => refused_free(what, ptr, e),
     }
@@ -261,7 +262,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
 
 fn host_alloc(s: &Shim, out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
     if !crate::driver::device::pinned_supported()
-        || crate::life::failopen::pass_through(crate::life::failopen::Point::Pinned)
+        || crate::ffi::failopen::pass_through(crate::ffi::failopen::Point::Pinned)
     {
         return None;
     }
@@ -411,14 +412,14 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
             if p.is_null() {
                 return None;
             }
-            crate::life::failopen::inject(crate::life::failopen::Point::Pinned);
+            crate::ffi::failopen::inject(crate::ffi::failopen::Point::Pinned);
             match s.alloc.host_free(p as u64, s.history.free_stack()) {
                 Ok(()) => Some(SUCCESS),
                 Err(e) => refused_free("cuMemFreeHost", p as u64, e),
             }
         },
         || {
-            crate::life::failopen::free_fallback(
+            crate::exports::fallback::free_fallback(
                 p as u64,
                 |s| s.alloc.host_free(p as u64, NO_STACK),
                 || {

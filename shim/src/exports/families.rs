@@ -14,8 +14,8 @@ use cushim::alloc::observed::Kind;
 
 use crate::call_real;
 pub use crate::ffi::types::{Extent, PitchedPtr};
-use crate::life::intercept::runtime_state;
 use crate::life::state;
+use crate::life::state::runtime_state;
 use crate::observe::{self, read_ptr, Call};
 use crate::real::runtime::Stream;
 
@@ -35,7 +35,7 @@ fn device_alloc(
 
 #[no_mangle]
 pub extern "C" fn cudaMallocManaged(p: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaMallocManaged",
         || call_real!(cudaMallocManaged(p, size, flags)),
         |real| {
@@ -54,7 +54,7 @@ pub extern "C" fn cudaMallocPitch(
     width: usize,
     height: usize,
 ) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaMallocPitch",
         || call_real!(cudaMallocPitch(p, pitch, width, height)),
         |real| {
@@ -69,7 +69,7 @@ pub extern "C" fn cudaMallocPitch(
 
 #[no_mangle]
 pub extern "C" fn cudaMalloc3D(pp: *mut PitchedPtr, extent: Extent) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaMalloc3D",
         || call_real!(cudaMalloc3D(pp, extent)),
         |real| {
@@ -95,7 +95,7 @@ pub extern "C" fn cudaMallocFromPoolAsync(
     stream: Stream,
 ) -> c_int {
     crate::per_thread::note_stream(stream as usize);
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaMallocFromPoolAsync",
         || call_real!(cudaMallocFromPoolAsync(p, size, pool, stream)),
         |real| {
@@ -109,7 +109,7 @@ pub extern "C" fn cudaMallocFromPoolAsync(
 
 #[no_mangle]
 pub extern "C" fn cudaHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaHostRegister",
         || call_real!(cudaHostRegister(p, size, flags)),
         |real| {
@@ -130,7 +130,7 @@ pub extern "C" fn cudaHostRegister(p: *mut c_void, size: usize, flags: c_uint) -
 
 #[no_mangle]
 pub extern "C" fn cudaHostUnregister(p: *mut c_void) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaHostUnregister",
         || call_real!(cudaHostUnregister(p)),
         |real| match runtime_state() {

@@ -9,10 +9,10 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use crate::call_driver;
 use crate::call_real;
+use crate::exports::lasterror;
 use crate::ffi::guard;
-use crate::ffi::lasterror;
+use crate::ffi::intercept::{enabled, inside, Inside, Layer};
 use crate::ipc::{self, IpcHandle};
-use crate::life::intercept::{enabled, inside, Inside, Layer};
 use crate::real::driver::RealFn;
 
 pub static REAL_GET: RealFn = RealFn::new(c"cuIpcGetMemHandle");
@@ -37,7 +37,7 @@ pub extern "C" fn cuIpcGetMemHandle(h: *mut IpcHandle, dptr: u64) -> c_int {
             call_driver!(REAL_GET, GetFn, (out, p))
         };
         if driver_layer() {
-            if let Some(s) = crate::life::intercept::driver_state() {
+            if let Some(s) = crate::life::state::driver_state() {
                 if let Some(code) = ipc::export(s, dptr, h, real) {
                     return code;
                 }
@@ -102,7 +102,7 @@ pub extern "C" fn cudaIpcGetMemHandle(h: *mut IpcHandle, ptr: *mut c_void) -> c_
             let seg = p as *mut c_void;
             call_real!(cudaIpcGetMemHandle(out, seg))
         };
-        if let Some(s) = crate::life::intercept::runtime_state() {
+        if let Some(s) = crate::life::state::runtime_state() {
             if let Some(code) = ipc::export(s, ptr as u64, h, real) {
                 return lasterror::set(code);
             }

@@ -23,11 +23,11 @@
 //! NVTX's own no-op would (`-1`, `0`, null), never unwinding into the program.
 
 use cushim::trace::range::{self, NameId, DEFAULT_DOMAIN};
-use once_cell::sync::Lazy;
-use parking_lot::Mutex;
+
+use crate::life::nvtx_handles::HANDLES;
+use crate::life::shim::annotation_device;
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -134,25 +134,12 @@ fn down(core2: bool, id: usize) -> FnPtr {
     slot.map_or(std::ptr::null(), |s| unsafe { *s.get() })
 }
 
-/// Domain and registered-string handles the program holds, to the names they stand for.
-static HANDLES: Lazy<Mutex<HashMap<usize, NameId>>> = Lazy::new(Default::default);
 /// Our own handles (when no downstream made one): distinct, never dereferenced by NVTX users.
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x10);
 /// Whether NVTX has initialised this library (see [`InitializeInjectionNvtx2`]).
 static INITIALISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Our own start/end ids (when no downstream made one).
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
-
-/// The handle table's lock, held across `fork` (see `fork.rs`); a leaf lock.
-pub fn hold_for_fork() -> parking_lot::MutexGuard<'static, HashMap<usize, NameId>> {
-    HANDLES.lock()
-}
-
-/// The device a range start or end is recorded on: the one the shim allocates on for the
-/// calling thread (0 before the shim's state exists).
-pub fn annotation_device() -> i32 {
-    crate::life::state::get_if_ready().map_or(0, crate::life::state::alloc_device)
-}
 
 fn quiet<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)

@@ -15,77 +15,29 @@
 //! - When the driver accepts the disabling, D's access to P's mapped pages is removed
 //!   (`PROT_NONE` for D) and later pages are no longer granted to it.
 //! - The enabled pairs are one bit matrix of atomic words (row P: the devices that may
-//!   access P), so the mapping path reads one word and allocates nothing when no peer is
+//!   access P; `driver/peers.rs`, which the cache's mapping path calls), so the mapping path reads one word and allocates nothing when no peer is
 //!   enabled. The program's call is answered by the driver, unchanged; a failure to carry
 //!   it onto a mapped range already unmapped by a racing free is ignored (nothing is left
 //!   to grant there).
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys as cu;
 
 use crate::driver::entry as de;
+use crate::driver::peers;
 
 use crate::call_driver;
 use crate::call_real;
+use crate::ffi::intercept::{enabled, inside, Inside, Layer};
 use crate::ffi::{guard, SUCCESS};
-use crate::life::intercept::{enabled, inside, Inside, Layer};
 use crate::real::driver::RealFn;
-
-/// Row `p`: bit `d` set when device `d` has peer access to device `p`.
-static ACCESSORS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
-
-/// The devices granted access to device `dev`'s pages besides `dev` itself (a bit mask).
-pub fn accessors_of(dev: i32) -> u64 {
-    usize::try_from(dev)
-        .ok()
-        .and_then(|d| ACCESSORS.get(d))
-        .map_or(0, |w| w.load(Ordering::Acquire))
-}
-
-fn access_desc(dev: i32, flags: cu::CUmemAccess_flags) -> cu::CUmemAccessDesc {
-    // SAFETY: plain C data for which all-zero is a valid value.
-    let mut desc: cu::CUmemAccessDesc = unsafe { std::mem::zeroed() };
-    desc.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = dev;
-    desc.flags = flags;
-    desc
-}
-
-/// Grant the devices with peer access to `dev` read-write access to the fresh mapping
-/// `[ptr, ptr + size)` of `dev`'s memory (called with a context current).
-pub fn grant_new_mapping(dev: i32, ptr: u64, size: u64) -> Result<(), i32> {
-    let mask = accessors_of(dev);
-    if mask == 0 {
-        return Ok(());
-    }
-    let descs: Vec<cu::CUmemAccessDesc> = (0..64)
-        .filter(|d| mask & (1u64 << d) != 0)
-        .map(|d| access_desc(d, cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
-        .collect();
-    // SAFETY: a range the caller just mapped, descriptors of ours.
-    let rc = unsafe { de::cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len()) };
-    if rc == de::SUCCESS {
-        Ok(())
-    } else {
-        Err(rc)
-    }
-}
 
 /// Record that `from` may (or may no longer) access `to`, and carry it onto `to`'s mapped
 /// expandable pages.
 fn changed(from: i32, to: i32, enable: bool) {
-    let (Ok(f), Ok(t)) = (usize::try_from(from), usize::try_from(to)) else {
+    if !peers::record(from, to, enable) {
         return;
-    };
-    if f >= 64 || t >= 64 {
-        return;
-    }
-    if enable {
-        ACCESSORS[t].fetch_or(1 << f, Ordering::AcqRel);
-    } else {
-        ACCESSORS[t].fetch_and(!(1 << f), Ordering::AcqRel);
     }
     let Some(s) = crate::life::state::get_if_ready() else {
         return;
@@ -95,7 +47,7 @@ fn changed(from: i32, to: i32, enable: bool) {
     } else {
         cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
     };
-    let desc = access_desc(from, flags);
+    let desc = peers::access_desc(from, flags);
     let _inside = Inside::enter();
     for seg in s.alloc.segments(to).iter().filter(|g| g.is_expandable) {
         // SAFETY: a range the cache has mapped (or, racing a release, had mapped: the

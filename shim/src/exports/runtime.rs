@@ -16,12 +16,13 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
-use crate::ffi::lasterror;
+use crate::exports::fallback;
+use crate::exports::lasterror;
+use crate::ffi::failopen::{self, Point};
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
     ERR_UNKNOWN, SUCCESS,
 };
-use crate::life::failopen::{self, Point};
 use crate::life::{capture, state};
 use crate::observe::runtime as observing;
 use crate::real::runtime::Stream;
@@ -74,7 +75,7 @@ fn forbidden_free() -> Option<c_int> {
 }
 
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
-    let s = crate::life::intercept::runtime_state()?;
+    let s = crate::life::state::runtime_state()?;
     if failopen::pass_through(Point::Runtime) {
         return None;
     }
@@ -140,7 +141,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     let real = || call_real!(cudaFree(ptr));
     let fallback = || {
         let p = ptr as u64;
-        failopen::free_fallback(p, |s| s.alloc.free(p, 0, NO_STACK), real)
+        fallback::free_fallback(p, |s| s.alloc.free(p, 0, NO_STACK), real)
     };
     failopen::guard_or(
         "cudaFree",
@@ -149,7 +150,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
             if let Some(rc) = observing::free(ptr) {
                 return rc;
             }
-            let Some(s) = crate::life::intercept::runtime_state() else {
+            let Some(s) = crate::life::state::runtime_state() else {
                 return real();
             };
             if ptr.is_null() {
@@ -171,7 +172,7 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
                 crate::ipc::freed(ptr as u64);
             }
             match r {
-                Ok(()) if degraded => failopen::drained(s),
+                Ok(()) if degraded => state::drained(s),
                 Ok(()) => SUCCESS,
                 Err(e) => refused_free("cudaFree", ptr, e, || {
                     observe::free(s, ptr as u64, dev, real)
@@ -188,7 +189,7 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
     let real = || call_real!(cudaFreeAsync(ptr, stream));
     let fallback = || {
         let p = ptr as u64;
-        failopen::free_fallback(
+        fallback::free_fallback(
             p,
             |s| s.alloc.free_async(p, stream as u64, 0, NO_STACK),
             real,
@@ -201,7 +202,7 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
             if let Some(rc) = observing::free_async(ptr, stream) {
                 return rc;
             }
-            let Some(s) = crate::life::intercept::runtime_state() else {
+            let Some(s) = crate::life::state::runtime_state() else {
                 return real();
             };
             if ptr.is_null() {
@@ -228,7 +229,7 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
 }
 
 fn host_alloc(out: *mut *mut c_void, size: usize, flags: c_uint) -> Option<c_int> {
-    let s = crate::life::intercept::runtime_state()?;
+    let s = crate::life::state::runtime_state()?;
     if !crate::driver::device::pinned_supported() || failopen::pass_through(Point::Pinned) {
         return None;
     }
@@ -281,7 +282,7 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     let real = || call_real!(cudaFreeHost(ptr));
     let fallback = || {
         let p = ptr as u64;
-        failopen::free_fallback(p, |s| s.alloc.host_free(p, NO_STACK), real)
+        fallback::free_fallback(p, |s| s.alloc.host_free(p, NO_STACK), real)
     };
     failopen::guard_or(
         "cudaFreeHost",
@@ -290,7 +291,7 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
             if let Some(rc) = observing::free_host(ptr) {
                 return rc;
             }
-            let Some(s) = crate::life::intercept::runtime_state() else {
+            let Some(s) = crate::life::state::runtime_state() else {
                 return real();
             };
             if ptr.is_null() {
@@ -308,14 +309,14 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaMemGetInfo",
         || call_real!(cudaMemGetInfo(free, total)),
         |real| {
             if let Some(rc) = observing::mem_get_info(free, total) {
                 return rc;
             }
-            let Some(s) = crate::life::intercept::runtime_state() else {
+            let Some(s) = crate::life::state::runtime_state() else {
                 return real();
             };
             if free.is_null() || total.is_null() {

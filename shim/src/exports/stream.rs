@@ -16,10 +16,10 @@ use crate::real::runtime::Stream;
 const NON_BLOCKING: c_uint = 1;
 
 fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
-    crate::life::failopen::inject(crate::life::failopen::Point::Stream);
+    crate::ffi::failopen::inject(crate::ffi::failopen::Point::Stream);
     if rc == SUCCESS && !out.is_null() {
         // Observing: the cache is unused and asks the runtime nothing.
-        if let Some(s) = crate::life::intercept::runtime_state().filter(|_| !observing()) {
+        if let Some(s) = crate::life::state::runtime_state().filter(|_| !observing()) {
             // SAFETY: the real create succeeded, so `*out` holds the new stream.
             let stream = unsafe { *out } as u64;
             s.alloc
@@ -31,7 +31,7 @@ fn created(rc: c_int, out: *mut Stream, flags: c_uint) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaStreamCreate(out: *mut Stream) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamCreate",
         || call_real!(cudaStreamCreate(out)),
         |real| created(real(), out, 0),
@@ -40,7 +40,7 @@ pub extern "C" fn cudaStreamCreate(out: *mut Stream) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaStreamCreateWithFlags(out: *mut Stream, flags: c_uint) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamCreateWithFlags",
         || call_real!(cudaStreamCreateWithFlags(out, flags)),
         |real| created(real(), out, flags),
@@ -53,7 +53,7 @@ pub extern "C" fn cudaStreamCreateWithPriority(
     flags: c_uint,
     priority: c_int,
 ) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamCreateWithPriority",
         || call_real!(cudaStreamCreateWithPriority(out, flags, priority)),
         |real| created(real(), out, flags),
@@ -62,12 +62,12 @@ pub extern "C" fn cudaStreamCreateWithPriority(
 
 #[no_mangle]
 pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaStreamDestroy",
         || call_real!(cudaStreamDestroy(stream)),
         |real| {
-            crate::life::failopen::inject(crate::life::failopen::Point::Stream);
-            if let Some(s) = crate::life::intercept::runtime_state().filter(|_| !observing()) {
+            crate::ffi::failopen::inject(crate::ffi::failopen::Point::Stream);
+            if let Some(s) = crate::life::state::runtime_state().filter(|_| !observing()) {
                 s.alloc
                     .stream_destroyed(state::current_device(), stream as u64);
             }
@@ -82,11 +82,11 @@ pub extern "C" fn cudaStreamDestroy(stream: Stream) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaDeviceReset() -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaDeviceReset",
         || call_real!(cudaDeviceReset()),
         |real| {
-            if let Some(s) = crate::life::intercept::runtime_state() {
+            if let Some(s) = crate::life::state::runtime_state() {
                 s.alloc.device_reset(state::current_device());
                 // The program's own allocations go with the device too.
                 s.observed

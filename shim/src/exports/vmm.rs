@@ -59,8 +59,8 @@ fn noted(rc: c_int, note: impl FnOnce()) -> Option<c_int> {
     if rc == crate::ffi::SUCCESS {
         // A failure while recording leaves the real call's result standing (never a
         // second real call).
-        crate::life::failopen::note("a VMM record", || {
-            crate::life::failopen::inject(crate::life::failopen::Point::Vmm);
+        crate::ffi::failopen::note("a VMM record", || {
+            crate::ffi::failopen::inject(crate::ffi::failopen::Point::Vmm);
             note()
         });
     }

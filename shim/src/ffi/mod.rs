@@ -4,7 +4,8 @@
 //! line and returns `cudaErrorUnknown`.
 
 pub mod callsite;
-pub mod lasterror;
+pub mod failopen;
+pub mod intercept;
 pub mod types;
 
 use std::ffi::c_int;
@@ -39,7 +40,7 @@ pub fn guard(what: &str, f: impl FnOnce() -> c_int) -> c_int {
 
 #[cold]
 fn internal_error(what: &str) -> c_int {
-    crate::life::failopen::failed(what);
+    crate::ffi::failopen::failed(what);
     eprintln!("cushim: internal error in {what}; returning cudaErrorUnknown");
     ERR_UNKNOWN
 }

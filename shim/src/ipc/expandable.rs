@@ -44,15 +44,13 @@ use crate::driver::entry as de;
 
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, as the driver's integer argument.
 const POSIX_FD_HANDLE: std::ffi::c_uint = 1;
-/// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`.
-const POSIX_FD_SUPPORTED_ATTRIBUTE: c_int = 103;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
+use crate::ffi::intercept::Inside;
 use crate::ffi::{ERR_INVALID_CONTEXT, ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
 use crate::ipc::records as ipc_records;
 use crate::ipc::IpcHandle;
-use crate::life::intercept::Inside;
 
 const MAGIC: &[u8; 8] = b"CUSHIMX1";
 
@@ -140,19 +138,6 @@ impl Record {
             size: u64_at(16)?,
             pages,
         })
-    }
-}
-
-/// The handle types the cache's pages ask for on `dev`: POSIX descriptors when the device
-/// can export them (so blocks of expandable segments can be shared), else none.
-pub fn handle_types(dev: c_int) -> cu::CUmemAllocationHandleType {
-    let mut v: c_int = 0;
-    // SAFETY: valid out-pointer; an attribute every CUDA 12 driver defines.
-    let rc = unsafe { de::cuDeviceGetAttribute(&mut v, POSIX_FD_SUPPORTED_ATTRIBUTE, dev) };
-    if rc == de::SUCCESS && v == 1 {
-        cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-    } else {
-        cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
     }
 }
 

@@ -146,7 +146,7 @@ pub fn remove_at_exit<T>(
     table: &parking_lot::Mutex<T>,
     files: impl FnOnce(&mut T) -> &mut Vec<std::path::PathBuf>,
 ) {
-    let forked = crate::life::fork::in_forked_child();
+    let forked = crate::life::forked::in_forked_child();
     let mut guard = if forked {
         match table.try_lock() {
             Some(g) => g,

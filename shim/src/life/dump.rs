@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
 
-use crate::life::state::{self, Shim};
+use crate::life::shim::{self, Shim};
 
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 static READ_FD: AtomicI32 = AtomicI32::new(-1);
@@ -103,7 +103,7 @@ fn serve_requests(s: &Shim) {
 /// The snapshots owed at the end of the program (`when`: "at exit", "on SIGTERM"): one for
 /// each open dump request, then the exit snapshot.
 pub fn final_dumps(when: &str) {
-    let Some(s) = state::get_if_ready() else {
+    let Some(s) = shim::get_if_ready() else {
         return;
     };
     if template().is_none() {
@@ -122,25 +122,6 @@ extern "C" fn at_exit() {
         crate::life::ending::wait_for_end();
     }
     final_dumps("at exit");
-}
-
-/// Spawn a shim thread with every signal blocked, so that the program's signals are always
-/// delivered to the program's own threads (the thread's creator keeps its mask).
-pub fn spawn_quiet(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    // SAFETY: sigset operations on local sets; the creator's mask is restored below.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        old
-    };
-    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
-    // SAFETY: restoring the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    spawned
-        .map(|_| ())
-        .map_err(|e| format!("cannot start the {name} thread: {e}"))
 }
 
 /// After an allocation failed for lack of memory: a snapshot, when `CUSHIM_DUMP_ON_OOM=1`.
@@ -163,7 +144,7 @@ pub fn install() {
     }
     // SAFETY: registering a plain extern "C" function with no preconditions.
     unsafe { libc::atexit(at_exit) };
-    crate::life::ending::install();
+    crate::life::ending::install(dump_signal());
     let Some(sig) = dump_signal() else {
         return;
     };
@@ -171,6 +152,7 @@ pub fn install() {
         eprintln!("cushim: no live dumps: {e}");
         return;
     }
+    crate::life::sigchain::on(crate::life::sigchain::Role::Dump, |_| request_from_signal());
     if let Err(e) = crate::life::sigchain::arm(sig, crate::life::sigchain::Role::Dump) {
         eprintln!("cushim: no live dumps: {e}");
     }
@@ -186,7 +168,7 @@ fn start_dumper() -> Result<(), String> {
     let (rfd, wfd) = (fds[0], fds[1]);
     // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
     unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    let spawned = spawn_quiet("cushim-dump", move || dumper(rfd));
+    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-dump", move || dumper(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {
@@ -200,14 +182,12 @@ fn start_dumper() -> Result<(), String> {
     Ok(())
 }
 
-/// In a `fork` child (from `fork.rs`): the parent's dump thread does not exist here, so when
+/// In a `fork` child (from `fork.rs`, after the ending thread's and the log's): the parent's dump thread does not exist here, so when
 /// live dumps are armed, the child gets its own pipe and thread (the signal handler, which
 /// the child inherits, writes to the new pipe). The inherited pipe is closed.
 pub fn after_fork_in_child() {
     // A dump the parent's dump thread was writing will never finish here.
     DUMPING.store(false, Ordering::Release);
-    crate::life::ending::after_fork_in_child();
-    crate::life::log_writer::after_fork_in_child();
     let (rfd, wfd) = (
         READ_FD.load(Ordering::Relaxed),
         WRITE_FD.load(Ordering::Relaxed),
@@ -242,7 +222,7 @@ fn dumper(rfd: c_int) {
         if n == 0 {
             return;
         }
-        if let Some(s) = state::get_if_ready() {
+        if let Some(s) = shim::get_if_ready() {
             serve_requests(s);
         }
     }

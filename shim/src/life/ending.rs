@@ -21,6 +21,8 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use once_cell::sync::OnceCell;
+
 use crate::life::sigchain::{self, Role};
 
 /// The signals that end a program gracefully.
@@ -62,20 +64,32 @@ pub fn wait_for_end() -> ! {
     }
 }
 
-/// Arm the ending signals and start the ending thread (once; for the snapshot, the log or
-/// both).
-pub fn install() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(install_once);
+/// What the ending thread does before the signal is raised again: the snapshots owed and the
+/// event log's end. Registered when the state is built (`state.rs`), before anything can
+/// call [`install`].
+static ON_END: OnceCell<fn(&str)> = OnceCell::new();
+
+/// Register what the ending thread does before the signal is raised again (`when`: "on
+/// SIGTERM"); once, later calls are ignored.
+pub fn on_end(end: fn(&str)) {
+    let _ = ON_END.set(end);
 }
 
-fn install_once() {
+/// Arm the ending signals but `dump_signal` and start the ending thread (once; for the
+/// snapshot, the log or both).
+pub fn install(dump_signal: Option<c_int>) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| install_once(dump_signal));
+}
+
+fn install_once(dump_signal: Option<c_int>) {
     if let Err(e) = start_thread() {
         eprintln!("cushim: no snapshot on SIGTERM/SIGINT/SIGHUP/SIGQUIT: {e}");
         return;
     }
+    sigchain::on(Role::End, request_from_signal);
     for sig in ENDING {
-        if crate::life::dump::dump_signal() == Some(sig) {
+        if dump_signal == Some(sig) {
             continue;
         }
         if let Err(e) = sigchain::arm(sig, Role::End) {
@@ -91,7 +105,7 @@ fn start_thread() -> Result<(), String> {
         return Err(format!("pipe2 failed: {}", std::io::Error::last_os_error()));
     }
     let (rfd, wfd) = (fds[0], fds[1]);
-    let spawned = crate::life::dump::spawn_quiet("cushim-end", move || ending_thread(rfd));
+    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-end", move || ending_thread(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {
@@ -151,8 +165,9 @@ fn ending_thread(rfd: c_int) {
         }
     }
     let sig = PENDING.load(Ordering::Acquire);
-    crate::life::dump::final_dumps(&format!("on {}", cushim::config::signal::name(sig)));
-    crate::life::log_writer::finish();
+    if let Some(end) = ON_END.get() {
+        end(&format!("on {}", cushim::config::signal::name(sig)));
+    }
     reraise(sig);
 }
 

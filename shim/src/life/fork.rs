@@ -5,7 +5,7 @@
 //! host's), the interned-stack table's, the DWARF unwinder's module list, the module
 //! epochs' registry (`trace/module_epochs.rs`), then the observed-allocation tables' (leaf
 //! locks: `alloc/observed.rs`), then the NVTX handle table, range-path table and range
-//! annotations (leaf locks: `nvtx.rs`, `trace/range.rs`, `trace/annotations.rs`). That is the
+//! annotations (leaf locks: `life/nvtx_handles.rs`, `trace/range.rs`, `trace/annotations.rs`). That is the
 //! order the rest of the shim nests them in (a stack is captured and interned before the
 //! allocator's lock is taken, and never under it, so no thread holds a later lock while
 //! waiting for an earlier one). After `fork` the parent releases them unchanged, so its
@@ -21,14 +21,13 @@
 //! and never hangs on a lock of its own.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use cushim::alloc::observed::ObservedHold;
 use cushim::alloc::ForkHold;
 use cushim::trace::intern::{StackTable, TableHold};
 use cushim::trace::{annotations, module_epochs, range, unwind_dwarf};
 
-use crate::life::state;
+use crate::life::shim;
 
 /// What the forking thread holds between the prepare handler and the parent's or child's.
 struct Held {
@@ -58,7 +57,7 @@ pub fn install() {
 
 extern "C" fn prepare() {
     let _ = std::panic::catch_unwind(|| {
-        let Some(s) = state::get_if_ready() else {
+        let Some(s) = shim::get_if_ready() else {
             return;
         };
         // Order: allocator, stack table, module list, module epochs, observed tables, NVTX
@@ -69,7 +68,7 @@ extern "C" fn prepare() {
             unwinder: unwind_dwarf::hold_for_fork(),
             modules: module_epochs::hold_for_fork(),
             observed: s.observed.hold_for_fork(),
-            nvtx_handles: crate::exports::nvtx::hold_for_fork(),
+            nvtx_handles: crate::life::nvtx_handles::hold_for_fork(),
             ranges: range::hold_for_fork(),
             annotations: annotations::hold_for_fork(),
         };
@@ -89,23 +88,14 @@ extern "C" fn parent() {
     });
 }
 
-/// Set in a `fork` child (and never cleared: `exec` starts a new image).
-static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process is a `fork` child of a process that ran the shim. Its dumps make no
-/// device call of the shim's own: the parent's threads may have held the driver's locks at
-/// the fork (CUDA leaves any use of the driver after `fork` undefined), so a dump that asked
-/// the driver could wait for ever on a lock no thread of the child will release.
-pub fn in_forked_child() -> bool {
-    FORKED_CHILD.load(Ordering::Relaxed)
-}
-
 extern "C" fn child() {
-    FORKED_CHILD.store(true, Ordering::Relaxed);
+    crate::life::forked::mark_child();
     let _ = std::panic::catch_unwind(|| {
         if let Some(h) = take_held() {
             release(h, true);
         }
+        crate::life::ending::after_fork_in_child();
+        crate::life::log_writer::after_fork_in_child();
         crate::life::dump::after_fork_in_child();
     });
 }

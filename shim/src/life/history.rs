@@ -23,25 +23,15 @@ impl History {
         let conf = HistoryConf::from_env();
         StackTable::global().set_limit(conf.max_stacks);
         cushim::trace::module_epochs::set_tracking(conf.alloc_stacks() || conf.free_stacks());
-        if conf.records_history() {
-            cushim::trace::annotations::enable(
-                conf.max_entries,
-                crate::exports::nvtx::annotation_device,
-            );
-        }
         History {
             conf,
             skip: SkipRange::of_module_containing(History::from_env as *const () as usize),
         }
     }
 
-    /// The event sink for device `dev` (`-1`: pinned host memory), logging every event
-    /// when `CUSHIM_LOG` is set.
-    pub fn make_sink(&self, dev: i32) -> Box<dyn EventSink> {
-        crate::life::log_writer::wrap(self.ring_sink(dev))
-    }
-
-    fn ring_sink(&self, dev: i32) -> Box<dyn EventSink> {
+    /// The trace ring for device `dev` (`-1`: pinned host memory), or a `NullSink` when
+    /// nothing is recorded there (the start-up wraps it for the event log).
+    pub fn ring_sink(&self, dev: i32) -> Box<dyn EventSink> {
         let c = &self.conf;
         if dev < 0 {
             if c.record_host && c.records_history() {

@@ -46,7 +46,7 @@ use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// Queue slots: about 8 MiB of events.
 pub const QUEUE_EVENTS: usize = 1 << 17;
@@ -182,7 +182,8 @@ pub fn start(s: &Shim) {
         eprintln!("cushim: no event log: {e}");
         return;
     }
-    crate::life::ending::install();
+    crate::life::ending::install(crate::life::dump::dump_signal());
+    crate::life::sigchain::on(crate::life::sigchain::Role::Fatal, |_| flush_from_signal());
     crate::life::sigchain::arm_fatal();
 }
 
@@ -214,7 +215,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         "cmdline": std::env::args().collect::<Vec<_>>(),
         "clock": "microseconds since the Unix epoch",
         "clock_origin_us": cushim::trace::event::now_us(),
-        "mode": crate::observe::mode_name(),
+        "mode": crate::life::mode::mode_name(),
         "allocator_settings": s.alloc.conf().settings_json(),
         "env": {
             "CUSHIM_HISTORY": std::env::var("CUSHIM_HISTORY").ok(),
@@ -222,7 +223,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
             "PYTORCH_CUDA_ALLOC_CONF": std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
         },
         "device_count": s.alloc.device_count(),
-        "memory": crate::observe::unexplained::memory_json(s),
+        "memory": crate::life::unexplained::memory_json(s),
     });
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(MAGIC);
@@ -249,7 +250,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
     QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
-    let spawned = crate::life::dump::spawn_quiet("cushim-log", writer_thread);
+    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
     if let Err(e) = spawned {
         DRAINING.store(false, Ordering::Release);
         return Err(e);

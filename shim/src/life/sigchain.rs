@@ -26,6 +26,8 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
+use once_cell::sync::OnceCell;
+
 /// What the shim does with a signal before the program's disposition.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
@@ -40,6 +42,24 @@ pub enum Role {
     /// `SIG_DFL`, the default action follows (the faulting instruction runs again, or a
     /// signal sent by a process is raised again).
     Fatal = 3,
+}
+
+/// What each role does on delivery (index: the role), registered by the module that arms
+/// signals with that role, before it arms them ([`on`]). Read in the handler: one atomic
+/// load each, async-signal safe.
+static HANDLERS: [OnceCell<fn(c_int)>; 4] = [const { OnceCell::new() }; 4];
+
+/// Register what `role` does on delivery (the dump request, the ending request, the log's
+/// flush); only async-signal-safe work. Once per role; later calls are ignored.
+pub fn on(role: Role, handler: fn(c_int)) {
+    let _ = HANDLERS[role as usize].set(handler);
+}
+
+/// Run `role`'s part for `sig`, if registered.
+fn run(role: Role, sig: c_int) {
+    if let Some(h) = HANDLERS[role as usize].get() {
+        h(sig);
+    }
 }
 
 /// The crash signals whose last events the log keeps.
@@ -230,7 +250,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     let role = s.role.load(Ordering::Acquire);
     // The request first, so that an ending signal arriving in this handler finds it.
     if role == Role::Dump as u8 {
-        crate::life::dump::request_from_signal();
+        run(Role::Dump, sig);
     }
     let disposition = {
         // With every signal blocked while the lock is held (as everywhere), a nested
@@ -255,7 +275,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         d
     };
     if role == Role::Fatal as u8 {
-        crate::life::log_writer::flush_from_signal();
+        run(Role::Fatal, sig);
     }
     match disposition {
         Disposition::Handler { addr, siginfo } => {
@@ -272,9 +292,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
                 }
             }
         }
-        Disposition::Default if role == Role::End as u8 => {
-            crate::life::ending::request_from_signal(sig)
-        }
+        Disposition::Default if role == Role::End as u8 => run(Role::End, sig),
         Disposition::Default if role == Role::Fatal as u8 => {
             disarm(sig);
             // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.

@@ -11,7 +11,7 @@ use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::snapshot::output::{expand, write_snapshot, TemplateVars};
 use cushim::trace::intern::StackTable;
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// Merge observed events into a device's events, oldest first (stable: equal times keep
 /// the cache's events first).
@@ -37,7 +37,7 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         ..SnapshotInput::default()
     };
     // In a `fork` child the dump asks the driver nothing (`fork.rs`).
-    let forked = crate::life::fork::in_forked_child();
+    let forked = crate::life::forked::in_forked_child();
     let devices = if forked {
         s.alloc.snapshot_without_device_calls()
     } else {
@@ -70,8 +70,8 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         }
     }
     input.extra = serde_json::json!({
-        "mode": crate::observe::mode_name(),
-        "memory": crate::observe::unexplained::memory_json(s),
+        "mode": crate::life::mode::mode_name(),
+        "memory": crate::life::unexplained::memory_json(s),
     });
     input.stats = crate::life::stats::stats_json(s);
     let v = build(&input, StackTable::global());

@@ -4,29 +4,28 @@
 //! it is still initializing (re-entry) sees no state and passes through to the real function;
 //! when `CUSHIM_DISABLE=1`, or no driver can be initialized, every export is a pure
 //! pass-through for the life of the process.
+//!
+//! The built value and what reads it without building it are `shim.rs` (re-exported here
+//! for the exports). Start-up also registers what the modules below `life/` call back into
+//! (fail open's drain, the per-thread stream note, the end of the program): each before the
+//! state is published, so each finds the state whenever it would have found it by name.
 
 use std::cell::Cell;
 use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cushim::alloc::observed::ObservedTable;
 use cushim::alloc::CachingAllocator;
 use cushim::config::alloc::AllocConf;
-use once_cell::sync::OnceCell;
+use cushim::trace::event::EventSink;
 
 use crate::driver::device::CudaDevice;
+use crate::ffi::intercept::{enabled, inside, Layer};
 use crate::life::history::History;
-
-/// Everything an export needs.
-pub struct Shim {
-    pub alloc: CachingAllocator,
-    pub history: History,
-    /// Allocations recorded as made (observing mode, and families the cache does not serve).
-    pub observed: ObservedTable,
-}
-
-static STATE: OnceCell<Option<Shim>> = OnceCell::new();
+use crate::life::shim::STATE;
+pub use crate::life::shim::{alloc_device, current_device, get_if_ready, Shim};
 
 thread_local! {
     static INITIALIZING: Cell<bool> = const { Cell::new(false) };
@@ -91,16 +90,11 @@ fn start_runtime_first() {
     }
     // Observing: the program's device calls are exactly its own (the real functions it calls
     // start the runtime themselves).
-    if crate::observe::observing() {
+    if crate::life::mode::observing() {
         return;
     }
     let null = std::ptr::null_mut();
     let _ = crate::call_real!(cudaFree(null));
-}
-
-/// The state if it was already built (never initializes; for exit and signal paths).
-pub fn get_if_ready() -> Option<&'static Shim> {
-    STATE.get().and_then(|s| s.as_ref())
 }
 
 fn init() -> Option<Shim> {
@@ -109,8 +103,10 @@ fn init() -> Option<Shim> {
     }
     // The shim's own start-up is never intercepted by the driver hooks when the runtime
     // layer is. It starts neither the runtime nor a context: see [`start_runtime`].
-    let _inside = crate::life::intercept::Inside::enter_runtime();
-    crate::life::failopen::inject(crate::life::failopen::Point::Init);
+    let _inside = crate::ffi::intercept::Inside::enter_runtime();
+    crate::ffi::failopen::inject(crate::ffi::failopen::Point::Init);
+    crate::ffi::failopen::on_failure(drain_after_failure);
+    crate::per_thread::on_first_use(tell_per_thread_use);
     let device = match CudaDevice::new() {
         Ok(d) => Arc::new(d),
         Err(e) => {
@@ -120,43 +116,82 @@ fn init() -> Option<Shim> {
     };
     let conf = AllocConf::from_env();
     let history = History::from_env();
-    let alloc = CachingAllocator::new(device, conf, &|dev| history.make_sink(dev));
+    if history.conf.records_history() {
+        cushim::trace::annotations::enable(
+            history.conf.max_entries,
+            crate::life::shim::annotation_device,
+        );
+    }
+    let alloc = CachingAllocator::new(device, conf, &|dev| make_sink(&history, dev));
     crate::per_thread::apply(&alloc);
-    let observed = ObservedTable::new(alloc.device_count(), &|dev| history.make_sink(dev));
+    let observed = ObservedTable::new(alloc.device_count(), &|dev| make_sink(&history, dev));
     let shim = Shim {
         alloc,
         history,
         observed,
     };
+    crate::life::ending::on_end(end_of_program);
     crate::life::dump::install();
     crate::life::log_writer::start(&shim);
     crate::life::fork::install();
     Some(shim)
 }
 
-/// The device a cudaMalloc/cudaFree of the calling thread works on: its current device, or
-/// 0 without asking when the allocator has a single device.
-///
-/// Why the shortcut is exact: with one device the runtime's current device can only be 0,
-/// and [`current_device`] maps a failing `cudaGetDevice` to 0 as well, so the answer is
-/// the same; a free's device is only a hint (the allocator tries every device). It saves a
-/// real `cudaGetDevice` per call, a noticeable share of a cached cudaMalloc+cudaFree pair
-/// through the shim (BENCHMARKS.md, "Measurements behind design choices").
-#[inline]
-pub fn alloc_device(s: &Shim) -> c_int {
-    if s.alloc.device_count() == 1 {
-        0
-    } else {
-        current_device()
+/// The event sink for device `dev` (`-1`: pinned host memory), logging every event when
+/// `CUSHIM_LOG` is set.
+fn make_sink(history: &History, dev: i32) -> Box<dyn EventSink> {
+    crate::life::log_writer::wrap(history.ring_sink(dev))
+}
+
+/// What the ending thread does when an ending signal ends the program (registered with
+/// `ending` at start-up): the snapshots owed, then the event log's end.
+fn end_of_program(when: &str) {
+    crate::life::dump::final_dumps(when);
+    crate::life::log_writer::finish();
+}
+
+/// After a free served by the cache while caching is off: the memory the cache no longer
+/// needs goes back to CUDA, where the program's own allocations now come from (a cache
+/// that kept it would leave the program less memory than without the shim). `SUCCESS`.
+#[cold]
+pub fn drained(s: &Shim) -> c_int {
+    let _ = catch_unwind(AssertUnwindSafe(|| s.alloc.empty_cache()));
+    crate::ffi::SUCCESS
+}
+
+/// After the first internal failure (registered with `ffi::failopen` at start-up): drain the
+/// cache if the state is built.
+fn drain_after_failure() {
+    if let Some(s) = get_if_ready() {
+        drained(s);
     }
 }
 
-/// The calling thread's current device, as the real runtime sees it.
-pub fn current_device() -> c_int {
-    let mut d: c_int = 0;
-    let out: *mut c_int = &mut d;
-    if crate::call_real!(cudaGetDevice(out)) != crate::ffi::SUCCESS {
-        return 0;
+/// A per-thread default stream was used for the first time (registered with `per_thread` at
+/// start-up): tell the allocator if the state is built.
+fn tell_per_thread_use() {
+    if let Some(s) = get_if_ready() {
+        s.alloc.per_thread_streams_used();
     }
-    d
+}
+
+/// The shim for a runtime export, or `None` when the call must pass through (runtime layer
+/// not intercepted, shim disabled or not initializable).
+#[inline]
+pub fn runtime_state() -> Option<&'static Shim> {
+    if !enabled(Layer::Runtime) {
+        return None;
+    }
+    let s = get()?;
+    start_runtime();
+    Some(s)
+}
+
+/// The shim for a driver hook, or `None` when the call must pass through (driver layer not
+/// intercepted, called from inside the shim, shim disabled or not initializable).
+pub fn driver_state() -> Option<&'static Shim> {
+    if !enabled(Layer::Driver) || inside() {
+        return None;
+    }
+    get()
 }

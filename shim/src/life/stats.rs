@@ -1,6 +1,6 @@
 //! Memory statistics as one JSON document (for the C API and the snapshot's `cushim` key).
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// `{"devices": [stats of device 0, ...], "host": {pinned stats}}`.
 pub fn stats_json(s: &Shim) -> serde_json::Value {

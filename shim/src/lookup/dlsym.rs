@@ -20,7 +20,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::life::intercept::{enabled, inside, Layer};
+use crate::ffi::intercept::{enabled, inside, Layer};
 use crate::real::driver::{in_shim, real_dlsym, real_dlsym_addr};
 
 /// Decide a `dlsym(handle, name)` made from return address `caller`: the hook to return, or

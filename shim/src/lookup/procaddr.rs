@@ -16,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::call_driver;
-use crate::life::intercept::{enabled, inside, Layer};
+use crate::ffi::intercept::{enabled, inside, Layer};
 use crate::lookup::table::{by_symbol, hooked_symbol};
 use crate::real::driver::RealFn;
 

@@ -19,19 +19,15 @@
 
 use std::ffi::c_int;
 
+use crate::exports::lasterror;
 use crate::exports::{address, capture, driver, ipc, peer, runtime, stream, vmm};
-use crate::ffi::lasterror;
-use crate::life::intercept::Layer;
+use crate::ffi::intercept::Layer;
 use crate::lookup::procaddr;
 use crate::real::driver::RealFn;
 use crate::real::runtime::fns;
 use crate::real::slots;
 
-/// A hook and the real function it stands for.
-pub struct Hook {
-    pub hook: usize,
-    pub real: &'static RealFn,
-}
+pub use crate::real::driver::Hook;
 
 /// Which function of a legacy / per-thread pair a row is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,79 +12,20 @@
 //! driver's (a production job, a framework with its own cache), and the snapshot still shows
 //! every byte; why cache: the cache's own speed and policy are what is being tried.
 //!
-//! Invariants: the mode is read once with `getenv` and never changes; a bad value is named in
-//! one line and `cache` kept. The observing path of a call costs one stack capture (only with
+//! The mode itself is read in `life/mode.rs` (start-up and dumps need it too). The observing path of a call costs one stack capture (only with
 //! history) and one lock with one address-map operation.
 
 pub mod driver;
 pub mod runtime;
-pub mod unexplained;
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use cushim::alloc::observed::{Kind, Record};
 use cushim::trace::event::NO_STACK;
 
 use crate::ffi::SUCCESS;
+pub use crate::life::mode::{mode_name, observing, parse_mode};
 use crate::life::state::Shim;
-
-const UNREAD: u8 = 0;
-const CACHE: u8 = 1;
-const OBSERVE: u8 = 2;
-
-static MODE: AtomicU8 = AtomicU8::new(UNREAD);
-
-/// Parse a `CUSHIM_MODE` value.
-pub fn parse_mode(v: &[u8]) -> Option<bool> {
-    match v.trim_ascii() {
-        b"observe" => Some(true),
-        b"cache" | b"" => Some(false),
-        _ => None,
-    }
-}
-
-#[cold]
-fn read_mode() -> u8 {
-    // SAFETY: getenv with a NUL-terminated name; the value is read at once.
-    let p = unsafe { libc::getenv(c"CUSHIM_MODE".as_ptr()) };
-    if p.is_null() {
-        MODE.store(CACHE, Ordering::Relaxed);
-        return CACHE;
-    }
-    // SAFETY: a non-null getenv result is a NUL-terminated string.
-    let v = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
-    let m = match parse_mode(v) {
-        Some(true) => OBSERVE,
-        Some(false) => CACHE,
-        None => {
-            eprintln!(
-                "cushim: CUSHIM_MODE={}: expected cache or observe; using cache",
-                String::from_utf8_lossy(v)
-            );
-            CACHE
-        }
-    };
-    MODE.store(m, Ordering::Relaxed);
-    m
-}
-
-/// Whether the process runs in observing mode.
-#[inline]
-pub fn observing() -> bool {
-    let m = MODE.load(Ordering::Relaxed);
-    let m = if m == UNREAD { read_mode() } else { m };
-    m == OBSERVE
-}
-
-/// The mode's name, for the snapshot.
-pub fn mode_name() -> &'static str {
-    if observing() {
-        "observe"
-    } else {
-        "cache"
-    }
-}
 
 /// `Some(f(shim))` for a runtime export in observing mode, `None` otherwise (or when the
 /// shim cannot run: the export then calls the real function itself).
@@ -98,7 +39,7 @@ pub fn runtime_call(f: impl FnOnce(&'static Shim) -> c_int) -> Option<c_int> {
     if !observing() {
         return None;
     }
-    out_of_line(|| Some(f(crate::life::intercept::runtime_state()?)))
+    out_of_line(|| Some(f(crate::life::state::runtime_state()?)))
 }
 
 /// [`runtime_call`] for a hook that already holds the shim (the driver layer).
@@ -159,7 +100,7 @@ pub fn alloc_sized(
     real: impl FnOnce() -> c_int,
     addr_size: impl FnOnce() -> (u64, u64),
 ) -> c_int {
-    crate::life::failopen::inject(crate::life::failopen::Point::Observe);
+    crate::ffi::failopen::inject(crate::ffi::failopen::Point::Observe);
     let stack = s.history.alloc_stack();
     let rc = real();
     if rc == SUCCESS {
@@ -184,7 +125,7 @@ pub fn free(s: &Shim, ptr: u64, hint: i32, real: impl FnOnce() -> c_int) -> c_in
     if ptr == 0 {
         return real();
     }
-    crate::life::failopen::inject(crate::life::failopen::Point::Observe);
+    crate::ffi::failopen::inject(crate::ffi::failopen::Point::Observe);
     // A pointer nothing recorded (a free the cache passed on, or the runtime's own call into
     // a hooked driver free after this one already forgot it) costs no stack capture.
     let stack = if s.observed.holds(ptr, hint) {

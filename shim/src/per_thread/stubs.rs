@@ -7,7 +7,7 @@
 //! points are not here (they call `note_stream`/`note_ptds`).
 
 use super::Slot;
-use crate::lookup::table::Hook;
+use crate::real::driver::Hook;
 
 macro_rules! runtime_stubs {
     ($($name:ident => $routine:ident,)*) => {

@@ -172,3 +172,9 @@ macro_rules! call_driver {
         }
     };
 }
+
+/// A hook and the real function it stands for.
+pub struct Hook {
+    pub hook: usize,
+    pub real: &'static RealFn,
+}

@@ -98,7 +98,7 @@ macro_rules! call_real {
     ($name:ident($($a:ident),*)) => {
         match $crate::real::runtime::fns::$name.get() {
             Some(addr) => {
-                let _inside = $crate::life::intercept::Inside::enter_runtime();
+                let _inside = $crate::ffi::intercept::Inside::enter_runtime();
                 // SAFETY: `addr` is the real runtime function of this name, whose C type is
                 // `types::$name`.
                 let f = unsafe { std::mem::transmute::<usize, $crate::real::runtime::types::$name>(addr) };

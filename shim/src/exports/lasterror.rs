@@ -24,7 +24,7 @@ pub fn set(code: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaGetLastError() -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaGetLastError",
         || crate::call_real!(cudaGetLastError()),
         |real| {
@@ -41,7 +41,7 @@ pub extern "C" fn cudaGetLastError() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn cudaPeekAtLastError() -> c_int {
-    crate::life::failopen::around(
+    crate::ffi::failopen::around(
         "cudaPeekAtLastError",
         || crate::call_real!(cudaPeekAtLastError()),
         |real| {

@@ -15,11 +15,11 @@ use cudarc::driver::sys as cu;
 use crate::driver::entry as drv;
 use serde_json::{json, Value};
 
-use crate::life::state::Shim;
+use crate::life::shim::Shim;
 
 /// `(free, total)` of device `dev`, if its primary context is active.
 fn driver_info(dev: i32) -> Option<(u64, u64)> {
-    if crate::life::fork::in_forked_child() {
+    if crate::life::forked::in_forked_child() {
         return None;
     }
     let (mut flags, mut active) = (0u32, 0i32);
@@ -51,7 +51,7 @@ fn driver_info(dev: i32) -> Option<(u64, u64)> {
 
 /// The `memory` list of the snapshot's `cushim` key: one entry per device.
 pub fn memory_json(s: &Shim) -> Value {
-    let observing = crate::observe::observing();
+    let observing = crate::life::mode::observing();
     let devices: Vec<Value> = (0..s.alloc.device_count() as i32)
         .map(|d| {
             let cached = if observing {

@@ -128,27 +128,6 @@ pub fn inside() -> bool {
     DEPTH.with(|d| d.get() > 0)
 }
 
-/// The shim for a runtime export, or `None` when the call must pass through (runtime layer
-/// not intercepted, shim disabled or not initializable).
-#[inline]
-pub fn runtime_state() -> Option<&'static crate::life::state::Shim> {
-    if !enabled(Layer::Runtime) {
-        return None;
-    }
-    let s = crate::life::state::get()?;
-    crate::life::state::start_runtime();
-    Some(s)
-}
-
-/// The shim for a driver hook, or `None` when the call must pass through (driver layer not
-/// intercepted, called from inside the shim, shim disabled or not initializable).
-pub fn driver_state() -> Option<&'static crate::life::state::Shim> {
-    if !enabled(Layer::Driver) || inside() {
-        return None;
-    }
-    crate::life::state::get()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use cushim::alloc::FreeError;
+use once_cell::sync::OnceCell;
 
 /// A place where a fault can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,13 +165,14 @@ pub fn caching_off() -> bool {
     HOT.load(Ordering::Relaxed) & OFF != 0
 }
 
-/// After a free served by the cache while caching is off: the memory the cache no longer
-/// needs goes back to CUDA, where the program's own allocations now come from (a cache
-/// that kept it would leave the program less memory than without the shim). `SUCCESS`.
-#[cold]
-pub fn drained(s: &crate::life::state::Shim) -> c_int {
-    let _ = catch_unwind(AssertUnwindSafe(|| s.alloc.empty_cache()));
-    crate::ffi::SUCCESS
+/// What the first failure does to the shim's state: give what the cache holds unused back to
+/// CUDA. Registered when the state is built (`life/state.rs`), before it is published, so a
+/// failure that finds no drain here finds no state either.
+static ON_FAILURE: OnceCell<fn()> = OnceCell::new();
+
+/// Register what the first failure does to the shim's state (once; later calls are ignored).
+pub fn on_failure(drain: fn()) {
+    let _ = ON_FAILURE.set(drain);
 }
 
 /// Record an internal failure in `what`: caching off for new allocations (what the cache
@@ -178,8 +180,8 @@ pub fn drained(s: &crate::life::state::Shim) -> c_int {
 #[cold]
 pub fn failed(what: &str) {
     if HOT.fetch_or(OFF, Ordering::AcqRel) & OFF == 0 {
-        if let Some(s) = crate::life::state::get_if_ready() {
-            drained(s);
+        if let Some(drain) = ON_FAILURE.get() {
+            drain();
         }
         eprintln!(
             "cushim: internal error in {what}; the call went to CUDA unchanged, and new allocations do from now on (the cache keeps serving what it handed out)"
@@ -260,20 +262,22 @@ pub fn note(what: &str, note: impl FnOnce()) {
 }
 
 /// A free after a failure inside the shim: `cache_free` (the cache's plain free, no stack,
-/// no capture or observing logic) serves the cache's own pointers; everything else, and
-/// every call before the shim was built, goes to `real`.
-pub fn free_fallback(
+/// no capture or observing logic) serves the cache's own pointers, then `freed` follows its
+/// success; everything else, and every call before the shim was built (`state` is `None`),
+/// goes to `real`. The shim's state comes in as a value so this layer names nothing above
+/// it (`exports/fallback.rs` passes it).
+#[inline]
+pub fn free_fallback<S: 'static>(
     ptr: u64,
-    cache_free: impl FnOnce(&'static crate::life::state::Shim) -> Result<(), FreeError>,
+    state: impl FnOnce() -> Option<&'static S>,
+    cache_free: impl FnOnce(&'static S) -> Result<(), FreeError>,
+    freed: impl FnOnce(&'static S) -> c_int,
     real: impl FnOnce() -> c_int,
 ) -> c_int {
     if ptr != 0 {
-        if let Some(s) = crate::life::state::get_if_ready() {
+        if let Some(s) = state() {
             match cache_free(s) {
-                Ok(()) => {
-                    crate::ipc::freed(ptr);
-                    return drained(s);
-                }
+                Ok(()) => return freed(s),
                 Err(FreeError::NotOurs) => {}
                 Err(FreeError::InvalidValue) => return crate::ffi::ERR_INVALID_VALUE,
                 Err(FreeError::InvalidHandle) => return crate::ffi::ERR_INVALID_HANDLE,
