@@ -243,6 +243,15 @@ fn summary_and_replay_read_a_log() {
             text.contains("16.00 MiB") || text.contains("16.0 MiB"),
             "{cmd}: {text}"
         );
+        if cmd == "summary" {
+            // The log records every segment from the run's start: the reserved memory is
+            // known from its events, as `cushim snapshot LOG` shows it.
+            let reserved = text
+                .lines()
+                .find(|l| l.trim_start().starts_with("reserved:"))
+                .unwrap_or_else(|| panic!("no reserved line: {text}"));
+            assert!(!reserved.contains("not recorded"), "{text}");
+        }
     }
 }
 

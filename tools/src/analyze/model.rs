@@ -131,4 +131,15 @@ impl Snapshot {
     pub fn device(&self, d: i64) -> Option<&Device> {
         self.devices.iter().find(|x| x.ordinal == d)
     }
+
+    /// Whether `dev`'s reserved memory is known: from the end state, or, for an input with
+    /// only events, from segment events (cushim's whole-run log records every segment from
+    /// the run's start; an allocation log of another tool has none).
+    pub fn reserved_known(&self, dev: &Device) -> bool {
+        self.has_state
+            || dev
+                .events
+                .iter()
+                .any(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+    }
 }

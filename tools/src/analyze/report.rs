@@ -420,7 +420,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             mib(p.allocated),
             p.allocated_at,
             dev.events.len(),
-            if snap.has_state { mib(p.reserved) } else { "not recorded".into() }
+            if snap.reserved_known(dev) { mib(p.reserved) } else { "not recorded".into() }
         );
         out.push_str("<h3>timeline</h3>\n");
         let marks = Marks {

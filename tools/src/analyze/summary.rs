@@ -71,6 +71,8 @@ pub struct DeviceSummary {
     pub inconsistent: u64,
     /// Whether the input records segments (a log records allocations only).
     pub reserved_known: bool,
+    /// Whether the input lists its segments (a log has only events).
+    pub segments_known: bool,
 }
 
 impl DeviceSummary {
@@ -165,7 +167,8 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
             Node::default()
         },
         inconsistent: st.inconsistent,
-        reserved_known: snap.has_state,
+        reserved_known: snap.reserved_known(dev),
+        segments_known: snap.has_state,
     }
 }
 
@@ -232,8 +235,10 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
                 String::new()
             }
         );
-        let _ = writeln!(out, "  segments: {}", s.segments);
-        let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+        if s.segments_known {
+            let _ = writeln!(out, "  segments: {}", s.segments);
+            let _ = writeln!(out, "  largest free block: {}", mib(s.largest_free_block));
+        }
         if !s.pools.is_empty() {
             let _ = writeln!(
                 out,
@@ -252,7 +257,7 @@ pub fn write_device(out: &mut String, title: &str, s: &DeviceSummary, opts: &Opt
     } else {
         let _ = writeln!(
             out,
-            "  reserved:  not recorded (a log of allocations; `cushim replay` estimates it)"
+            "  reserved:  not recorded (an allocation log without segments; `cushim replay` estimates it)"
         );
     }
     if s.inconsistent > 0 {
