@@ -12,34 +12,10 @@ mod common;
 #[path = "analyze_support.rs"]
 mod support;
 
+use common::cli::{cushim, ok, write};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn cushim(args: &[&str], files: &[&Path]) -> std::process::Output {
-    let mut c = Command::new(common::cushim_bin());
-    c.args(args);
-    for f in files {
-        c.arg(f);
-    }
-    common::run(&mut c)
-}
-
-fn ok(args: &[&str], files: &[&Path]) -> String {
-    let out = cushim(args, files);
-    assert!(
-        out.status.success(),
-        "cushim {args:?} {files:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
 
 /// A python3 program's stdout (a pickle it wrote); `None` when python3 is missing.
 fn python(script: &str) -> Option<Vec<u8>> {

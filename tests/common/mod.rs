@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use cushim_testsupport::artifacts;
 
+pub mod cli;
 pub mod nvtx;
 pub mod skip;
 pub mod stand_in;
