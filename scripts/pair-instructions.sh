@@ -9,7 +9,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel="$root/target/release"
 lib="$rel/simcuda-lib"
-[ -e "$lib/libcudart.so.12" ] || { echo "run 'cargo build --release' and 'target/release/cushim demo' (lays out simcuda) first" >&2; exit 1; }
+[ -x "$rel/cushim" ] || { echo "run 'cargo build --release' first" >&2; exit 1; }
+# `cushim run --sim` lays simcuda out as a CUDA installation in $lib.
+[ -e "$lib/libcudart.so.12" ] || "$rel/cushim" run --sim true || { echo "could not lay out simcuda in $lib" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "valgrind not found" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -29,6 +29,22 @@ impl ProcEnv {
             return Err("simcuda/include/cuda_runtime.h missing (simcuda not merged yet)".into());
         }
         let layout = artifacts::sim_layout(dir).map_err(|e| format!("simcuda layout: {e}"))?;
+        // A figure measured on a library older than its sources would describe other code:
+        // refuse it, naming the build to run (cargo's lock is held while a bench runs, so
+        // the bench cannot build it itself).
+        for (lib, sources) in [
+            (shim.clone(), &["shim/src", "src"][..]),
+            (dir.join(artifacts::SIMCUDA_LIB), &["simcuda/src"][..]),
+        ] {
+            if let Some(newer) = newer_source(&lib, sources) {
+                return Err(format!(
+                    "{} is older than {}: run `cargo build --release -p cushim-shim -p simcuda` (or the profile of {}) first",
+                    lib.display(),
+                    newer.display(),
+                    dir.display()
+                ));
+            }
+        }
         let bins = dir.join("bench-bin");
         std::fs::create_dir_all(&bins).map_err(|e| format!("creating {}: {e}", bins.display()))?;
         Ok(ProcEnv {
@@ -231,4 +247,32 @@ mod tests {
         assert_eq!(frag(out), Some((134217728, 268435456)));
         assert_eq!(frag("nothing\n"), None);
     }
+}
+
+/// A source file under `folders` (relative to the source tree) modified after `lib` was
+/// built, if any; `None` when `lib` is missing (reported where it is run) or the sources are
+/// not there (an installed `cushim`).
+fn newer_source(lib: &Path, folders: &[&str]) -> Option<PathBuf> {
+    let built = std::fs::metadata(lib).and_then(|m| m.modified()).ok()?;
+    let mut stack: Vec<PathBuf> = folders
+        .iter()
+        .map(|f| artifacts::source_root().join(f))
+        .collect();
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs")
+                && meta.modified().is_ok_and(|m| m > built)
+            {
+                return Some(path);
+            }
+        }
+    }
+    None
 }
