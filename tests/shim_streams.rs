@@ -73,7 +73,7 @@ fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     )
 }
 
-const KINDS: [&[&str]; 7] = [
+const KINDS: [&[&str]; 8] = [
     &["nonblocking", "1"],
     &["nonblocking", "4"],
     &["nonblocking", "16"],
@@ -81,6 +81,7 @@ const KINDS: [&[&str]; 7] = [
     &["perthread"],
     &["newstream"],
     &["exited"],
+    &["ptsz"],
 ];
 
 #[test]

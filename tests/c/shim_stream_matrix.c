@@ -8,6 +8,11 @@
  *   perthread      no stream created: a second thread allocates p and queues the late
  *                  write on its per-thread default stream; the main thread frees p and the
  *                  next owner writes on the main thread's per-thread default stream
+ *   ptsz           as perthread, with stream-ordered allocation on the per-thread default
+ *                  stream: the second thread allocates p and frees it with
+ *                  cudaMallocAsync/cudaFreeAsync on cudaStreamPerThread after queueing the
+ *                  late write there; the main thread allocates the next owner the same way
+ *                  (each thread's cudaStreamPerThread is its own stream)
  *   exited         the main thread allocates nothing: a thread allocates p, queues the late
  *                  write on its per-thread default stream, frees p and ends; a thread
  *                  created after it (the C library gives it the first one's thread
@@ -65,6 +70,17 @@ static void *second_thread(void *arg) {
     return NULL;
 }
 
+static void *second_thread_async(void *arg) {
+    (void)arg;
+    void *p = NULL;
+    CHECK(cudaMallocAsync(&p, size, cudaStreamPerThread));
+    fill.p = p;
+    fill.n = size;
+    CHECK(cudaLaunchHostFunc(cudaStreamPerThread, late_write, &fill));
+    CHECK(cudaFreeAsync(p, cudaStreamPerThread));
+    return NULL;
+}
+
 static void *q_exited;
 static pthread_t tid_first, tid_next;
 
@@ -117,6 +133,17 @@ int main(int argc, char **argv) {
         writer = owner = cudaStreamPerThread;
     } else if (!strcmp(kind, "newstream")) {
         writer = 0; /* the owner's stream is created after the reuse, below */
+    } else if (!strcmp(kind, "ptsz")) {
+        pthread_t t;
+        void *q = NULL;
+        if (pthread_create(&t, NULL, second_thread_async, NULL) != 0) return 1;
+        pthread_join(t, NULL);
+        CHECK(cudaMallocAsync(&q, size, cudaStreamPerThread));
+        owner_writes_then_go(q, cudaStreamPerThread);
+        CHECK(cudaDeviceSynchronize());
+        print_reuse_verdict(fill.p, q, size);
+        CHECK(cudaFree(q));
+        return 0;
     } else if (!strcmp(kind, "exited")) {
         pthread_t t;
         if (pthread_create(&t, NULL, first_thread, NULL) != 0) return 1;

@@ -16,8 +16,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
-use crate::exports::fallback;
 use crate::exports::lasterror;
+use crate::exports::{fallback, ordered};
 use crate::ffi::failopen::{self, Point};
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
@@ -88,7 +88,7 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
     let dev = state::alloc_device(s);
     let stack = s.history.alloc_stack();
     let r = if async_ {
-        s.alloc.malloc_async(dev, size as u64, stream, stack)
+        ordered::malloc_async(&s.alloc, dev, size as u64, stream, stack)
     } else {
         s.alloc.malloc(dev, size as u64, stream, stack)
     };
@@ -219,7 +219,11 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
 fn free_async(what: &str, ptr: *mut c_void, stream: u64, real: impl Fn() -> c_int) -> c_int {
     let fallback = || {
         let p = ptr as u64;
-        fallback::free_fallback(p, |s| s.alloc.free_async(p, stream, 0, NO_STACK), &real)
+        fallback::free_fallback(
+            p,
+            |s| ordered::free_async(&s.alloc, p, stream, 0, NO_STACK),
+            &real,
+        )
     };
     failopen::guard_or(
         what,
@@ -240,7 +244,7 @@ fn free_async(what: &str, ptr: *mut c_void, stream: u64, real: impl Fn() -> c_in
             }
             let stack = s.history.free_stack();
             let dev = state::alloc_device(s);
-            match s.alloc.free_async(ptr as u64, stream, dev, stack) {
+            match ordered::free_async(&s.alloc, ptr as u64, stream, dev, stack) {
                 Ok(()) => {
                     crate::ipc::freed(ptr as u64);
                     SUCCESS
