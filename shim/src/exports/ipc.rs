@@ -110,7 +110,7 @@ fn get(
     out: *mut IpcHandle,
     policy: bool,
     state: fn() -> Option<&'static crate::life::state::Shim>,
-    finish: fn(c_int) -> c_int,
+    finish: Finish,
     real: impl Fn((u64, *mut IpcHandle)) -> c_int,
 ) -> c_int {
     failing_open(
@@ -146,13 +146,18 @@ fn get(
     )
 }
 
+/// What a runtime open does before the policy (the runtime's context).
+type Prepare = fn(&IpcHandle);
+/// How a code the shim makes itself reaches the program (the runtime's last error).
+type Finish = fn(c_int) -> c_int;
+
 /// Open `h` into `out` (`real(out, h)` is the real open, `close(base)` the real close).
 fn open(
     what: &str,
     h: IpcHandle,
     out: *mut u64,
     policy: bool,
-    (prepare, finish): (fn(&IpcHandle), fn(c_int) -> c_int),
+    (prepare, finish): (Prepare, Finish),
     real: impl Fn((*mut u64, IpcHandle)) -> c_int,
     close: impl FnOnce(u64) -> c_int,
 ) -> c_int {
@@ -188,7 +193,7 @@ fn close(
     what: &str,
     ptr: u64,
     policy: bool,
-    finish: fn(c_int) -> c_int,
+    finish: Finish,
     real: impl Fn(u64) -> c_int,
 ) -> c_int {
     failing_open(
