@@ -272,6 +272,18 @@ impl CachingAllocator {
         self.free_inner(ptr, None, hint_dev, stack)
     }
 
+    /// [`Self::free_async`] on `Some(stream)`, [`Self::free`] on `None` (one call for a
+    /// caller that decides at run time).
+    pub fn free_ordered(
+        &self,
+        ptr: DevPtr,
+        stream: Option<Stream>,
+        hint_dev: i32,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
+        self.free_inner(ptr, stream, hint_dev, stack)
+    }
+
     /// `cudaFreeAsync`: reusable at once on the block's own stream.
     pub fn free_async(
         &self,

@@ -189,13 +189,7 @@ fn open(
 }
 
 /// Close `ptr` (`real(p)` is the real close of `p`).
-fn close(
-    what: &str,
-    ptr: u64,
-    policy: bool,
-    finish: Finish,
-    real: impl Fn(u64) -> c_int,
-) -> c_int {
+fn close(what: &str, ptr: u64, policy: bool, finish: Finish, real: impl Fn(u64) -> c_int) -> c_int {
     failing_open(
         what,
         real,

@@ -30,11 +30,8 @@ pub fn malloc_async(
     stream: u64,
     stack: StackId,
 ) -> Result<u64, AllocError> {
-    if stream == PER_THREAD {
-        alloc.malloc(dev, size, 0, stack)
-    } else {
-        alloc.malloc_async(dev, size, stream, stack)
-    }
+    let on = if stream == PER_THREAD { 0 } else { stream };
+    alloc.malloc_async(dev, size, on, stack)
 }
 
 /// A stream-ordered free of `ptr` on `stream` (the handle the call means).
@@ -46,9 +43,5 @@ pub fn free_async(
     dev: i32,
     stack: StackId,
 ) -> Result<(), FreeError> {
-    if stream == PER_THREAD {
-        alloc.free(ptr, dev, stack)
-    } else {
-        alloc.free_async(ptr, stream, dev, stack)
-    }
+    alloc.free_ordered(ptr, (stream != PER_THREAD).then_some(stream), dev, stack)
 }
