@@ -337,3 +337,46 @@ pub extern "C" fn cudaIpcCloseMemHandle(ptr: *mut c_void) -> c_int {
         runtime_close,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::failopen::InjectedFault;
+    use std::panic::resume_unwind;
+
+    #[test]
+    fn a_failure_forwards_once_before_the_real_call_and_never_calls_again_after_it() {
+        let calls = Cell::new(0);
+        let real = |a: u64| {
+            calls.set(calls.get() + 1);
+            a as c_int
+        };
+        // Before: the fallback makes the program's call, once.
+        let rc = failing_open(
+            "test",
+            real,
+            |_| resume_unwind(Box::new(InjectedFault)),
+            |made, real| match made {
+                Made::None => real(3),
+                _ => -1,
+            },
+        );
+        assert_eq!((rc, calls.get()), (3, 1));
+        // After a call with the shim's own argument: the fallback sees it and its result.
+        let rc = failing_open(
+            "test",
+            real,
+            |r| {
+                r(7);
+                resume_unwind(Box::new(InjectedFault))
+            },
+            |made, _| match made {
+                Made::Done(7, rc) => rc + 100,
+                _ => -1,
+            },
+        );
+        assert_eq!((rc, calls.get()), (107, 2), "the real call made once");
+        // No failure: the export's own answer.
+        assert_eq!(failing_open("test", real, |r| r(5), |_, _| -1), 5);
+    }
+}
