@@ -33,8 +33,10 @@
 //!   the driver, and its segment stays mapped until the process ends). After the real call:
 //!   its result stands.
 //! - Expandable blocks' handles ([`crate::ipc::expandable`]) are served without a call to the
-//!   real IPC function; a failure inside them forwards the program's call (the driver
-//!   refuses such a handle; a partial import of the failed call is not undone).
+//!   real IPC function. A failure inside the export of such a block answers not-supported
+//!   (the driver has no handle for virtual memory); inside the open or close of such a
+//!   handle, the program's call is forwarded (the driver refuses the handle; a partial
+//!   import of the failed call is not undone).
 #![allow(non_snake_case)]
 
 use std::cell::Cell;
