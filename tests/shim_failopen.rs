@@ -191,4 +191,16 @@ fn after_an_ipc_fault_a_block_inside_a_segment_is_refused_never_another_blocks_b
         assert_eq!(without_b(&out), without_b(&expect), "{f}\n{err}");
         assert_eq!(err.matches("cushim: internal error in").count(), 1, "{err}");
     }
+    // Importer, before the real close of b's import: forwarded with the program's pointer
+    // (inside the segment the driver mapped), which the driver refuses; b's bytes were
+    // read and marked as without the shim.
+    let (out, err) = ipc_run(true, None, Some("ipc@5"));
+    assert!(out.contains("close_b=1\n"), "{out}\n{err}");
+    let same: Vec<&str> = out.lines().filter(|l| !l.starts_with("close_b=")).collect();
+    let expected: Vec<&str> = expect
+        .lines()
+        .filter(|l| !l.starts_with("close_b="))
+        .collect();
+    assert_eq!(same, expected, "{err}");
+    assert_eq!(err.matches("cushim: internal error in").count(), 1, "{err}");
 }
