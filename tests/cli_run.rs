@@ -45,6 +45,21 @@ fn an_unwritable_snapshot_directory_is_named_at_start_and_the_program_still_runs
         warn < started,
         "warned before the program started: {stderr}"
     );
+    // So is the log's, given as an option.
+    let out = common::run(
+        cushim_run()
+            .args(["--sim", "--log", "/nonexistent/cushim-logdir/run.log", "--"])
+            .args(["sh", "-c", "echo started >&2"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warn = stderr
+        .find("CUSHIM_LOG=/nonexistent/cushim-logdir/run.log: cannot write in")
+        .expect("the log directory's warning");
+    assert!(
+        warn < stderr.find("started").expect("the program ran"),
+        "{stderr}"
+    );
     // A writable directory draws no warning.
     let dir = common::scratch("cli-run-snapdir");
     let ok = common::run(

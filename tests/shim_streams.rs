@@ -73,14 +73,29 @@ fn matrix(conf: &str, args: &[&str]) -> (bool, bool) {
     )
 }
 
-const KINDS: [&[&str]; 6] = [
+const KINDS: [&[&str]; 8] = [
     &["nonblocking", "1"],
     &["nonblocking", "4"],
     &["nonblocking", "16"],
     &["blocking"],
     &["perthread"],
     &["newstream"],
+    &["exited"],
+    &["ptsz"],
 ];
+
+#[test]
+fn a_thread_created_after_the_only_allocating_one_ended_is_ordered_after_its_work() {
+    // The next owner has the exited thread's thread pointer; taken for that thread, it
+    // would get the block with no ordering and the late write would land in it.
+    let exe = common::compile("shim_stream_matrix", &["-lpthread"]);
+    let out = common::run_ok(common::shim_cmd(&exe).arg("exited"));
+    let kv = common::kv(&out);
+    assert_eq!(common::num(&kv, "same_thread_pointer"), 1, "{out}");
+    assert_eq!(common::num(&kv, "shim_allocations"), 2, "{out}");
+    assert_eq!(common::num(&kv, "same_address"), 1, "{out}");
+    assert_eq!(common::num(&kv, "intact"), 1, "{out}");
+}
 
 #[test]
 fn a_late_write_never_reaches_the_next_owner_in_any_protecting_mode_or_kind_of_stream() {

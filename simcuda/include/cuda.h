@@ -62,6 +62,7 @@ extern "C" {
 #define cuLaunchHostFunc            __SIMCUDA_PTSZ(cuLaunchHostFunc)
 #define cuMemAllocAsync             __SIMCUDA_PTSZ(cuMemAllocAsync)
 #define cuMemFreeAsync              __SIMCUDA_PTSZ(cuMemFreeAsync)
+#define cuMemAllocFromPoolAsync     __SIMCUDA_PTSZ(cuMemAllocFromPoolAsync)
 #define cuMemsetD8Async             __SIMCUDA_PTSZ(cuMemsetD8Async)
 #define cuMemsetD32Async            __SIMCUDA_PTSZ(cuMemsetD32Async)
 #endif

@@ -34,6 +34,7 @@ extern "C" {
 #define cudaStreamIsCapturing       cudaStreamIsCapturing_ptsz
 #define cudaMallocAsync             cudaMallocAsync_ptsz
 #define cudaFreeAsync               cudaFreeAsync_ptsz
+#define cudaMallocFromPoolAsync     cudaMallocFromPoolAsync_ptsz
 #endif
 
 enum cudaError {

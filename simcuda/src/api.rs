@@ -70,6 +70,7 @@ entry_points! {
     cuMemAllocManaged, cudaMallocManaged, cuMemAllocPitch_v2, cudaMallocPitch, cudaMalloc3D,
     cuDeviceGetDefaultMemPool, cudaDeviceGetDefaultMemPool, cuMemPoolCreate, cudaMemPoolCreate,
     cuMemPoolDestroy, cudaMemPoolDestroy, cuMemAllocFromPoolAsync, cudaMallocFromPoolAsync,
+    cuMemAllocFromPoolAsync_ptsz, cudaMallocFromPoolAsync_ptsz,
     cuMemHostRegister_v2, cuMemHostUnregister, cudaHostRegister, cudaHostUnregister,
     cuDeviceGetUuid, cuDeviceGetUuid_v2, cuMemcpy, cuMemcpy_ptds, cuMemcpyAsync, cuMemcpyAsync_ptsz,
     cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle,

@@ -21,7 +21,7 @@ use crate::api::{driver, out, runtime, Api};
 use crate::driver_api::drv_stream;
 use crate::driver_mem_api::mem_alloc;
 use crate::error::*;
-use crate::runtime_api::rt_stream;
+use crate::runtime_api::{rt_stream, rt_stream_ptds};
 use crate::state::{current_device, device, runtime_device, Device};
 use crate::types::MemAllocationProp;
 use crate::{capture, memory};
@@ -283,6 +283,20 @@ fn from_pool(pool: *mut c_void, size: usize) -> Result<usize, CUresult> {
     memory::alloc(d, size)
 }
 
+fn drv_from_pool(
+    dptr: *mut u64,
+    size: usize,
+    pool: *mut c_void,
+    h: *mut c_void,
+    ptds: bool,
+) -> Result<(), CUresult> {
+    drv_stream(h, ptds)?;
+    if dptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    out(dptr, from_pool(pool, size)? as u64)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     dptr: *mut u64,
@@ -291,12 +305,42 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     h: *mut c_void,
 ) -> CUresult {
     driver(Api::cuMemAllocFromPoolAsync, || {
-        drv_stream(h, false)?;
-        if dptr.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        out(dptr, from_pool(pool, size)? as u64)
+        drv_from_pool(dptr, size, pool, h, false)
     })
+}
+
+/// The per-thread default stream twin: a null stream is the calling thread's own.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut u64,
+    size: usize,
+    pool: *mut c_void,
+    h: *mut c_void,
+) -> CUresult {
+    driver(Api::cuMemAllocFromPoolAsync_ptsz, || {
+        drv_from_pool(dptr, size, pool, h, true)
+    })
+}
+
+fn rt_from_pool(
+    p: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    h: *mut c_void,
+    ptds: bool,
+) -> Result<(), CUresult> {
+    if ptds {
+        rt_stream_ptds(h)?;
+    } else {
+        rt_stream(h)?;
+    }
+    if p.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    if size == 0 {
+        return out(p, std::ptr::null_mut());
+    }
+    out(p, from_pool(pool, size)? as *mut c_void)
 }
 
 #[no_mangle]
@@ -307,14 +351,20 @@ pub unsafe extern "C" fn cudaMallocFromPoolAsync(
     h: *mut c_void,
 ) -> CUresult {
     runtime(Api::cudaMallocFromPoolAsync, || {
-        rt_stream(h)?;
-        if p.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        if size == 0 {
-            return out(p, std::ptr::null_mut());
-        }
-        out(p, from_pool(pool, size)? as *mut c_void)
+        rt_from_pool(p, size, pool, h, false)
+    })
+}
+
+/// The per-thread default stream twin: a null stream is the calling thread's own.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocFromPoolAsync_ptsz(
+    p: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    h: *mut c_void,
+) -> CUresult {
+    runtime(Api::cudaMallocFromPoolAsync_ptsz, || {
+        rt_from_pool(p, size, pool, h, true)
     })
 }
 

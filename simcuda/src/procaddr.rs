@@ -146,6 +146,7 @@ static TABLE: Lazy<Vec<Entry>> = Lazy::new(|| {
         e!("cuMemPoolCreate", 11020, false, cuMemPoolCreate as unsafe extern "C" fn(_, _) -> _),
         e!("cuMemPoolDestroy", 11020, false, cuMemPoolDestroy as extern "C" fn(_) -> _),
         e!("cuMemAllocFromPoolAsync", 11020, false, cuMemAllocFromPoolAsync as unsafe extern "C" fn(_, _, _, _) -> _),
+        e!("cuMemAllocFromPoolAsync", 11020, true, cuMemAllocFromPoolAsync_ptsz as unsafe extern "C" fn(_, _, _, _) -> _),
         e!("cuMemHostRegister", 6050, false, cuMemHostRegister_v2 as unsafe extern "C" fn(_, _, _) -> _),
         e!("cuMemHostUnregister", 4000, false, cuMemHostUnregister as extern "C" fn(_) -> _),
         e!("cuDeviceGetUuid", 9020, false, crate::uuid::cuDeviceGetUuid as unsafe extern "C" fn(_, _) -> _),

@@ -22,6 +22,7 @@ use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
 
 mod address;
 mod fork;
+mod solo;
 pub use address::AddressRange;
 pub use fork::ForkHold;
 
@@ -40,12 +41,13 @@ pub struct CachingAllocator {
     states: Vec<DevLock<DeviceState>>,
     host: DevLock<HostCache>,
     /// Under `free_sync:auto`: 0 before the first allocation or free, then the token
-    /// (`devlock::thread_token`) of the only thread that allocated or freed so far,
-    /// [`THREADS`] once a second thread came while no per-thread default stream was used,
-    /// or [`SHARED`] once a stream was created, or several threads allocate and a
-    /// per-thread default stream was used (for ever). [`SHARED`] from the start under every
-    /// other mode.
-    solo: AtomicUsize,
+    /// (`devlock::thread_token`) of the only thread that allocated or freed so far
+    /// ([`solo::EXITED`] once that thread exited, `allocator/solo.rs`), [`THREADS`] once a
+    /// second thread came while no per-thread default stream was used, or [`SHARED`] once a
+    /// stream was created, or several threads allocate and a per-thread default stream was
+    /// used (for ever). [`SHARED`] from the start under every other mode. Shared with the
+    /// only thread's exit hook.
+    solo: Arc<AtomicUsize>,
     /// Whether the program used a per-thread default stream ([`Self::per_thread_streams_used`]).
     per_thread: AtomicBool,
 }
@@ -85,7 +87,7 @@ impl CachingAllocator {
             host: DevLock::new(HostCache::new(make_sink(-1))),
             conf,
             states,
-            solo: AtomicUsize::new(if conf_auto { 0 } else { SHARED }),
+            solo: Arc::new(AtomicUsize::new(if conf_auto { 0 } else { SHARED })),
             per_thread: AtomicBool::new(false),
         }
     }
@@ -106,18 +108,21 @@ impl CachingAllocator {
         self.ctx()
     }
 
-    /// A thread that is not the only one so far: the first one becomes the only one; a
-    /// second one marks several threads, and, if a per-thread default stream was used,
-    /// makes every later free wait and orders on the GPU what earlier frees released
+    /// A thread that is not the only one so far: the first one becomes the only one (until
+    /// it exits, `allocator/solo.rs`); a second one (also one that comes after the only one
+    /// exited) marks several threads, and, if a per-thread default stream was used, makes
+    /// every later free wait and orders on the GPU what earlier frees released
     /// ([`Self::streams_appeared`]).
     #[cold]
     #[inline(never)]
     fn other_thread(&self, solo: usize) {
+        let me = thread_token();
         if solo == 0
             && self
                 .solo
-                .compare_exchange(0, thread_token(), Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
+            && solo::release_at_exit(&self.solo, me)
         {
             return;
         }
@@ -265,6 +270,18 @@ impl CachingAllocator {
     #[inline]
     pub fn free(&self, ptr: DevPtr, hint_dev: i32, stack: StackId) -> Result<(), FreeError> {
         self.free_inner(ptr, None, hint_dev, stack)
+    }
+
+    /// [`Self::free_async`] on `Some(stream)`, [`Self::free`] on `None` (one call for a
+    /// caller that decides at run time).
+    pub fn free_ordered(
+        &self,
+        ptr: DevPtr,
+        stream: Option<Stream>,
+        hint_dev: i32,
+        stack: StackId,
+    ) -> Result<(), FreeError> {
+        self.free_inner(ptr, stream, hint_dev, stack)
     }
 
     /// `cudaFreeAsync`: reusable at once on the block's own stream.

@@ -8,6 +8,15 @@
  *   perthread      no stream created: a second thread allocates p and queues the late
  *                  write on its per-thread default stream; the main thread frees p and the
  *                  next owner writes on the main thread's per-thread default stream
+ *   ptsz           as perthread, with stream-ordered allocation on the per-thread default
+ *                  stream: the second thread allocates p and frees it with
+ *                  cudaMallocAsync/cudaFreeAsync on cudaStreamPerThread after queueing the
+ *                  late write there; the main thread allocates the next owner the same way
+ *                  (each thread's cudaStreamPerThread is its own stream)
+ *   exited         the main thread allocates nothing: a thread allocates p, queues the late
+ *                  write on its per-thread default stream, frees p and ends; a thread
+ *                  created after it (the C library gives it the first one's thread
+ *                  pointer) is the next owner, on its own per-thread default stream
  * The late write is a host function that first waits (at most 300 ms) for the main thread's
  * go, then fills p with 0xAA. The main thread gives the go once the next owner's write of
  * 0x55 has completed (or 200 ms passed); with protection the owner's write is ordered after
@@ -61,6 +70,45 @@ static void *second_thread(void *arg) {
     return NULL;
 }
 
+static void *second_thread_async(void *arg) {
+    (void)arg;
+    void *p = NULL;
+    CHECK(cudaMallocAsync(&p, size, cudaStreamPerThread));
+    fill.p = p;
+    fill.n = size;
+    CHECK(cudaLaunchHostFunc(cudaStreamPerThread, late_write, &fill));
+    CHECK(cudaFreeAsync(p, cudaStreamPerThread));
+    return NULL;
+}
+
+static void *q_exited;
+static pthread_t tid_first, tid_next;
+
+static void *first_thread(void *arg) {
+    (void)arg;
+    tid_first = pthread_self();
+    second_thread(NULL);
+    CHECK(cudaFree(fill.p));
+    return NULL;
+}
+
+static void owner_writes_then_go(void *q, cudaStream_t owner) {
+    CHECK(cudaMemsetAsync(q, 0x55, size, owner));
+    if (getenv("MATRIX_RACE"))
+        CHECK(cudaStreamSynchronize(owner));
+    for (int i = 0; i < 200 && cudaStreamQuery(owner) == cudaErrorNotReady; i++)
+        usleep(1000);
+    release_late_write();
+}
+
+static void *next_thread(void *arg) {
+    (void)arg;
+    tid_next = pthread_self();
+    CHECK(cudaMalloc(&q_exited, size));
+    owner_writes_then_go(q_exited, cudaStreamPerThread);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const char *kind = argc > 1 ? argv[1] : "nonblocking";
     int n = argc > 2 ? atoi(argv[2]) : 1;
@@ -85,6 +133,28 @@ int main(int argc, char **argv) {
         writer = owner = cudaStreamPerThread;
     } else if (!strcmp(kind, "newstream")) {
         writer = 0; /* the owner's stream is created after the reuse, below */
+    } else if (!strcmp(kind, "ptsz")) {
+        pthread_t t;
+        void *q = NULL;
+        if (pthread_create(&t, NULL, second_thread_async, NULL) != 0) return 1;
+        pthread_join(t, NULL);
+        CHECK(cudaMallocAsync(&q, size, cudaStreamPerThread));
+        owner_writes_then_go(q, cudaStreamPerThread);
+        CHECK(cudaDeviceSynchronize());
+        print_reuse_verdict(fill.p, q, size);
+        CHECK(cudaFree(q));
+        return 0;
+    } else if (!strcmp(kind, "exited")) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, first_thread, NULL) != 0) return 1;
+        pthread_join(t, NULL);
+        if (pthread_create(&t, NULL, next_thread, NULL) != 0) return 1;
+        pthread_join(t, NULL);
+        CHECK(cudaDeviceSynchronize());
+        printf("same_thread_pointer=%d\n", pthread_equal(tid_first, tid_next) ? 1 : 0);
+        print_reuse_verdict(fill.p, q_exited, size);
+        CHECK(cudaFree(q_exited));
+        return 0;
     } else {
         fprintf(stderr, "unknown kind %s\n", kind);
         return 2;
@@ -108,12 +178,7 @@ int main(int argc, char **argv) {
         nstreams = 1;
         owner = streams[0];
     }
-    CHECK(cudaMemsetAsync(q, 0x55, size, owner));
-    if (getenv("MATRIX_RACE"))
-        CHECK(cudaStreamSynchronize(owner));
-    for (int i = 0; i < 200 && cudaStreamQuery(owner) == cudaErrorNotReady; i++)
-        usleep(1000);
-    release_late_write();
+    owner_writes_then_go(q, owner);
     CHECK(cudaDeviceSynchronize());
     print_reuse_verdict(p, q, size);
     CHECK(cudaFree(q));

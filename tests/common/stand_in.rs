@@ -46,6 +46,7 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_nvtx",
     "shim_observe",
     "shim_peer",
+    "shim_ptsz_alloc",
     "shim_python",
     "shim_release_faults",
     "shim_runtime_dlsym",

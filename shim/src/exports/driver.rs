@@ -26,6 +26,7 @@ use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
 use crate::call_driver;
+use crate::exports::ordered;
 use crate::ffi::intercept::Inside;
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_UNKNOWN, SUCCESS,
@@ -150,7 +151,7 @@ fn cached_or(ptr: DevPtr, stream: Option<u64>, real: impl FnOnce() -> c_int) -> 
         ptr,
         |s| match stream {
             None => s.alloc.free(ptr, 0, NO_STACK),
-            Some(st) => s.alloc.free_async(ptr, st, 0, NO_STACK),
+            Some(st) => ordered::free_async(&s.alloc, ptr, st, 0, NO_STACK),
         },
         real,
     )
@@ -209,7 +210,7 @@ fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) ->
     let stack = s.history.alloc_stack();
     let r = match stream {
         None => s.alloc.malloc(dev, size as u64, 0, stack),
-        Some(st) => s.alloc.malloc_async(dev, size as u64, st, stack),
+        Some(st) => ordered::malloc_async(&s.alloc, dev, size as u64, st, stack),
     };
     Some(match r {
         Ok(p) => put(out, p),
@@ -248,7 +249,7 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     let stack = s.history.free_stack();
     let r = match stream {
         None => s.alloc.free(ptr, dev, stack),
-        Some(st) => s.alloc.free_async(ptr, st, dev, stack),
+        Some(st) => ordered::free_async(&s.alloc, ptr, st, dev, stack),
     };
     if r.is_ok() {
         crate::ipc::freed(ptr);

@@ -108,6 +108,27 @@ pub extern "C" fn cudaMallocFromPoolAsync(
 }
 
 #[no_mangle]
+pub extern "C" fn cudaMallocFromPoolAsync_ptsz(
+    p: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    stream: Stream,
+) -> c_int {
+    crate::per_thread::note_ptds();
+    crate::ffi::failopen::around(
+        "cudaMallocFromPoolAsync_ptsz",
+        || call_real!(cudaMallocFromPoolAsync_ptsz(p, size, pool, stream)),
+        |real| {
+            let on = crate::life::capture::ptsz(stream as u64);
+            device_alloc(Kind::Pool, pool as u64, on, real, || {
+                (read_ptr(p), size as u64)
+            })
+            .unwrap_or_else(real)
+        },
+    )
+}
+
+#[no_mangle]
 pub extern "C" fn cudaHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     crate::ffi::failopen::around(
         "cudaHostRegister",

@@ -11,6 +11,7 @@ pub mod families;
 pub mod ipc;
 pub mod lasterror;
 pub mod nvtx;
+pub mod ordered;
 pub mod peer;
 pub mod runtime;
 pub mod stream;

@@ -19,6 +19,16 @@
 //!   enabled. The program's call is answered by the driver, unchanged; a failure to carry
 //!   it onto a mapped range already unmapped by a racing free is ignored (nothing is left
 //!   to grant there).
+//!
+//! Fail open (`ffi/failopen.rs`, `failopen::around`): the real call is made once, with the
+//! program's own arguments (the shim substitutes none here). An internal failure before it
+//! forwards the call; one after it (carrying the change onto the mappings) keeps the
+//! driver's answer. Either way caching goes off for new allocations, with one `cushim:`
+//! line, so every later allocation is the driver's own, which peer access governs as
+//! without the shim. What a failure after the real call can leave undone is the carrying
+//! itself: expandable pages the cache mapped before may then lack (or keep) the peer's
+//! access. The pair is still recorded first when the failure comes later, so pages mapped
+//! afterwards follow it.
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -29,8 +39,9 @@ use crate::driver::peers;
 
 use crate::call_driver;
 use crate::call_real;
+use crate::ffi::failopen::{self, Point};
 use crate::ffi::intercept::{enabled, inside, Inside, Layer};
-use crate::ffi::{guard, SUCCESS};
+use crate::ffi::SUCCESS;
 use crate::real::driver::RealFn;
 
 /// Record that `from` may (or may no longer) access `to`, and carry it onto `to`'s mapped
@@ -39,6 +50,7 @@ fn changed(from: i32, to: i32, enable: bool) {
     if !peers::record(from, to, enable) {
         return;
     }
+    failopen::inject(Point::Peer);
     let Some(s) = crate::life::state::get_if_ready() else {
         return;
     };
@@ -102,26 +114,40 @@ fn after_driver(rc: c_int, peer: *mut c_void, enable: bool) {
 
 #[no_mangle]
 pub extern "C" fn cuCtxEnablePeerAccess(peer: *mut c_void, flags: c_uint) -> c_int {
-    guard("cuCtxEnablePeerAccess", || {
-        let rc = {
+    failopen::around(
+        "cuCtxEnablePeerAccess",
+        || {
             let _inside = Inside::enter();
             call_driver!(REAL_ENABLE, EnableFn, (peer, flags))
-        };
-        after_driver(rc, peer, true);
-        rc
-    })
+        },
+        |real| {
+            if driver_layer() {
+                failopen::inject(Point::Peer);
+            }
+            let rc = real();
+            after_driver(rc, peer, true);
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cuCtxDisablePeerAccess(peer: *mut c_void) -> c_int {
-    guard("cuCtxDisablePeerAccess", || {
-        let rc = {
+    failopen::around(
+        "cuCtxDisablePeerAccess",
+        || {
             let _inside = Inside::enter();
             call_driver!(REAL_DISABLE, DisableFn, (peer))
-        };
-        after_driver(rc, peer, false);
-        rc
-    })
+        },
+        |real| {
+            if driver_layer() {
+                failopen::inject(Point::Peer);
+            }
+            let rc = real();
+            after_driver(rc, peer, false);
+            rc
+        },
+    )
 }
 
 fn after_runtime(rc: c_int, peer: c_int, enable: bool) {
@@ -138,18 +164,32 @@ fn after_runtime(rc: c_int, peer: c_int, enable: bool) {
 
 #[no_mangle]
 pub extern "C" fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> c_int {
-    guard("cudaDeviceEnablePeerAccess", || {
-        let rc = call_real!(cudaDeviceEnablePeerAccess(peer, flags));
-        after_runtime(rc, peer, true);
-        rc
-    })
+    failopen::around(
+        "cudaDeviceEnablePeerAccess",
+        || call_real!(cudaDeviceEnablePeerAccess(peer, flags)),
+        |real| {
+            if enabled(Layer::Runtime) {
+                failopen::inject(Point::Peer);
+            }
+            let rc = real();
+            after_runtime(rc, peer, true);
+            rc
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn cudaDeviceDisablePeerAccess(peer: c_int) -> c_int {
-    guard("cudaDeviceDisablePeerAccess", || {
-        let rc = call_real!(cudaDeviceDisablePeerAccess(peer));
-        after_runtime(rc, peer, false);
-        rc
-    })
+    failopen::around(
+        "cudaDeviceDisablePeerAccess",
+        || call_real!(cudaDeviceDisablePeerAccess(peer)),
+        |real| {
+            if enabled(Layer::Runtime) {
+                failopen::inject(Point::Peer);
+            }
+            let rc = real();
+            after_runtime(rc, peer, false);
+            rc
+        },
+    )
 }

@@ -16,8 +16,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use cushim::alloc::{AllocError, FreeError};
 use cushim::trace::event::NO_STACK;
 
-use crate::exports::fallback;
 use crate::exports::lasterror;
+use crate::exports::{fallback, ordered};
 use crate::ffi::failopen::{self, Point};
 use crate::ffi::{
     ERR_CAPTURE_UNSUPPORTED, ERR_INVALID_HANDLE, ERR_INVALID_VALUE, ERR_MEMORY_ALLOCATION,
@@ -88,7 +88,7 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
     let dev = state::alloc_device(s);
     let stack = s.history.alloc_stack();
     let r = if async_ {
-        s.alloc.malloc_async(dev, size as u64, stream, stack)
+        ordered::malloc_async(&s.alloc, dev, size as u64, stream, stack)
     } else {
         s.alloc.malloc(dev, size as u64, stream, stack)
     };
@@ -120,19 +120,49 @@ pub extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
     )
 }
 
+/// `cudaMallocAsync` and its `_ptsz` twin: `stream` is the stream the call means (the
+/// per-thread stream for a `_ptsz` null), `real` the program's own call.
+#[inline(always)]
+fn malloc_async(
+    what: &str,
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: u64,
+    real: impl Fn() -> c_int,
+) -> c_int {
+    failopen::guard_or(
+        what,
+        ERR_UNKNOWN,
+        || {
+            observing::malloc_async(dev_ptr, size, stream, &real)
+                .or_else(|| malloc_on(dev_ptr, size, stream, true))
+                .unwrap_or_else(&real)
+        },
+        &real,
+    )
+}
+
 #[no_mangle]
 pub extern "C" fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> c_int {
     crate::per_thread::note_stream(stream as usize);
-    let real = || call_real!(cudaMallocAsync(dev_ptr, size, stream));
-    failopen::guard_or(
-        "cudaMallocAsync",
-        ERR_UNKNOWN,
-        || {
-            observing::malloc_async(dev_ptr, size, stream)
-                .or_else(|| malloc_on(dev_ptr, size, stream as u64, true))
-                .unwrap_or_else(real)
-        },
-        real,
+    malloc_async("cudaMallocAsync", dev_ptr, size, stream as u64, || {
+        call_real!(cudaMallocAsync(dev_ptr, size, stream))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaMallocAsync_ptsz(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+) -> c_int {
+    crate::per_thread::note_ptds();
+    malloc_async(
+        "cudaMallocAsync_ptsz",
+        dev_ptr,
+        size,
+        capture::ptsz(stream as u64),
+        || call_real!(cudaMallocAsync_ptsz(dev_ptr, size, stream)),
     )
 }
 
@@ -183,23 +213,23 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
     )
 }
 
-#[no_mangle]
-pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
-    crate::per_thread::note_stream(stream as usize);
-    let real = || call_real!(cudaFreeAsync(ptr, stream));
+/// `cudaFreeAsync` and its `_ptsz` twin: `stream` is the stream the call means (the
+/// per-thread stream for a `_ptsz` null), `real` the program's own call.
+#[inline(always)]
+fn free_async(what: &str, ptr: *mut c_void, stream: u64, real: impl Fn() -> c_int) -> c_int {
     let fallback = || {
         let p = ptr as u64;
         fallback::free_fallback(
             p,
-            |s| s.alloc.free_async(p, stream as u64, 0, NO_STACK),
-            real,
+            |s| ordered::free_async(&s.alloc, p, stream, 0, NO_STACK),
+            &real,
         )
     };
     failopen::guard_or(
-        "cudaFreeAsync",
+        what,
         ERR_UNKNOWN,
         || {
-            if let Some(rc) = observing::free_async(ptr, stream) {
+            if let Some(rc) = observing::free_async(ptr, &real) {
                 return rc;
             }
             let Some(s) = crate::life::state::runtime_state() else {
@@ -209,22 +239,39 @@ pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
                 return real();
             }
             failopen::inject(Point::Runtime);
-            if capture::stream_capturing(stream as u64) && s.alloc.owner(ptr as u64).is_some() {
+            if capture::stream_capturing(stream) && s.alloc.owner(ptr as u64).is_some() {
                 return SUCCESS;
             }
             let stack = s.history.free_stack();
             let dev = state::alloc_device(s);
-            match s.alloc.free_async(ptr as u64, stream as u64, dev, stack) {
+            match ordered::free_async(&s.alloc, ptr as u64, stream, dev, stack) {
                 Ok(()) => {
                     crate::ipc::freed(ptr as u64);
                     SUCCESS
                 }
-                Err(e) => refused_free("cudaFreeAsync", ptr, e, || {
-                    observe::free(s, ptr as u64, dev, real)
-                }),
+                Err(e) => refused_free(what, ptr, e, || observe::free(s, ptr as u64, dev, &real)),
             }
         },
         fallback,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> c_int {
+    crate::per_thread::note_stream(stream as usize);
+    free_async("cudaFreeAsync", ptr, stream as u64, || {
+        call_real!(cudaFreeAsync(ptr, stream))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: Stream) -> c_int {
+    crate::per_thread::note_ptds();
+    free_async(
+        "cudaFreeAsync_ptsz",
+        ptr,
+        capture::ptsz(stream as u64),
+        || call_real!(cudaFreeAsync_ptsz(ptr, stream)),
     )
 }
 

@@ -19,8 +19,12 @@
 //! `driver` (cached driver allocations and frees), `pinned` (pinned host allocations and
 //! frees, both layers), `vmm` (the program's own VMM calls, recorded), `observe` (observing
 //! mode's records), `stream` (stream creation and destruction, capture: the first hit of a
-//! creation fails after the real call, a destruction before it). The variable is read once; without it a point costs one relaxed load
-//! of a static and a branch that is never taken.
+//! creation fails after the real call, a destruction before it), `ipc` (the IPC exports: on
+//! entry to the cache's handling of an export, an open or a close, and again right after a
+//! real call it made with arguments of its own), `peer` (the peer-access exports: before
+//! the real call, and in carrying its result onto the cache's mappings after it). The
+//! variable is read once; without it a point costs one relaxed load of a static and a
+//! branch that is never taken.
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -39,9 +43,14 @@ pub enum Point {
     Vmm = 4,
     Observe = 5,
     Stream = 6,
+    Ipc = 7,
+    Peer = 8,
 }
 
-const POINTS: [(&str, Point); 7] = [
+/// How many points there are.
+const N: usize = 9;
+
+const POINTS: [(&str, Point); N] = [
     ("init", Point::Init),
     ("runtime", Point::Runtime),
     ("driver", Point::Driver),
@@ -49,6 +58,8 @@ const POINTS: [(&str, Point); 7] = [
     ("vmm", Point::Vmm),
     ("observe", Point::Observe),
     ("stream", Point::Stream),
+    ("ipc", Point::Ipc),
+    ("peer", Point::Peer),
 ];
 
 /// One word for the hot paths: a bit per armed point, [`OFF`] once caching is off, and
@@ -58,20 +69,20 @@ const POINTS: [(&str, Point); 7] = [
 static HOT: AtomicU32 = AtomicU32::new(UNREAD);
 const UNREAD: u32 = 1 << 31;
 const OFF: u32 = 1 << 30;
-const ARMED_MASK: u32 = (1 << 7) - 1;
+const ARMED_MASK: u32 = (1 << N) - 1;
 /// The hit at which each point fails (1-based).
-static AT: [AtomicU64; 7] = [const { AtomicU64::new(1) }; 7];
+static AT: [AtomicU64; N] = [const { AtomicU64::new(1) }; N];
 /// Hits so far per point.
-static HITS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static HITS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 
 /// The payload of an injected fault's unwind.
 pub struct InjectedFault;
 
 /// Parse `CUSHIM_TEST_FAULT`: the armed bits and each point's hit number; `Err` names the
 /// first item that is not `point[@n]` with n >= 1.
-pub fn parse(v: &str) -> Result<(u32, [u64; 7]), String> {
+pub fn parse(v: &str) -> Result<(u32, [u64; N]), String> {
     let mut bits = 0u32;
-    let mut at = [1u64; 7];
+    let mut at = [1u64; N];
     for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (name, n) = match item.split_once('@') {
             Some((name, n)) => match n.parse::<u64>() {

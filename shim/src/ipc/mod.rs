@@ -43,6 +43,7 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
 use self::records as ipc_records;
+use crate::ffi::failopen::{self, Point};
 pub use crate::ffi::types::IpcHandle;
 use crate::ffi::{ERR_INVALID_VALUE, ERR_NOT_SUPPORTED, SUCCESS};
 use crate::life::state::Shim;
@@ -180,6 +181,17 @@ fn cached_block(s: &Shim, ptr: u64) -> Option<Result<(u64, u64, u64, bool), ()>>
     )
 }
 
+/// Whether the driver's own handle of `ptr` is exact: `ptr` is not the cache's memory, or
+/// it is a block at the base of a segment that is not expandable (fail open's fallback,
+/// `exports/ipc.rs`).
+pub fn driver_handle_is_exact(s: &Shim, ptr: u64) -> bool {
+    match cached_block(s, ptr) {
+        None => true,
+        Some(Ok((seg, block, _, expandable))) => block == seg && ptr == block && !expandable,
+        Some(Err(())) => false,
+    }
+}
+
 /// Export `ptr` into `out`: `None` to let the driver answer for `ptr` itself (not cached, a
 /// block at its segment's base, an expandable segment); else the code. `real_get(base, out)`
 /// is the driver's export of the segment at `base`.
@@ -189,6 +201,7 @@ pub fn export(
     out: *mut IpcHandle,
     real_get: impl FnOnce(u64, *mut IpcHandle) -> c_int,
 ) -> Option<c_int> {
+    failopen::inject(Point::Ipc);
     if out.is_null() {
         return None;
     }
@@ -208,6 +221,7 @@ pub fn export(
     if rc != SUCCESS {
         return Some(rc);
     }
+    failopen::inject(Point::Ipc);
     let mut ex = EXPORTS.lock();
     let handle = match ex.by_block.get(&block) {
         Some(e) if e.real == real && Ours::decode(&e.ours).is_some_and(|o| o.size == size) => {
@@ -299,6 +313,7 @@ pub fn open(
     out: *mut u64,
     real_open: impl FnOnce(*mut u64, IpcHandle) -> c_int,
 ) -> Option<c_int> {
+    failopen::inject(Point::Ipc);
     if let Some(rc) = crate::ipc::expandable::open(h, out) {
         return Some(rc);
     }
@@ -322,6 +337,7 @@ pub fn open(
     if rc != SUCCESS {
         return Some(rc);
     }
+    failopen::inject(Point::Ipc);
     let ptr = base + o.offset;
     IMPORTS.lock().entry(ptr).or_insert((base, 0)).1 += 1;
     // SAFETY: `out` is the program's non-null out-pointer.
@@ -331,6 +347,7 @@ pub fn open(
 
 /// Close `ptr`: `None` when it did not come from [`open`] (the driver answers).
 pub fn close(ptr: u64, real_close: impl FnOnce(u64) -> c_int) -> Option<c_int> {
+    failopen::inject(Point::Ipc);
     if let Some(rc) = crate::ipc::expandable::close(ptr) {
         return Some(rc);
     }
@@ -339,6 +356,7 @@ pub fn close(ptr: u64, real_close: impl FnOnce(u64) -> c_int) -> Option<c_int> {
         imports.get(&ptr)?.0
     };
     let rc = real_close(base);
+    failopen::inject(Point::Ipc);
     if rc == SUCCESS {
         let mut imports = IMPORTS.lock();
         if let Some(e) = imports.get_mut(&ptr) {

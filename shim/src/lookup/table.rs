@@ -20,7 +20,7 @@
 use std::ffi::c_int;
 
 use crate::exports::lasterror;
-use crate::exports::{address, capture, driver, ipc, peer, runtime, stream, vmm};
+use crate::exports::{address, capture, driver, families, ipc, peer, runtime, stream, vmm};
 use crate::ffi::intercept::Layer;
 use crate::lookup::procaddr;
 use crate::real::driver::RealFn;
@@ -171,6 +171,9 @@ pub static ROWS: &[Row] = &[
     rt(b"cudaMallocAsync", runtime::cudaMallocAsync as *const (), &fns::cudaMallocAsync),
     rt(b"cudaFree", runtime::cudaFree as *const (), &fns::cudaFree),
     rt(b"cudaFreeAsync", runtime::cudaFreeAsync as *const (), &fns::cudaFreeAsync),
+    rt(b"cudaMallocAsync_ptsz", runtime::cudaMallocAsync_ptsz as *const (), &fns::cudaMallocAsync_ptsz),
+    rt(b"cudaFreeAsync_ptsz", runtime::cudaFreeAsync_ptsz as *const (), &fns::cudaFreeAsync_ptsz),
+    rt(b"cudaMallocFromPoolAsync_ptsz", families::cudaMallocFromPoolAsync_ptsz as *const (), &fns::cudaMallocFromPoolAsync_ptsz),
     rt(b"cudaMallocHost", runtime::cudaMallocHost as *const (), &fns::cudaMallocHost),
     rt(b"cudaHostAlloc", runtime::cudaHostAlloc as *const (), &fns::cudaHostAlloc),
     rt(b"cudaFreeHost", runtime::cudaFreeHost as *const (), &fns::cudaFreeHost),

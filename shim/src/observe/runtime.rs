@@ -12,7 +12,6 @@ use cushim::alloc::observed::Kind;
 use crate::call_real;
 use crate::life::state;
 use crate::observe::{self, read_ptr, runtime_call, Call};
-use crate::real::runtime::Stream;
 
 #[inline(always)]
 pub fn malloc(p: *mut *mut c_void, size: usize) -> Option<c_int> {
@@ -23,21 +22,23 @@ pub fn malloc(p: *mut *mut c_void, size: usize) -> Option<c_int> {
 }
 
 #[inline(always)]
-pub fn malloc_async(p: *mut *mut c_void, size: usize, stream: Stream) -> Option<c_int> {
+/// `stream`: the stream the call means (a `_ptsz` entry point's null is the per-thread
+/// stream); `real`: the real function the program called, with its arguments.
+pub fn malloc_async(
+    p: *mut *mut c_void,
+    size: usize,
+    stream: u64,
+    real: impl FnOnce() -> c_int,
+) -> Option<c_int> {
     runtime_call(|s| {
         let call = Call::new(
             Kind::MallocAsync,
             state::alloc_device(s),
             size as u64,
             0,
-            stream as u64,
+            stream,
         );
-        observe::alloc(
-            s,
-            call,
-            || call_real!(cudaMallocAsync(p, size, stream)),
-            || read_ptr(p),
-        )
+        observe::alloc(s, call, real, || read_ptr(p))
     })
 }
 
@@ -50,12 +51,11 @@ pub fn free(ptr: *mut c_void) -> Option<c_int> {
 }
 
 #[inline(always)]
-pub fn free_async(ptr: *mut c_void, stream: Stream) -> Option<c_int> {
+/// `real`: the real function the program called, with its arguments.
+pub fn free_async(ptr: *mut c_void, real: impl FnOnce() -> c_int) -> Option<c_int> {
     runtime_call(|s| {
         let hint = state::alloc_device(s);
-        observe::free(s, ptr as u64, hint, || {
-            call_real!(cudaFreeAsync(ptr, stream))
-        })
+        observe::free(s, ptr as u64, hint, real)
     })
 }
 

@@ -166,9 +166,6 @@ runtime_stubs! {
     cudaStreamUpdateCaptureDependencies_v2_ptsz => always,
     cudaGraphicsMapResources_ptsz => always,
     cudaGraphicsUnmapResources_ptsz => always,
-    cudaMallocAsync_ptsz => always,
-    cudaFreeAsync_ptsz => always,
-    cudaMallocFromPoolAsync_ptsz => always,
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ real_runtime! {
     cudaFreeHost: fn(*mut c_void) -> c_int;
     cudaMallocAsync: fn(*mut *mut c_void, usize, Stream) -> c_int;
     cudaFreeAsync: fn(*mut c_void, Stream) -> c_int;
+    cudaMallocAsync_ptsz: fn(*mut *mut c_void, usize, Stream) -> c_int;
+    cudaFreeAsync_ptsz: fn(*mut c_void, Stream) -> c_int;
     cudaMemGetInfo: fn(*mut usize, *mut usize) -> c_int;
     cudaGetDevice: fn(*mut c_int) -> c_int;
     cudaStreamCreate: fn(*mut Stream) -> c_int;
@@ -77,6 +79,7 @@ real_runtime! {
     cudaMallocPitch: fn(*mut *mut c_void, *mut usize, usize, usize) -> c_int;
     cudaMalloc3D: fn(*mut PitchedPtr, Extent) -> c_int;
     cudaMallocFromPoolAsync: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
+    cudaMallocFromPoolAsync_ptsz: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> c_int;
     cudaHostRegister: fn(*mut c_void, usize, c_uint) -> c_int;
     cudaHostUnregister: fn(*mut c_void) -> c_int;
     cudaIpcGetMemHandle: fn(*mut IpcHandle, *mut c_void) -> c_int;

@@ -74,9 +74,13 @@ impl Launch {
             cmd.env("CUSHIM_ALLOC_CONF", conf);
         }
         for var in ["CUSHIM_SNAPSHOT", "CUSHIM_LOG"] {
-            let from_option = (var == "CUSHIM_SNAPSHOT").then_some(self.snapshot.clone());
+            let from_option = if var == "CUSHIM_SNAPSHOT" {
+                &self.snapshot
+            } else {
+                &self.log
+            };
             if let Some(p) = from_option
-                .flatten()
+                .clone()
                 .or_else(|| std::env::var_os(var).map(PathBuf::from))
             {
                 crate::run_checks::warn_unwritable_dir(var, &p);
