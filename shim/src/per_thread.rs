@@ -376,6 +376,7 @@ pub const DRIVER: &[(&str, c_int, c_int, Check)] = &[
     ),
 ];
 
+mod entry_points;
 #[cfg(target_arch = "x86_64")]
 mod pools;
 #[cfg(target_arch = "x86_64")]
