@@ -60,12 +60,16 @@
 //! lets a kernel write a block the cache has already handed to someone else.
 //! `tests/data/cuda12-stream-entry-points.txt` (kept true to NVIDIA's headers and to the
 //! shim's hook tables by `shim/src/per_thread/entry_points.rs`) says which routes the shim
-//! hooks for each entry point: the driver's submitting functions called by symbol (a program
-//! linked with `-lcuda`) or looked up with `dlsym` (bindings that load the driver
-//! themselves) reach no hook, and today's stubs only watch for the per-thread handle. Beyond hooks, NVIDIA's runtime calls
-//! `cuGetExportTable` for private function tables that no shim can see into; whether any of
-//! its submissions go that way must be checked on a real driver before a skip can be trusted
-//! there. What it would take is in README (Limitations) and BENCHMARKS.md ("Idle streams").
+//! hooks for each entry point: the driver's submitting functions called by symbol (a
+//! program linked with `-lcuda`) or looked up with `dlsym` (bindings that load the driver
+//! themselves) reach no hook, and today's stubs only watch for the per-thread handle.
+//! Beyond hooks, NVIDIA's runtime calls `cuGetExportTable` for private function tables, and
+//! one of them holds a kernel launch that takes a stream (the ZLUDA project's list of those
+//! functions, `zluda_dark_api`): a skip would need those tables wrapped too, and an entry
+//! nobody has identified that queues work would still be missed, so it must be checked on a
+//! real driver (every launch, copy and memset of a program seen at a hook) before a skip can
+//! be trusted there. What it would take is in README (Limitations) and BENCHMARKS.md ("Idle
+//! streams").
 //!
 //! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
 //! created later has no implicit ordering with anything, so when it appears it waits for a
