@@ -330,6 +330,41 @@ pub const DRIVER: &[(&str, c_int, c_int, Check)] = &[
     ("cuLaunchCooperativeKernel", 0, c_int::MAX, Check::Arg(8)),
     ("cuLaunchKernelEx", 0, c_int::MAX, Check::Field0(32)),
     ("cuLaunchHostFunc", 0, c_int::MAX, Check::Arg(0)),
+    ("cuLaunchGridAsync", 0, c_int::MAX, Check::Arg(3)),
+    // The stream is in an array of launch parameters.
+    (
+        "cuLaunchCooperativeKernelMultiDevice",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    ("cuMemMapArrayAsync", 0, c_int::MAX, Check::Arg(2)),
+    ("cuMemBatchDecompressAsync", 0, c_int::MAX, Check::Arg(4)),
+    // The stream is passed by pointer.
+    (
+        "cuEGLStreamConsumerAcquireFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamConsumerReleaseFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamProducerPresentFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamProducerReturnFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
     ("cuEventRecord", 0, c_int::MAX, Check::Arg(1)),
     ("cuEventRecordWithFlags", 0, c_int::MAX, Check::Arg(1)),
     ("cuStreamWaitValue32", 0, c_int::MAX, Check::Arg(0)),
