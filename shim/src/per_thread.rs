@@ -14,17 +14,19 @@
 //! (`CachingAllocator::per_thread_streams_used`) *before* that call reaches CUDA:
 //!
 //! - every `_ptsz`/`_ptds` entry point of the runtime (what nvcc's `--default-stream
-//!   per-thread` programs call), exported here;
+//!   per-thread` programs call), exported here, and every per-thread name of `cuda.h`, for
+//!   programs linked with `-lcuda` and `dlsym` on a driver handle (`per_thread/stubs.rs`);
 //! - every driver entry point handed out as its per-thread variant: `cuGetProcAddress` with
 //!   `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`, a default-mode answer that is the
 //!   per-thread function, a `dlsym` of a `_ptsz`/`_ptds` name on a library handle. The
 //!   runtimes ask for all of them at start-up, so the request proves nothing: the *call*
 //!   does, and what is handed out is a stub that notes it and jumps to the real function;
 //! - the handles `cudaStreamPerThread`/`CU_STREAM_PER_THREAD` (2) passed as the stream of a
-//!   stream-taking entry point, runtime (exported here) or driver (their legacy variants
-//!   from `cuGetProcAddress`, [`DRIVER`]), at the argument position of that entry point's
-//!   ABI; an entry point whose signature changed across versions in a way this file does
-//!   not place ([`Check::Always`]) counts as a use on its first call;
+//!   stream-taking entry point, runtime (exported here) or driver (exported here, and their
+//!   legacy variants from `cuGetProcAddress`, [`DRIVER`]), at the argument position of that
+//!   entry point's ABI; an entry point whose signature changed across versions in a way this
+//!   file does not place, or whose stream is behind a pointer ([`Check::Always`]), counts
+//!   as a use on its first call;
 //! - the shim's own stream-taking hooks (`cudaMallocAsync`, `cudaFreeAsync`, capture,
 //!   ...) call [`note_stream`] / [`note_ptds`].
 //!
@@ -418,10 +420,18 @@ mod pools;
 mod stubs;
 #[cfg(target_arch = "x86_64")]
 pub use stubs::by_symbol as runtime_hook;
+#[cfg(target_arch = "x86_64")]
+pub use stubs::driver_by_symbol as driver_hook;
 
 /// Without stubs there are no runtime stubs to hand out.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn runtime_hook(_: &[u8]) -> Option<crate::real::driver::Hook> {
+    None
+}
+
+/// Without stubs there are no driver stubs to hand out.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn driver_hook(_: &[u8]) -> Option<crate::real::driver::Hook> {
     None
 }
 

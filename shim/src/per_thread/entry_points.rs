@@ -30,7 +30,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use crate::lookup::table::{hooked_symbol, row, LEGACY_FLAG};
-    use crate::per_thread::{runtime_hook, DRIVER};
+    use crate::per_thread::{driver_hook, runtime_hook, DRIVER};
 
     /// The CUDA version the list describes (the wheel's headers).
     const VERSION: std::ffi::c_int = 12090;
@@ -85,7 +85,8 @@ mod tests {
                 r.extend(["sym", "dls"]);
             }
         } else {
-            if row(name.as_bytes()).is_some() {
+            let exported = row(name.as_bytes()).is_some() || driver_hook(name.as_bytes()).is_some();
+            if exported {
                 r.push("sym");
             }
             let b = base(name);
@@ -96,7 +97,7 @@ mod tests {
                 r.push("gpa");
             }
             let per_thread = name.ends_with("_ptsz") || name.ends_with("_ptds");
-            if row(name.as_bytes()).is_some() || per_thread {
+            if exported || per_thread {
                 r.push("dls");
             }
         }
