@@ -60,10 +60,10 @@
 //! lets a kernel write a block the cache has already handed to someone else.
 //! `tests/data/cuda12-stream-entry-points.txt` (kept true to NVIDIA's headers and to the
 //! shim's hook tables by `shim/src/per_thread/entry_points.rs`) says which routes the shim
-//! hooks for each entry point: every submitting driver entry point on every route, but 11 of
-//! the runtime's reach no hook (an NVIDIA runtime then still calls a hooked driver entry
-//! point), the stubs only watch for the per-thread handle (they would have to track), and a
-//! name newer than the list reaches none (the skip would have to be turned off when one is
+//! hooks for each entry point: every submitting entry point by symbol, the driver's on every
+//! route, but `dlsym` on a runtime handle does not hand out the hooks of two runtime ones;
+//! the stubs only watch for the per-thread handle (they would have to track), and a name
+//! newer than the list reaches none (the skip would have to be turned off when one is
 //! resolved). Beyond hooks, NVIDIA's runtime calls `cuGetExportTable` for private function tables, and
 //! one of them holds a kernel launch that takes a stream (the ZLUDA project's list of those
 //! functions, `zluda_dark_api`): a skip would need those tables wrapped too, and an entry

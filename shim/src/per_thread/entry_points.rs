@@ -20,8 +20,8 @@
 //! work), `capture` (starts or joins a capture), `other` (reads or sets stream state,
 //! creates, waits on the CPU, destroys: queues nothing). `ROUTES`: the routes on which
 //! the shim has a hook or a stub for the name (`sym` exported symbol, `gpa`
-//! `cuGetProcAddress` of its base name in legacy mode, `dls` `dlsym` of the exact name),
-//! `-` for none. The per-thread symbols the headers make by macro (`__CUDA_API_PTSZ`) are not
+//! `cuGetProcAddress` of its base name in legacy mode, `dls` `dlsym` of the exact name on a
+//! library handle), `-` for none. The per-thread symbols the headers make by macro (`__CUDA_API_PTSZ`) are not
 //! lines of their own: they take their stream where their legacy name does.
 
 #[cfg(test)]
@@ -77,15 +77,60 @@ mod tests {
         }
     }
 
-    /// The routes on which the shim has a hook or a stub for `name`.
-    fn routes(api: &str, name: &str) -> String {
+    /// Every function the shim's sources export one by one (`#[no_mangle]` on one of the three
+    /// lines before it); the stubs' macro is read through its lookup instead.
+    fn exported_by_source() -> BTreeSet<String> {
+        fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+            let entries = std::fs::read_dir(dir).expect("the shim's sources");
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).expect("a source file");
+                    let lines: Vec<&str> = text.lines().collect();
+                    for (i, l) in lines.iter().enumerate() {
+                        if l.trim() != "#[no_mangle]" {
+                            continue;
+                        }
+                        for next in lines.iter().skip(i + 1).take(3) {
+                            if let Some(at) = next.find("extern \"C\" fn ") {
+                                let rest = &next[at + "extern \"C\" fn ".len()..];
+                                let name: String = rest
+                                    .chars()
+                                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                                    .collect();
+                                out.insert(name);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+        out
+    }
+
+    /// The routes on which the shim has a hook or a stub for `name`, given the names its
+    /// sources export.
+    fn routes(api: &str, name: &str, exports: &BTreeSet<String>) -> String {
         let mut r = Vec::new();
+        let by_source = exports.contains(name);
         if api == "runtime" {
-            if row(name.as_bytes()).is_some() || runtime_hook(name.as_bytes()).is_some() {
-                r.extend(["sym", "dls"]);
+            let looked_up =
+                row(name.as_bytes()).is_some() || runtime_hook(name.as_bytes()).is_some();
+            if looked_up || by_source {
+                r.push("sym");
+            }
+            if looked_up {
+                r.push("dls");
             }
         } else {
-            let exported = row(name.as_bytes()).is_some() || driver_hook(name.as_bytes()).is_some();
+            let exported = by_source
+                || row(name.as_bytes()).is_some()
+                || driver_hook(name.as_bytes()).is_some();
             if exported {
                 r.push("sym");
             }
@@ -97,7 +142,10 @@ mod tests {
                 r.push("gpa");
             }
             let per_thread = name.ends_with("_ptsz") || name.ends_with("_ptds");
-            if exported || per_thread {
+            if row(name.as_bytes()).is_some()
+                || driver_hook(name.as_bytes()).is_some()
+                || per_thread
+            {
                 r.push("dls");
             }
         }
@@ -110,9 +158,11 @@ mod tests {
 
     #[test]
     fn the_committed_routes_are_what_the_shim_hooks_today() {
+        let exports = exported_by_source();
+        assert!(exports.contains("cudaMalloc") && exports.contains("cuMemAlloc_v2"));
         let mut wrong = Vec::new();
         for l in committed() {
-            let got = routes(&l.api, &l.name);
+            let got = routes(&l.api, &l.name, &exports);
             if got != l.routes {
                 wrong.push(format!(
                     "{} {}: listed {}, hooked {got}",

@@ -4,11 +4,14 @@
 //! `dlsym` on a driver handle (bindings that load the driver themselves); a runtime gets its
 //! driver functions from `cuGetProcAddress`, whose stubs are in `pools.rs`. The driver's list
 //! is every submitting or capturing entry point of `tests/data/cuda12-stream-entry-points.txt`
-//! and every per-thread name of `cuda.h` that the shim does not hook otherwise. Argument slots follow the System V x86-64 ABI: a `dim3` by value takes two
-//! integer registers; a structure over 16 bytes (`cudaPitchedPtr`, `cudaExtent`) goes on
-//! the stack and takes none. Entry points whose signature changed across runtime versions
-//! count their first call (`always`). The shim's own hooks of allocation and capture entry
-//! points are not here (they call `note_stream`/`note_ptds`).
+//! and every per-thread name of `cuda.h` that the shim does not hook otherwise.
+//!
+//! Argument slots follow the System V x86-64 ABI: a `dim3` by value takes two integer
+//! registers; a structure over 16 bytes (`cudaPitchedPtr`, `cudaExtent`) goes on the stack
+//! and takes none. Entry points whose signature changed across versions, or whose stream is
+//! behind a pointer or in an array, count their first call (`always`). The shim's own hooks
+//! of allocation and capture entry points are not here (they call
+//! `note_stream`/`note_ptds`).
 
 use super::Slot;
 use crate::real::driver::Hook;
@@ -106,6 +109,16 @@ exported_stubs! {
     cudaStreamGetCaptureInfo_v3 => arg0,
     cudaStreamUpdateCaptureDependencies => arg0,
     cudaStreamUpdateCaptureDependencies_v2 => arg0,
+    cudaMemPrefetchAsync_v2 => arg4,
+    cudaGraphInstantiateWithParams => field2_8,
+    cudaGLMapBufferObjectAsync => arg2,
+    cudaGLUnmapBufferObjectAsync => arg1,
+    // The stream is in an array of launch parameters, or behind a pointer: the first call.
+    cudaLaunchCooperativeKernelMultiDevice => always,
+    cudaEGLStreamConsumerAcquireFrame => always,
+    cudaEGLStreamConsumerReleaseFrame => always,
+    cudaEGLStreamProducerPresentFrame => always,
+    cudaEGLStreamProducerReturnFrame => always,
     // Per-thread entry points (nvcc --default-stream per-thread): every call counts.
     cudaMemcpy_ptds => always,
     cudaMemcpyToSymbol_ptds => always,
@@ -138,6 +151,8 @@ exported_stubs! {
     cudaMemset2DAsync_ptsz => always,
     cudaMemset3DAsync_ptsz => always,
     cudaMemPrefetchAsync_ptsz => always,
+    cudaMemPrefetchAsync_v2_ptsz => always,
+    cudaStreamCopyAttributes_ptsz => always,
     cudaStreamQuery_ptsz => always,
     cudaStreamGetFlags_ptsz => always,
     cudaStreamGetId_ptsz => always,
