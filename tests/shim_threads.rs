@@ -77,7 +77,7 @@ fn a_static_runtime_is_watched_through_the_driver_entry_points_it_gets() {
 }
 
 #[test]
-fn a_program_linked_with_the_driver_is_watched_through_the_driver_symbols_it_calls() {
+fn a_program_linked_with_the_driver_is_watched_through_the_driver_symbols_it_calls_or_looks_up() {
     let exe = common::compile("shim_threads_driver", &["-lcuda", "-lpthread"]);
     let (records, allocs, served) = run(&exe, "legacy", "driver");
     assert_eq!(served, 100, "the cache served every allocation");
@@ -88,5 +88,11 @@ fn a_program_linked_with_the_driver_is_watched_through_the_driver_symbols_it_cal
     assert!(
         records >= 1,
         "CU_STREAM_PER_THREAD passed to cuMemsetD8Async, bound by the dynamic linker, was seen"
+    );
+    let (records, _, served) = run(&exe, "dlsym", "driver");
+    assert_eq!(served, 100);
+    assert!(
+        records >= 1,
+        "CU_STREAM_PER_THREAD passed to cuMemsetD8Async from dlsym on a driver handle was seen"
     );
 }
