@@ -2,8 +2,9 @@
 //! one thread freed goes at once to another thread's malloc while all their work is on the
 //! legacy default stream, and the GPU-side barrier comes back as soon as a per-thread
 //! default stream is used (its `_ptsz` entry points, or the `cudaStreamPerThread` handle),
-//! through the runtime's exports and through the driver entry points a static runtime gets
-//! from `cuGetProcAddress`.
+//! through the runtime's exports, through the driver entry points a static runtime gets
+//! from `cuGetProcAddress`, and through the driver's symbols a program linked with `-lcuda`
+//! calls.
 mod common;
 
 use std::path::Path;
@@ -72,5 +73,26 @@ fn a_static_runtime_is_watched_through_the_driver_entry_points_it_gets() {
     assert!(
         records >= 1,
         "CU_STREAM_PER_THREAD passed to cuLaunchHostFunc was seen"
+    );
+}
+
+#[test]
+fn a_program_linked_with_the_driver_is_watched_through_the_driver_symbols_it_calls_or_looks_up() {
+    let exe = common::compile("shim_threads_driver", &["-lcuda", "-lpthread"]);
+    let (records, allocs, served) = run(&exe, "legacy", "driver");
+    assert_eq!(served, 100, "the cache served every allocation");
+    assert_eq!(allocs, 1);
+    assert_eq!(records, 0, "legacy stream only: no barrier");
+    let (records, _, served) = run(&exe, "handle", "driver");
+    assert_eq!(served, 100);
+    assert!(
+        records >= 1,
+        "CU_STREAM_PER_THREAD passed to cuMemsetD8Async, bound by the dynamic linker, was seen"
+    );
+    let (records, _, served) = run(&exe, "dlsym", "driver");
+    assert_eq!(served, 100);
+    assert!(
+        records >= 1,
+        "CU_STREAM_PER_THREAD passed to cuMemsetD8Async from dlsym on a driver handle was seen"
     );
 }

@@ -14,17 +14,19 @@
 //! (`CachingAllocator::per_thread_streams_used`) *before* that call reaches CUDA:
 //!
 //! - every `_ptsz`/`_ptds` entry point of the runtime (what nvcc's `--default-stream
-//!   per-thread` programs call), exported here;
+//!   per-thread` programs call), exported here, and every per-thread name of `cuda.h`, for
+//!   programs linked with `-lcuda` and `dlsym` on a driver handle (`per_thread/stubs.rs`);
 //! - every driver entry point handed out as its per-thread variant: `cuGetProcAddress` with
 //!   `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`, a default-mode answer that is the
 //!   per-thread function, a `dlsym` of a `_ptsz`/`_ptds` name on a library handle. The
 //!   runtimes ask for all of them at start-up, so the request proves nothing: the *call*
 //!   does, and what is handed out is a stub that notes it and jumps to the real function;
 //! - the handles `cudaStreamPerThread`/`CU_STREAM_PER_THREAD` (2) passed as the stream of a
-//!   stream-taking entry point, runtime (exported here) or driver (their legacy variants
-//!   from `cuGetProcAddress`, [`DRIVER`]), at the argument position of that entry point's
-//!   ABI; an entry point whose signature changed across versions in a way this file does
-//!   not place ([`Check::Always`]) counts as a use on its first call;
+//!   stream-taking entry point, runtime (exported here) or driver (exported here, and their
+//!   legacy variants from `cuGetProcAddress`, [`DRIVER`]), at the argument position of that
+//!   entry point's ABI; an entry point whose signature changed across versions in a way this
+//!   file does not place, or whose stream is behind a pointer ([`Check::Always`]), counts
+//!   as a use on its first call;
 //! - the shim's own stream-taking hooks (`cudaMallocAsync`, `cudaFreeAsync`, capture,
 //!   ...) call [`note_stream`] / [`note_ptds`].
 //!
@@ -330,6 +332,41 @@ pub const DRIVER: &[(&str, c_int, c_int, Check)] = &[
     ("cuLaunchCooperativeKernel", 0, c_int::MAX, Check::Arg(8)),
     ("cuLaunchKernelEx", 0, c_int::MAX, Check::Field0(32)),
     ("cuLaunchHostFunc", 0, c_int::MAX, Check::Arg(0)),
+    ("cuLaunchGridAsync", 0, c_int::MAX, Check::Arg(3)),
+    // The stream is in an array of launch parameters.
+    (
+        "cuLaunchCooperativeKernelMultiDevice",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    ("cuMemMapArrayAsync", 0, c_int::MAX, Check::Arg(2)),
+    ("cuMemBatchDecompressAsync", 0, c_int::MAX, Check::Arg(4)),
+    // The stream is passed by pointer.
+    (
+        "cuEGLStreamConsumerAcquireFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamConsumerReleaseFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamProducerPresentFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
+    (
+        "cuEGLStreamProducerReturnFrame",
+        0,
+        c_int::MAX,
+        Check::Always,
+    ),
     ("cuEventRecord", 0, c_int::MAX, Check::Arg(1)),
     ("cuEventRecordWithFlags", 0, c_int::MAX, Check::Arg(1)),
     ("cuStreamWaitValue32", 0, c_int::MAX, Check::Arg(0)),
@@ -376,16 +413,25 @@ pub const DRIVER: &[(&str, c_int, c_int, Check)] = &[
     ),
 ];
 
+mod entry_points;
 #[cfg(target_arch = "x86_64")]
 mod pools;
 #[cfg(target_arch = "x86_64")]
 mod stubs;
 #[cfg(target_arch = "x86_64")]
 pub use stubs::by_symbol as runtime_hook;
+#[cfg(target_arch = "x86_64")]
+pub use stubs::driver_by_symbol as driver_hook;
 
 /// Without stubs there are no runtime stubs to hand out.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn runtime_hook(_: &[u8]) -> Option<crate::real::driver::Hook> {
+    None
+}
+
+/// Without stubs there are no driver stubs to hand out.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn driver_hook(_: &[u8]) -> Option<crate::real::driver::Hook> {
     None
 }
 

@@ -25,10 +25,52 @@
 //! capture-status query per stream, none of them a wait on the CPU, all in one driver
 //! scope (`Device::batched`).
 //!
-//! Skipping idle streams (`cuStreamQuery` first) was measured and dropped: in a loop of
-//! cudaMalloc/cudaFree pairs a stream is never idle at the next barrier, because the last
-//! barrier's own wait is still queued on it (every query said busy, BENCHMARKS.md,
-//! "Measurements behind design choices"), so the query only added a call.
+//! # Idle streams: every live non-blocking stream is ordered, idle or not
+//!
+//! For each non-blocking stream `s` a barrier needs (1) `s`'s past work to precede the reuse
+//! (steps 1 and 2) and (2) `s`'s *future* work to follow the freed blocks' past uses on every
+//! other stream (step 3). Whether `s` is idle on the GPU answers neither: (2) is about work
+//! not submitted yet, and for (1) a `cuStreamQuery` first was measured and dropped (in a
+//! loop of cudaMalloc/cudaFree pairs the last barrier's own wait is still queued on the
+//! stream, so every query said busy and only added a call; BENCHMARKS.md, "Measurements
+//! behind design choices"). A stream can be skipped only if it is ordered *lazily*, when
+//! work is next submitted to it:
+//!
+//! - each stream has a state, changed lock-free by the hook of every stream-taking entry
+//!   point and by barriers: `Clean` (fully ordered by a barrier, nothing submitted since),
+//!   `Dirty` (work submitted since its last ordering), `Owing` (skipped by a barrier: it
+//!   must wait for the newest `e_L` before its next submission);
+//! - a barrier orders a `Dirty` stream fully (steps 1 and 3, after setting it `Clean`) and
+//!   turns a `Clean` or `Owing` one into `Owing` with no driver call. That is sound for (1)
+//!   because its past work was covered when it last became `Clean` (the legacy stream
+//!   waited for it then, and every later `e_L` follows that wait), and for (2) because of
+//!   the hook;
+//! - a hook swaps the state to `Dirty` first and, if it was `Owing`, issues
+//!   `cuStreamWaitEvent(s, e_L)` before the program's call. A wait on a later record of
+//!   `e_L` (events are reused) only orders more; a barrier running meanwhile sees `Dirty`
+//!   and orders `s` fully, which orders twice, never too little;
+//! - a capture starts or joins only through a submission (`BeginCapture`, a wait on an
+//!   event recorded in a capture), so the owed wait is issued before the stream captures
+//!   and a capturing stream never gets a wait it did not ask for; a hook that still finds
+//!   `s` capturing waits for `e_L` on the CPU instead.
+//!
+//! It is not done, because it is sound only if *every* submission to *every* stream reaches
+//! a hook, on every route a program reaches the driver by: the runtime's and the driver's
+//! exported symbols, `cuGetProcAddress`, `dlsym` on a library handle. One missed submission
+//! lets a kernel write a block the cache has already handed to someone else.
+//! `tests/data/cuda12-stream-entry-points.txt` (kept true to NVIDIA's headers and to the
+//! shim's hook tables by `shim/src/per_thread/entry_points.rs`) says which routes the shim
+//! hooks for each entry point: every submitting entry point by symbol, the driver's on every
+//! route, but `dlsym` on a runtime handle does not hand out the hooks of two runtime ones;
+//! the stubs only watch for the per-thread handle (they would have to track), and a name
+//! newer than the list reaches none (the skip would have to be turned off when one is
+//! resolved). Beyond hooks, NVIDIA's runtime calls `cuGetExportTable` for private function tables, and
+//! one of them holds a kernel launch that takes a stream (the ZLUDA project's list of those
+//! functions, `zluda_dark_api`): a skip would need those tables wrapped too, and an entry
+//! nobody has identified that queues work would still be missed, so it must be checked on a
+//! real driver (every launch, copy and memset of a program seen at a hook) before a skip can
+//! be trusted there. What it would take is in README (Limitations) and BENCHMARKS.md ("Idle
+//! streams").
 //!
 //! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
 //! created later has no implicit ordering with anything, so when it appears it waits for a
@@ -42,9 +84,7 @@
 //! Why this and not events waited on the CPU (`free_sync:event`, kept as a mode): on
 //! simcuda the CPU-waited batches made a cudaMalloc/cudaFree loop with one idle stream
 //! allocate many segments and several driver calls per pair, and a GPU kept behind the CPU
-//! grew the cache many times over (see BENCHMARKS.md). Why not tracking which streams
-//! received work: every launch, copy and memset entry point would have to be hooked, and
-//! one missed entry point would make reuse unsafe.
+//! grew the cache many times over (see BENCHMARKS.md).
 //!
 //! A capturing stream is never touched: while any live stream (or, implicitly, the legacy
 //! stream) captures, no barrier is issued and the freed blocks keep waiting. A failing

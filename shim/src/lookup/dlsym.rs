@@ -34,10 +34,14 @@ extern "C" fn decide(handle: *mut c_void, name: *const c_char, caller: usize) ->
         let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
         let (hook, layer) = match crate::lookup::table::row(bytes) {
             Some(row) => (row.hook(), row.layer),
-            // The per-thread stream stubs exported for runtime entry points (`per_thread.rs`).
+            // The per-thread stream stubs exported for runtime and driver entry points
+            // (`per_thread/stubs.rs`).
             None => match crate::per_thread::runtime_hook(bytes) {
                 Some(h) => (h, Layer::Runtime),
-                None => return per_thread_stub(handle, name, bytes, caller),
+                None => match crate::per_thread::driver_hook(bytes) {
+                    Some(h) => (h, Layer::Driver),
+                    None => return per_thread_stub(handle, name, bytes, caller),
+                },
             },
         };
         if !enabled(layer) || inside() || in_shim(caller) {

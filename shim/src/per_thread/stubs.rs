@@ -1,16 +1,23 @@
-//! The runtime's stream-taking entry points, exported as stubs: each checks its stream (or,
-//! for a `_ptsz`/`_ptds` entry point, counts the call) and jumps to the real function of
-//! its name. Argument slots follow the System V x86-64 ABI: a `dim3` by value takes two
-//! integer registers; a structure over 16 bytes (`cudaPitchedPtr`, `cudaExtent`) goes on
-//! the stack and takes none. Entry points whose signature changed across runtime versions
-//! count their first call (`always`). The shim's own hooks of allocation and capture entry
-//! points are not here (they call `note_stream`/`note_ptds`).
+//! The runtime's and the driver's stream-taking entry points, exported as stubs: each checks
+//! its stream (or, for a `_ptsz`/`_ptds` entry point, counts the call) and jumps to the real
+//! function of its name. The driver's are there for programs linked with `-lcuda` and for
+//! `dlsym` on a driver handle (bindings that load the driver themselves); a runtime gets its
+//! driver functions from `cuGetProcAddress`, whose stubs are in `pools.rs`. The driver's list
+//! is every submitting or capturing entry point of `tests/data/cuda12-stream-entry-points.txt`
+//! and every per-thread name of `cuda.h` that the shim does not hook otherwise.
+//!
+//! Argument slots follow the System V x86-64 ABI: a `dim3` by value takes two integer
+//! registers; a structure over 16 bytes (`cudaPitchedPtr`, `cudaExtent`) goes on the stack
+//! and takes none. Entry points whose signature changed across versions, or whose stream is
+//! behind a pointer or in an array, count their first call (`always`). The shim's own hooks
+//! of allocation and capture entry points are not here (they call
+//! `note_stream`/`note_ptds`).
 
 use super::Slot;
 use crate::real::driver::Hook;
 
-macro_rules! runtime_stubs {
-    ($($name:ident => $routine:ident,)*) => {
+macro_rules! exported_stubs {
+    ($by_symbol:ident, $slots:ident; $($name:ident => $routine:ident,)*) => {
         $(
             #[allow(non_snake_case)]
             mod $name {
@@ -41,7 +48,7 @@ macro_rules! runtime_stubs {
         )*
 
         /// The stub exported under exactly `name`, with the real function it stands for.
-        pub fn by_symbol(name: &[u8]) -> Option<Hook> {
+        pub fn $by_symbol(name: &[u8]) -> Option<Hook> {
             $(if name == stringify!($name).as_bytes() {
                 return Some(Hook { hook: $name as *const () as usize, real: &$name::SLOT.real });
             })*
@@ -50,13 +57,14 @@ macro_rules! runtime_stubs {
 
         /// Every stub's slot (tests).
         #[cfg(test)]
-        pub fn slots() -> Vec<&'static Slot> {
+        pub fn $slots() -> Vec<&'static Slot> {
             vec![$(&$name::SLOT),*]
         }
     };
 }
 
-runtime_stubs! {
+exported_stubs! {
+    by_symbol, slots;
     // Legacy entry points: the stream argument's slot.
     cudaMemcpyAsync => arg4,
     cudaMemcpy2DAsync => arg7,
@@ -101,6 +109,16 @@ runtime_stubs! {
     cudaStreamGetCaptureInfo_v3 => arg0,
     cudaStreamUpdateCaptureDependencies => arg0,
     cudaStreamUpdateCaptureDependencies_v2 => arg0,
+    cudaMemPrefetchAsync_v2 => arg4,
+    cudaGraphInstantiateWithParams => field2_8,
+    cudaGLMapBufferObjectAsync => arg2,
+    cudaGLUnmapBufferObjectAsync => arg1,
+    // The stream is in an array of launch parameters, or behind a pointer: the first call.
+    cudaLaunchCooperativeKernelMultiDevice => always,
+    cudaEGLStreamConsumerAcquireFrame => always,
+    cudaEGLStreamConsumerReleaseFrame => always,
+    cudaEGLStreamProducerPresentFrame => always,
+    cudaEGLStreamProducerReturnFrame => always,
     // Per-thread entry points (nvcc --default-stream per-thread): every call counts.
     cudaMemcpy_ptds => always,
     cudaMemcpyToSymbol_ptds => always,
@@ -133,6 +151,8 @@ runtime_stubs! {
     cudaMemset2DAsync_ptsz => always,
     cudaMemset3DAsync_ptsz => always,
     cudaMemPrefetchAsync_ptsz => always,
+    cudaMemPrefetchAsync_v2_ptsz => always,
+    cudaStreamCopyAttributes_ptsz => always,
     cudaStreamQuery_ptsz => always,
     cudaStreamGetFlags_ptsz => always,
     cudaStreamGetId_ptsz => always,
@@ -168,6 +188,168 @@ runtime_stubs! {
     cudaGraphicsUnmapResources_ptsz => always,
 }
 
+exported_stubs! {
+    driver_by_symbol, driver_slots;
+    // Legacy names: the stream argument's slot (a structure field, or the first call where
+    // the stream is behind a pointer or in an array); per-thread names: every call counts.
+    cuEGLStreamConsumerAcquireFrame => always,
+    cuEGLStreamConsumerReleaseFrame => always,
+    cuEGLStreamProducerPresentFrame => always,
+    cuEGLStreamProducerReturnFrame => always,
+    cuEventRecord => arg1,
+    cuEventRecordWithFlags => arg1,
+    cuEventRecordWithFlags_ptsz => always,
+    cuEventRecord_ptsz => always,
+    cuGLMapBufferObjectAsync => arg3,
+    cuGLMapBufferObjectAsync_v2 => arg3,
+    cuGLMapBufferObjectAsync_v2_ptsz => always,
+    cuGLMapBufferObject_v2_ptds => always,
+    cuGLUnmapBufferObjectAsync => arg1,
+    cuGraphInstantiateWithParams => field2_8,
+    cuGraphInstantiateWithParams_ptsz => always,
+    cuGraphLaunch => arg1,
+    cuGraphLaunch_ptsz => always,
+    cuGraphUpload => arg1,
+    cuGraphUpload_ptsz => always,
+    cuGraphicsMapResources => arg2,
+    cuGraphicsMapResources_ptsz => always,
+    cuGraphicsUnmapResources => arg2,
+    cuGraphicsUnmapResources_ptsz => always,
+    cuLaunchCooperativeKernel => arg8,
+    cuLaunchCooperativeKernelMultiDevice => always,
+    cuLaunchCooperativeKernel_ptsz => always,
+    cuLaunchGridAsync => arg3,
+    cuLaunchHostFunc => arg0,
+    cuLaunchHostFunc_ptsz => always,
+    cuLaunchKernel => arg8,
+    cuLaunchKernelEx => field0_32,
+    cuLaunchKernelEx_ptsz => always,
+    cuLaunchKernel_ptsz => always,
+    cuMemBatchDecompressAsync => arg4,
+    cuMemBatchDecompressAsync_ptsz => always,
+    cuMemMapArrayAsync => arg2,
+    cuMemMapArrayAsync_ptsz => always,
+    cuMemPrefetchAsync => arg3,
+    cuMemPrefetchAsync_ptsz => always,
+    cuMemPrefetchAsync_v2 => arg4,
+    cuMemPrefetchAsync_v2_ptsz => always,
+    cuMemcpy2DAsync => arg1,
+    cuMemcpy2DAsync_v2 => arg1,
+    cuMemcpy2DAsync_v2_ptsz => always,
+    cuMemcpy2DUnaligned_v2_ptds => always,
+    cuMemcpy2D_v2_ptds => always,
+    cuMemcpy3DAsync => arg1,
+    cuMemcpy3DAsync_v2 => arg1,
+    cuMemcpy3DAsync_v2_ptsz => always,
+    cuMemcpy3DBatchAsync => arg4,
+    cuMemcpy3DBatchAsync_ptsz => always,
+    cuMemcpy3DPeerAsync => arg1,
+    cuMemcpy3DPeerAsync_ptsz => always,
+    cuMemcpy3DPeer_ptds => always,
+    cuMemcpy3D_v2_ptds => always,
+    cuMemcpyAsync => arg3,
+    cuMemcpyAsync_ptsz => always,
+    cuMemcpyAtoA_v2_ptds => always,
+    cuMemcpyAtoD_v2_ptds => always,
+    cuMemcpyAtoHAsync => arg4,
+    cuMemcpyAtoHAsync_v2 => arg4,
+    cuMemcpyAtoHAsync_v2_ptsz => always,
+    cuMemcpyAtoH_v2_ptds => always,
+    cuMemcpyBatchAsync => arg8,
+    cuMemcpyBatchAsync_ptsz => always,
+    cuMemcpyDtoA_v2_ptds => always,
+    cuMemcpyDtoDAsync => arg3,
+    cuMemcpyDtoDAsync_v2 => arg3,
+    cuMemcpyDtoDAsync_v2_ptsz => always,
+    cuMemcpyDtoD_v2_ptds => always,
+    cuMemcpyDtoHAsync => arg3,
+    cuMemcpyDtoHAsync_v2 => arg3,
+    cuMemcpyDtoHAsync_v2_ptsz => always,
+    cuMemcpyDtoH_v2_ptds => always,
+    cuMemcpyHtoAAsync => arg4,
+    cuMemcpyHtoAAsync_v2 => arg4,
+    cuMemcpyHtoAAsync_v2_ptsz => always,
+    cuMemcpyHtoA_v2_ptds => always,
+    cuMemcpyHtoDAsync => arg3,
+    cuMemcpyHtoDAsync_v2 => arg3,
+    cuMemcpyHtoDAsync_v2_ptsz => always,
+    cuMemcpyHtoD_v2_ptds => always,
+    cuMemcpyPeerAsync => arg5,
+    cuMemcpyPeerAsync_ptsz => always,
+    cuMemcpyPeer_ptds => always,
+    cuMemcpy_ptds => always,
+    cuMemsetD16Async => arg3,
+    cuMemsetD16Async_ptsz => always,
+    cuMemsetD16_v2_ptds => always,
+    cuMemsetD2D16Async => arg5,
+    cuMemsetD2D16Async_ptsz => always,
+    cuMemsetD2D16_v2_ptds => always,
+    cuMemsetD2D32Async => arg5,
+    cuMemsetD2D32Async_ptsz => always,
+    cuMemsetD2D32_v2_ptds => always,
+    cuMemsetD2D8Async => arg5,
+    cuMemsetD2D8Async_ptsz => always,
+    cuMemsetD2D8_v2_ptds => always,
+    cuMemsetD32Async => arg3,
+    cuMemsetD32Async_ptsz => always,
+    cuMemsetD32_v2_ptds => always,
+    cuMemsetD8Async => arg3,
+    cuMemsetD8Async_ptsz => always,
+    cuMemsetD8_v2_ptds => always,
+    cuSignalExternalSemaphoresAsync => arg3,
+    cuSignalExternalSemaphoresAsync_ptsz => always,
+    cuStreamAddCallback => arg0,
+    cuStreamAddCallback_ptsz => always,
+    cuStreamAttachMemAsync => arg0,
+    cuStreamAttachMemAsync_ptsz => always,
+    cuStreamBatchMemOp => arg0,
+    cuStreamBatchMemOp_ptsz => always,
+    cuStreamBatchMemOp_v2 => arg0,
+    cuStreamBatchMemOp_v2_ptsz => always,
+    cuStreamBeginCapture => arg0,
+    cuStreamBeginCaptureToGraph => arg0,
+    cuStreamBeginCaptureToGraph_ptsz => always,
+    cuStreamBeginCapture_ptsz => always,
+    cuStreamCopyAttributes_ptsz => always,
+    cuStreamGetAttribute_ptsz => always,
+    cuStreamGetCaptureInfo_v2_ptsz => always,
+    cuStreamGetCaptureInfo_v3_ptsz => always,
+    cuStreamGetCtx_ptsz => always,
+    cuStreamGetCtx_v2_ptsz => always,
+    cuStreamGetDevice_ptsz => always,
+    cuStreamGetFlags_ptsz => always,
+    cuStreamGetId_ptsz => always,
+    cuStreamGetPriority_ptsz => always,
+    cuStreamIsCapturing_ptsz => always,
+    cuStreamQuery_ptsz => always,
+    cuStreamSetAttribute_ptsz => always,
+    cuStreamSynchronize_ptsz => always,
+    cuStreamUpdateCaptureDependencies => arg0,
+    cuStreamUpdateCaptureDependencies_ptsz => always,
+    cuStreamUpdateCaptureDependencies_v2 => arg0,
+    cuStreamUpdateCaptureDependencies_v2_ptsz => always,
+    cuStreamWaitEvent => arg0,
+    cuStreamWaitEvent_ptsz => always,
+    cuStreamWaitValue32 => arg0,
+    cuStreamWaitValue32_ptsz => always,
+    cuStreamWaitValue32_v2 => arg0,
+    cuStreamWaitValue32_v2_ptsz => always,
+    cuStreamWaitValue64 => arg0,
+    cuStreamWaitValue64_ptsz => always,
+    cuStreamWaitValue64_v2 => arg0,
+    cuStreamWaitValue64_v2_ptsz => always,
+    cuStreamWriteValue32 => arg0,
+    cuStreamWriteValue32_ptsz => always,
+    cuStreamWriteValue32_v2 => arg0,
+    cuStreamWriteValue32_v2_ptsz => always,
+    cuStreamWriteValue64 => arg0,
+    cuStreamWriteValue64_ptsz => always,
+    cuStreamWriteValue64_v2 => arg0,
+    cuStreamWriteValue64_v2_ptsz => always,
+    cuWaitExternalSemaphoresAsync => arg3,
+    cuWaitExternalSemaphoresAsync_ptsz => always,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +365,28 @@ mod tests {
         }
         assert!(by_symbol(b"cudaMemcpy").is_none(), "no stream: not a stub");
         assert!(by_symbol(b"cudaMemcpyAsync_v2").is_none());
+    }
+
+    #[test]
+    fn every_driver_stub_is_found_by_its_exact_name_and_is_not_also_a_hook() {
+        let slots = driver_slots();
+        assert!(slots.len() > 100);
+        for s in slots {
+            let name = s.real.name().to_bytes();
+            let h = driver_by_symbol(name).expect("a stub");
+            assert_eq!(h.real.name().to_bytes(), name);
+            assert!(by_symbol(name).is_none(), "a runtime name");
+            assert!(
+                crate::lookup::table::row(name).is_none(),
+                "hooked otherwise"
+            );
+        }
+        assert!(driver_by_symbol(b"cuLaunchKernel").is_some());
+        assert!(driver_by_symbol(b"cuMemcpyHtoDAsync_v2_ptsz").is_some());
+        assert!(
+            driver_by_symbol(b"cuMemAlloc_v2").is_none(),
+            "no stream: not a stub"
+        );
+        assert!(driver_by_symbol(b"cuLaunchKernel_v2").is_none());
     }
 }
