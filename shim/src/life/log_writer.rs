@@ -3,25 +3,29 @@
 //! `docs/LOG-FORMAT.md`).
 //!
 //! Policy:
-//! - The allocating thread only pushes the event (plain data) into a fixed-size lock-free
-//!   queue ([`QUEUE_EVENTS`] slots, allocated once): no I/O, no allocation, no lock of its
-//!   own. A thread of the shim's own (`cushim-log`) drains it, interns stacks into frame and
-//!   stack tables (symbolized there, off the allocating threads) and writes chunks, at least
-//!   every [`FLUSH_MS`] ms.
-//! - When the disk cannot keep up and the queue is full, the allocating thread waits for
+//! - The allocating thread only copies the event (plain data) into its sink's ring
+//!   (`log_ring`: one single-producer ring per sink, allocated once): no I/O, no
+//!   allocation, no lock and no read-modify-write of its own. A thread of the shim's own
+//!   (`cushim-log`) wakes every [`FLUSH_MS`] ms, or when a ring has taken
+//!   `log_ring::WAKE_EVERY` more events, takes everything the rings hold at that moment
+//!   (merged by time across sinks), interns stacks into frame and stack tables (symbolized
+//!   there, off the allocating threads) and writes it in chunks of up to [`CHUNK_BYTES`].
+//!   So a busy program pays one wake-up and about one `write(2)` per thousands of events.
+//! - When the disk cannot keep up and a ring is full, the allocating thread waits for
 //!   room (yielding), because a log with a hole cannot be replayed: a missing free or
 //!   segment event corrupts every state rebuilt after it. Memory stays bounded whatever the
-//!   disk does. Only when no writer can ever drain the queue (it failed to start, or the log
+//!   disk does. Only when no writer can ever drain the rings (it failed to start, or the log
 //!   was closed at exit) are events dropped instead, counted, and the count written to the
 //!   log (a `DROPPED` chunk) so nothing is lost silently.
 //! - At exit (from the library's destructor, after every `atexit` handler) and on an ending
-//!   signal, [`finish`] drains the queue and writes an `END` chunk.
-//!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the queue still holds
+//!   signal, [`finish`] drains the rings and writes an `END` chunk.
+//!   On SIGSEGV, SIGBUS and SIGABRT, [`flush_from_signal`] writes what the rings still hold
 //!   with `write(2)` from a static buffer (no lock, no allocation), then the signal's action
-//!   proceeds; a batch the writer thread had taken out of the queue but not yet written is
-//!   taken over and written too (`GATE`). The stacks and range paths those events name are
-//!   written first, by the writer thread (see [`flush_from_signal`]: the crash path only
-//!   waits for it, so it stays async-signal-safe).
+//!   proceeds. Events leave a ring only once written, and the writer writes a chunk holding
+//!   the gate (`GATE`), so the crash path, once it holds the gate, finds in the rings
+//!   exactly the events not yet in the file. The stacks and range paths those events name
+//!   are written first, by the writer thread (see [`flush_from_signal`]: the crash path
+//!   only waits for it, so it stays async-signal-safe).
 //! - A `fork` child does not write to its parent's log: logging stops in the child, and the
 //!   first event it records says so on stderr, once. Why not a log of its own: the child of
 //!   a threaded process may only make async-signal-safe calls until it execs, and a log
@@ -29,12 +33,9 @@
 //!   threads vanished holding whatever locks they held: the symbolizer's, malloc's).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
-use crossbeam_queue::ArrayQueue;
 use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
 use cushim::trace::intern::StackTable;
 use cushim::trace::log::encode::EventEncoder;
@@ -46,20 +47,18 @@ use cushim::trace::symbolize::Symbolizer;
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 
+use crate::life::log_ring::{self, Producer, Pushed, Ring};
 use crate::life::shim::Shim;
 
-/// Queue slots: about 8 MiB of events.
-pub const QUEUE_EVENTS: usize = 1 << 17;
-/// The longest an event waits in the queue while the program runs.
+/// The longest an event waits in its ring while the program runs.
 pub const FLUSH_MS: u64 = 20;
 /// One events chunk's payload.
 const CHUNK_BYTES: usize = 64 << 10;
 
 static TEMPLATE: OnceCell<Option<String>> = OnceCell::new();
-static QUEUE: OnceCell<ArrayQueue<TraceEvent>> = OnceCell::new();
-/// Whether events go to the queue (set once the file is open; cleared in a fork child).
+/// Whether events go to the rings (set once the file is open; cleared in a fork child).
 static ON: AtomicBool = AtomicBool::new(false);
-/// Whether a writer drains the queue (else a full queue drops).
+/// Whether a writer drains the rings (else a full ring drops).
 static DRAINING: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static FD: AtomicI32 = AtomicI32::new(-1);
@@ -68,7 +67,7 @@ static THREAD: OnceCell<std::thread::Thread> = OnceCell::new();
 /// The writer thread's kernel thread id (0 until it runs).
 static WRITER_TID: AtomicI32 = AtomicI32::new(0);
 /// The largest stack id and NVTX range id recorded so far (ids are handed out in order, so
-/// every id an event in the queue names is at most these).
+/// every id an event in a ring names is at most these).
 static MAX_STACK: AtomicU32 = AtomicU32::new(0);
 static MAX_RANGE: AtomicU32 = AtomicU32::new(0);
 /// Every stack (range) id up to this one is in the file.
@@ -89,6 +88,8 @@ pub fn requested() -> bool {
 /// The sink that logs every event, then records it in `inner` as before.
 pub struct LogSink {
     inner: Box<dyn EventSink>,
+    /// This sink's ring (`None`: every ring is taken; its events count as dropped).
+    ring: Option<Producer>,
 }
 
 /// Wrap a device's sink when a log is asked for.
@@ -96,8 +97,8 @@ pub fn wrap(inner: Box<dyn EventSink>) -> Box<dyn EventSink> {
     if !requested() {
         return inner;
     }
-    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
-    Box::new(LogSink { inner })
+    let ring = log_ring::register().map(Producer::new);
+    Box::new(LogSink { inner, ring })
 }
 
 impl EventSink for LogSink {
@@ -118,7 +119,7 @@ impl EventSink for LogSink {
         if ev.range != NO_RANGE && ev.range > MAX_RANGE.load(Ordering::Relaxed) {
             MAX_RANGE.fetch_max(ev.range, Ordering::AcqRel);
         }
-        push(ev);
+        self.push(&ev);
         self.inner.record(ev);
     }
 
@@ -127,32 +128,49 @@ impl EventSink for LogSink {
     }
 }
 
-#[inline]
-fn push(ev: TraceEvent) {
-    if !ON.load(Ordering::Relaxed) {
-        if FORKED.load(Ordering::Relaxed) {
-            say_child_does_not_log();
-        }
-        return;
-    }
-    let Some(q) = QUEUE.get() else { return };
-    let mut ev = ev;
-    loop {
-        match q.push(ev) {
-            // The writer wakes on its own every FLUSH_MS (the queue holds far more than a
-            // program records in that time); only a full queue wakes it early.
-            Ok(()) => return,
-            Err(back) => {
-                if !DRAINING.load(Ordering::Acquire) {
-                    DROPPED.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                ev = back;
-                if let Some(t) = THREAD.get() {
-                    t.unpark();
-                }
-                std::thread::yield_now();
+impl LogSink {
+    #[inline]
+    fn push(&mut self, ev: &TraceEvent) {
+        if !ON.load(Ordering::Relaxed) {
+            if FORKED.load(Ordering::Relaxed) {
+                say_child_does_not_log();
             }
+            return;
+        }
+        let Some(ring) = self.ring.as_mut() else {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        match ring.push(ev) {
+            Pushed::Done => {}
+            Pushed::Wake => wake_writer(),
+            Pushed::Full => wait_and_push(ring, ev),
+        }
+    }
+}
+
+/// Wake the writer thread (an atomic swap when it is awake, a futex call when it sleeps).
+#[inline]
+fn wake_writer() {
+    if let Some(t) = THREAD.get() {
+        t.unpark();
+    }
+}
+
+/// A full ring: wait for the writer to make room, or count the event dropped when no
+/// writer will.
+#[cold]
+fn wait_and_push(ring: &mut Producer, ev: &TraceEvent) {
+    loop {
+        if !DRAINING.load(Ordering::Acquire) {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        wake_writer();
+        std::thread::yield_now();
+        match ring.push(ev) {
+            Pushed::Full => {}
+            _ => return,
         }
     }
 }
@@ -168,11 +186,19 @@ struct Writer {
     payload: Vec<u8>,
     side: Vec<u8>,
     out: Vec<u8>,
-    stack_ids: Vec<u32>,
     range_ids: Vec<u32>,
     ips: Vec<u64>,
     ids: Vec<u32>,
+    /// The rings' events this round takes: from each ring's tail to its head at the start.
+    fronts: Vec<Front>,
     ended: bool,
+}
+
+/// A ring's events still to write in this round.
+struct Front {
+    ring: &'static Ring,
+    pos: u64,
+    end: u64,
 }
 
 /// Open the log and start its writer (from the shim's start-up, with its state built).
@@ -241,13 +267,12 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         payload: vec![0u8; CHUNK_BYTES],
         side: Vec::new(),
         out: Vec::new(),
-        stack_ids: Vec::new(),
         range_ids: Vec::new(),
         ips: Vec::new(),
         ids: Vec::new(),
+        fronts: Vec::new(),
         ended: false,
     }));
-    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_EVENTS));
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
     let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
@@ -294,11 +319,12 @@ fn writer_thread() {
             None => None,
         });
         match step {
-            Ok(Some(0)) => std::thread::park_timeout(Duration::from_millis(FLUSH_MS)),
-            Ok(Some(_)) => {}
+            // Until the timer, or until a ring has taken `WAKE_EVERY` more events (or is
+            // full): a wake-up that came during the round ends this wait at once.
+            Ok(Some(_)) => std::thread::park_timeout(Duration::from_millis(FLUSH_MS)),
             Ok(None) => return,
             Err(_) => {
-                // Nobody drains the queue any more: the allocating threads must not wait
+                // Nobody drains the rings any more: the allocating threads must not wait
                 // for room; what they record from now on is counted as dropped.
                 DRAINING.store(false, Ordering::Release);
                 eprintln!("cushim: internal error in the event log's writer; the log stops here");
@@ -309,83 +335,53 @@ fn writer_thread() {
 }
 
 impl Writer {
-    /// Write everything the queue holds now; returns the number of events written.
+    /// Write every event the rings hold now (one round); returns the number written.
     fn drain(&mut self) -> u64 {
-        let Some(q) = QUEUE.get() else { return 0 };
         let fd = FD.load(Ordering::Acquire);
+        // The round's ends first: the stack and range ids these events name were published
+        // (`MAX_STACK`, `MAX_RANGE`) before the events, so the tables written next hold them.
+        let mut fronts = std::mem::take(&mut self.fronts);
+        fronts.clear();
+        log_ring::each(|ring| {
+            let end = ring.head();
+            fronts.push(Front {
+                ring,
+                pos: ring.tail(),
+                end,
+            });
+        });
         self.write_tables(fd);
         let mut total = 0;
         loop {
-            // Take a batch out of the queue through the gate (see `Gate`): a crash on
-            // another thread can take it over until it is written.
+            // One chunk under the gate (see `GATE`): the crash path may have written some
+            // of these events since the last chunk, so each ring's tail is read again.
             if GATE
-                .compare_exchange(IDLE, HOLDING, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(IDLE, WRITING, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
                 break;
             }
-            let mut n = 0;
-            while n < BATCH {
-                if GATE
-                    .compare_exchange(HOLDING, POPPING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    return total;
-                }
-                let got = q.pop();
-                if let Some(ev) = got {
-                    // SAFETY: slots are written only by this thread while the gate is POPPING,
-                    // and read by the crash path only after it took the gate from HOLDING.
-                    unsafe { (*HELD.0.get())[n] = ev };
-                    n += 1;
-                    HELD_LEN.store(n, Ordering::Release);
-                }
-                GATE.store(HOLDING, Ordering::Release);
-                if got.is_none() {
-                    break;
-                }
-            }
-            if GATE
-                .compare_exchange(HOLDING, WRITING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                return total;
-            }
-            if n == 0 {
+            fronts.retain_mut(|f| {
+                f.pos = f.pos.max(f.ring.tail());
+                f.pos < f.end
+            });
+            if fronts.is_empty() {
                 GATE.store(IDLE, Ordering::Release);
                 break;
             }
-            let mut enc = EventEncoder::new();
-            let mut pos = 0;
-            self.stack_ids.clear();
-            self.range_ids.clear();
-            for i in 0..n {
-                // SAFETY: the gate is WRITING: only this thread touches the batch.
-                let ev = unsafe { (*HELD.0.get())[i] };
-                let p = match enc.put(&ev, &mut self.payload, pos) {
-                    Some(p) => p,
-                    None => {
-                        // The chunk is full: this event starts the next one.
-                        self.flush_events(fd, pos);
-                        enc = EventEncoder::new();
-                        enc.put(&ev, &mut self.payload, 0).unwrap_or(0)
-                    }
-                };
-                pos = p;
-                if ev.stack != NO_STACK {
-                    self.stack_ids.push(ev.stack);
-                }
-                if ev.range != NO_RANGE && !self.range_written(ev.range) {
-                    self.range_ids.push(ev.range);
-                }
+            let (len, n) = self.encode_chunk(&mut fronts);
+            format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
+            if let Err(e) = write_all(fd, &self.out) {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
             }
-            if pos > 0 {
-                self.flush_events(fd, pos);
+            for f in &fronts {
+                f.ring.consumed(f.pos);
             }
-            HELD_LEN.store(0, Ordering::Release);
             GATE.store(IDLE, Ordering::Release);
-            total += n as u64;
+            total += n;
         }
+        self.fronts = fronts;
         let dropped = DROPPED.load(Ordering::Relaxed);
         if dropped != self.dropped_written {
             let mut b = [0u8; 10];
@@ -398,20 +394,45 @@ impl Writer {
         total
     }
 
-    /// Write the stacks of the pending events, then their chunk (`payload[..len]`).
-    fn flush_events(&mut self, fd: c_int, len: usize) {
-        let mut ids = std::mem::take(&mut self.stack_ids);
-        ids.sort_unstable();
-        ids.dedup();
-        self.write_stacks(fd, &ids);
-        self.stack_ids = ids;
-        self.stack_ids.clear();
-        self.write_ranges(fd);
-        format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
-        if let Err(e) = write_all(fd, &self.out) {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
+    /// Encode the fronts' events, oldest first across rings, into one chunk's payload, up to
+    /// [`CHUNK_BYTES`]; returns the payload's length and the events in it.
+    fn encode_chunk(&mut self, fronts: &mut [Front]) -> (usize, u64) {
+        let mut enc = EventEncoder::new();
+        let mut len = 0;
+        let mut n = 0u64;
+        if let [f] = fronts {
+            while f.pos < f.end {
+                // SAFETY: this thread holds the gate and tail <= pos < head.
+                let ev = unsafe { f.ring.get(f.pos) };
+                match enc.put(&ev, &mut self.payload, len) {
+                    Some(p) => len = p,
+                    None => break,
+                }
+                f.pos += 1;
+                n += 1;
+            }
+            return (len, n);
         }
+        loop {
+            let mut best: Option<(usize, TraceEvent)> = None;
+            for (i, f) in fronts.iter().enumerate() {
+                if f.pos < f.end {
+                    // SAFETY: as above.
+                    let ev = unsafe { f.ring.get(f.pos) };
+                    if best.is_none_or(|(_, b)| ev.time_us < b.time_us) {
+                        best = Some((i, ev));
+                    }
+                }
+            }
+            let Some((i, ev)) = best else { break };
+            match enc.put(&ev, &mut self.payload, len) {
+                Some(p) => len = p,
+                None => break,
+            }
+            fronts[i].pos += 1;
+            n += 1;
+        }
+        (len, n)
     }
 
     /// Every stack and range path recorded so far that is not in the file yet, whether or
@@ -546,11 +567,11 @@ pub fn finish() {
     if w.ended {
         return;
     }
-    w.drain();
+    while w.drain() > 0 {}
     DRAINING.store(false, Ordering::Release);
     ON.store(false, Ordering::Release);
     // Events pushed between the drain and `ON` going off.
-    w.drain();
+    while w.drain() > 0 {}
     let mut b = [0u8; 10];
     let n = put_varint(&mut b, 0, w.events_written);
     format::chunk(kind::END, &b[..n], &mut w.out);
@@ -609,37 +630,16 @@ fn say_child_does_not_log() {
     unsafe { libc::write(2, buf.as_ptr() as *const c_void, len) };
 }
 
-/// The gate between the writer thread and the crash path over the batch the writer has
-/// taken out of the queue but not yet written: IDLE (no batch), HOLDING (a batch, the
-/// writer between pops), POPPING (the writer inside one pop), WRITING (the writer is
-/// writing it out), STOLEN (the crash path took the batch and writes it itself). The crash
-/// path waits out POPPING and WRITING (the writer runs on, on its own thread, and leaves
-/// them within a pop or a write), takes the batch from HOLDING, or the gate from IDLE, and
+/// The gate between the writer thread and the crash path over the rings' unwritten events:
+/// IDLE (nobody consumes), WRITING (the writer is encoding and writing one chunk; it
+/// advances the rings' tails once the chunk is written), STOLEN (the crash path writes
+/// what the rings hold itself). The crash path waits out WRITING (the writer runs on, on
+/// its own thread, and leaves it within one chunk's write), takes the gate from IDLE, and
 /// opens it again when done (a handler of the program's may keep the program running).
 const IDLE: u8 = 0;
-const HOLDING: u8 = 1;
-const POPPING: u8 = 2;
-const WRITING: u8 = 3;
-const STOLEN: u8 = 4;
+const WRITING: u8 = 1;
+const STOLEN: u8 = 2;
 static GATE: AtomicU8 = AtomicU8::new(IDLE);
-/// Events in a batch.
-const BATCH: usize = 2048;
-struct Held(std::cell::UnsafeCell<[TraceEvent; BATCH]>);
-// SAFETY: accessed only under the gate's protocol (above).
-unsafe impl Sync for Held {}
-const NO_EVENT: TraceEvent = TraceEvent {
-    action: cushim::trace::event::Action::Alloc,
-    device: 0,
-    addr: 0,
-    size: 0,
-    stream: 0,
-    time_us: 0,
-    stack: NO_STACK,
-    device_free: 0,
-    range: 0,
-};
-static HELD: Held = Held(std::cell::UnsafeCell::new([NO_EVENT; BATCH]));
-static HELD_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Serializes the fatal-signal flushes (taken with a compare-exchange: a second crashing
 /// thread does not wait in its handler).
@@ -647,12 +647,11 @@ static FATAL_BUSY: AtomicBool = AtomicBool::new(false);
 /// The fatal path's chunk buffer (head, then payload), used only while `FATAL_BUSY` is held.
 static mut FATAL_CHUNK: [u8; CHUNK_HEAD + CHUNK_BYTES] = [0; CHUNK_HEAD + CHUNK_BYTES];
 
-/// From a SIGSEGV/SIGBUS/SIGABRT handler: write what the queue holds, with `write(2)` only.
+/// From a SIGSEGV/SIGBUS/SIGABRT handler: write what the rings hold, with `write(2)` only.
 pub fn flush_from_signal() {
     if !ON.load(Ordering::Acquire) {
         return;
     }
-    let Some(q) = QUEUE.get() else { return };
     if FATAL_BUSY
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -661,44 +660,39 @@ pub fn flush_from_signal() {
     }
     let fd = FD.load(Ordering::Acquire);
     wait_for_tables();
-    // Take the writer's batch (or close the gate), waiting out a pop or a write in progress;
-    // bounded, in case the crash is on the writer thread itself.
+    // Take the gate, waiting out a chunk the writer is writing; not on the writer thread
+    // itself (it cannot finish its chunk while it is here: its tails are not advanced, so
+    // the chunk's events are still in the rings), and bounded, in case the writer is stuck.
+    // SAFETY: gettid has no preconditions; async-signal-safe.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
     let mut stolen = false;
-    let mut held = 0;
-    for _ in 0..50_000_000u64 {
-        match GATE.compare_exchange(HOLDING, STOLEN, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                stolen = true;
-                held = HELD_LEN.load(Ordering::Acquire);
-                break;
-            }
-            Err(IDLE) => {
-                if GATE
-                    .compare_exchange(IDLE, STOLEN, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+    if WRITER_TID.load(Ordering::Acquire) != me {
+        for _ in 0..50_000_000u64 {
+            match GATE.compare_exchange(IDLE, STOLEN, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
                     stolen = true;
                     break;
                 }
+                Err(STOLEN) => break,
+                Err(_) => std::hint::spin_loop(),
             }
-            Err(STOLEN) => break,
-            Err(_) => std::hint::spin_loop(),
         }
     }
-    let mut i = 0;
-    // SAFETY: with the gate STOLEN the writer does not touch the batch.
-    let mut from_batch = || {
-        if i < held {
-            i += 1;
-            Some(unsafe { (*HELD.0.get())[i - 1] })
-        } else {
-            None
+    log_ring::each(|ring| {
+        let (mut i, end) = (ring.tail(), ring.head());
+        // SAFETY: with the gate STOLEN (or the writer stopped) nobody else consumes, and
+        // tail <= i < head.
+        write_from_signal(fd, &mut || {
+            (i < end).then(|| {
+                i += 1;
+                unsafe { ring.get(i - 1) }
+            })
+        });
+        if stolen {
+            ring.consumed(end);
         }
-    };
-    write_from_signal(fd, &mut from_batch);
-    write_from_signal(fd, &mut || q.pop());
+    });
     if stolen {
-        HELD_LEN.store(0, Ordering::Release);
         GATE.store(IDLE, Ordering::Release);
     }
     FATAL_BUSY.store(false, Ordering::Release);
