@@ -345,6 +345,75 @@ fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
     }
 }
 
+/// Run an NVTX test program with both the log and the exit snapshot; returns their paths.
+fn nvtx_run(exe: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let (log, snap) = (dir.join("run.log"), dir.join("end.pickle"));
+    let out = common::run_ok(
+        common::shim_cmd(exe)
+            .env("NVTX_INJECTION64_PATH", common::shim_path())
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    (log, snap)
+}
+
+fn by_range(file: &Path) -> String {
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "range"])
+            .arg(file),
+    )
+}
+
+#[test]
+fn the_log_records_range_starts_and_ends_so_summary_by_range_tells_what_outlived_its_range() {
+    let Some(exe) = common::nvtx::program_named("nvtx_leak") else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx-leak");
+    let (log, _) = nvtx_run(&exe, &dir);
+    #[derive(Default)]
+    struct Marks(Vec<cushim::trace::log::encode::RangeMark>);
+    impl LogVisitor for Marks {
+        fn event(&mut self, _ev: TraceEvent) {}
+        fn frame(&mut self, _id: u64, _f: LogFrame) {}
+        fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
+        fn range_mark(&mut self, m: cushim::trace::log::encode::RangeMark) {
+            self.0.push(m);
+        }
+    }
+    let mut marks = Marks::default();
+    let bytes = std::fs::read(&log).expect("the log");
+    read_log(&bytes, &mut marks).expect("the log reads");
+    // "train" and five "iteration"s, each started and ended (the first two opened before
+    // the program's first CUDA call started the log).
+    let starts = marks.0.iter().filter(|m| m.start).count();
+    let ends = marks.0.iter().filter(|m| !m.start).count();
+    assert_eq!((starts, ends), (6, 6), "{:?}", marks.0);
+    let out = by_range(&log);
+    assert!(
+        out.contains(
+            "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
+             (5 still live at the end)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn summary_by_range_of_a_log_says_what_it_says_of_the_snapshot_of_the_same_run() {
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx-by-range");
+    let (log, snap) = nvtx_run(&exe, &dir);
+    let (from_log, from_snap) = (by_range(&log), by_range(&snap));
+    assert!(from_log.contains("peak 27.0 MiB live"), "{from_log}");
+    assert_eq!(from_log, from_snap);
+}
+
 #[test]
 fn events_just_before_a_crash_have_their_stacks_in_the_log() {
     #[derive(Default)]

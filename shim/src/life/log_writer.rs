@@ -6,8 +6,8 @@
 //! - The allocating thread only copies the event (plain data) into its sink's ring
 //!   (`log_ring`: one single-producer ring per sink, allocated once): no I/O, no
 //!   allocation, no lock and no read-modify-write of its own. A thread of the shim's own
-//!   (`cushim-log`) wakes every [`FLUSH_MS`] ms, or when a ring has taken
-//!   `log_ring::WAKE_EVERY` more events, takes everything the rings hold at that moment
+//!   (`cushim-log`) wakes every [`FLUSH_MS`] ms, or when a ring has taken a quarter of its
+//!   size more events, takes everything the rings hold at that moment
 //!   (merged by time across sinks), interns stacks into frame and stack tables (symbolized
 //!   there, off the allocating threads) and writes it in chunks of up to [`CHUNK_BYTES`].
 //!   So a busy program pays one wake-up and about one `write(2)` per thousands of events.
@@ -26,6 +26,10 @@
 //!   exactly the events not yet in the file. The stacks and range paths those events name
 //!   are written first, by the writer thread (see [`flush_from_signal`]: the crash path
 //!   only waits for it, so it stays async-signal-safe).
+//! - NVTX range starts and ends (when history records them, or a log is asked for) go to a
+//!   ring of their own from the range annotations' hook (under that module's lock, which
+//!   serializes its producers), and are written as `MARKS` chunks before each round's
+//!   events; the range paths they name are written first, as for events.
 //! - A `fork` child does not write to its parent's log: logging stops in the child, and the
 //!   first event it records says so on stderr, once. Why not a log of its own: the child of
 //!   a threaded process may only make async-signal-safe calls until it execs, and a log
@@ -36,9 +40,10 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
+use cushim::trace::annotations::Annotation;
 use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
 use cushim::trace::intern::StackTable;
-use cushim::trace::log::encode::EventEncoder;
+use cushim::trace::log::encode::{EventEncoder, MarkEncoder, RangeMark};
 use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
 use cushim::trace::module_epochs;
 use cushim::trace::range::{path as range_path, NO_RANGE};
@@ -83,6 +88,45 @@ fn template() -> Option<&'static str> {
 /// Whether `CUSHIM_LOG` asks for a log.
 pub fn requested() -> bool {
     template().is_some()
+}
+
+/// Slots of the range marks' ring.
+const MARK_SLOTS: u64 = 1 << 12;
+/// The range marks' ring (made when the log starts).
+static MARKS: OnceCell<&'static Ring<RangeMark>> = OnceCell::new();
+
+/// The range annotations' hook (called under their lock): the start or end into the
+/// marks' ring.
+fn push_mark(a: &Annotation) {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(ring) = MARKS.get() else { return };
+    if a.path != NO_RANGE && a.path > MAX_RANGE.load(Ordering::Relaxed) {
+        MAX_RANGE.fetch_max(a.path, Ordering::AcqRel);
+    }
+    let m = RangeMark {
+        start: a.start,
+        device: a.device,
+        path: a.path,
+        time_us: a.time_us,
+    };
+    loop {
+        // SAFETY: the annotations' lock serializes every call of this hook, its only
+        // producer.
+        match unsafe { ring.push_serialized(&m) } {
+            Pushed::Done => return,
+            Pushed::Wake => return wake_writer(),
+            Pushed::Full => {
+                if !DRAINING.load(Ordering::Acquire) {
+                    DROPPED.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                wake_writer();
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
 /// The sink that logs every event, then records it in `inner` as before.
@@ -273,6 +317,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         fronts: Vec::new(),
         ended: false,
     }));
+    let _ = MARKS.set(Ring::leaked(MARK_SLOTS));
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
     let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
@@ -280,6 +325,9 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         DRAINING.store(false, Ordering::Release);
         return Err(e);
     }
+    // With the writer running: the starts and ends kept so far may be more than the marks'
+    // ring holds.
+    cushim::trace::annotations::set_log_hook(push_mark);
     Ok(())
 }
 
@@ -319,7 +367,7 @@ fn writer_thread() {
             None => None,
         });
         match step {
-            // Until the timer, or until a ring has taken `WAKE_EVERY` more events (or is
+            // Until the timer, or until a ring has taken a quarter of its size (or is
             // full): a wake-up that came during the round ends this wait at once.
             Ok(Some(_)) => std::thread::park_timeout(Duration::from_millis(FLUSH_MS)),
             Ok(None) => return,
@@ -350,7 +398,11 @@ impl Writer {
                 end,
             });
         });
+        let marks_end = MARKS.get().map(|r| r.head());
         self.write_tables(fd);
+        if let (Some(ring), Some(end)) = (MARKS.get(), marks_end) {
+            self.write_marks(fd, ring, end);
+        }
         let mut total = 0;
         loop {
             // One chunk under the gate (see `GATE`): the crash path may have written some
@@ -392,6 +444,38 @@ impl Writer {
         }
         self.events_written += total;
         total
+    }
+
+    /// The marks before `end` not yet in the file, as `MARKS` chunks (under the gate).
+    fn write_marks(&mut self, fd: c_int, ring: &'static Ring<RangeMark>, end: u64) {
+        loop {
+            if GATE
+                .compare_exchange(IDLE, WRITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return;
+            }
+            let mut i = ring.tail();
+            if i >= end {
+                GATE.store(IDLE, Ordering::Release);
+                return;
+            }
+            let mut enc = MarkEncoder::default();
+            let mut len = 0;
+            while i < end {
+                // SAFETY: this thread holds the gate and tail <= i < head.
+                let m = unsafe { ring.get(i) };
+                match enc.put(&m, &mut self.payload, len) {
+                    Some(p) => len = p,
+                    None => break,
+                }
+                i += 1;
+            }
+            format::chunk(kind::MARKS, &self.payload[..len], &mut self.out);
+            let _ = write_all(fd, &self.out);
+            ring.consumed(i);
+            GATE.store(IDLE, Ordering::Release);
+        }
     }
 
     /// Encode the fronts' events, oldest first across rings, into one chunk's payload, up to
@@ -567,7 +651,7 @@ pub fn finish() {
     if w.ended {
         return;
     }
-    while w.drain() > 0 {}
+    while w.drain() > 0 || marks_pending() {}
     DRAINING.store(false, Ordering::Release);
     ON.store(false, Ordering::Release);
     // Events pushed between the drain and `ON` going off.
@@ -580,6 +664,11 @@ pub fn finish() {
     // SAFETY: fsync of our own descriptor.
     unsafe { libc::fsync(fd) };
     w.ended = true;
+}
+
+/// Whether the marks' ring holds marks not yet in the file.
+fn marks_pending() -> bool {
+    MARKS.get().is_some_and(|r| r.tail() < r.head())
 }
 
 /// The log is closed by the library's destructor, which `exit` runs after every `atexit`
@@ -678,6 +767,20 @@ pub fn flush_from_signal() {
             }
         }
     }
+    if let Some(ring) = MARKS.get() {
+        let (mut i, end) = (ring.tail(), ring.head());
+        write_marks_from_signal(fd, &mut || {
+            // SAFETY: with the gate STOLEN (or the writer stopped) nobody else consumes,
+            // and tail <= i < head.
+            (i < end).then(|| {
+                i += 1;
+                unsafe { ring.get(i - 1) }
+            })
+        });
+        if stolen {
+            ring.consumed(end);
+        }
+    }
     log_ring::each(|ring| {
         let (mut i, end) = (ring.tail(), ring.head());
         // SAFETY: with the gate STOLEN (or the writer stopped) nobody else consumes, and
@@ -757,16 +860,50 @@ fn write_from_signal(fd: c_int, next: &mut dyn FnMut() -> Option<TraceEvent>) {
         let mut h = [0u8; CHUNK_HEAD];
         format::chunk_head(kind::EVENTS, &payload[..pos], &mut h);
         head.copy_from_slice(&h);
-        let total = CHUNK_HEAD + pos;
-        let mut off = 0;
-        while off < total {
-            // SAFETY: write(2) from our static buffer: async-signal safe.
-            let n =
-                unsafe { libc::write(fd, buf[off..total].as_ptr() as *const c_void, total - off) };
-            if n <= 0 {
-                break;
+        write_from_static(fd, &buf[..CHUNK_HEAD + pos]);
+    }
+}
+
+/// Encode the marks `next` gives into `MARKS` chunks in the static buffer and `write(2)`
+/// them (the fatal-signal path).
+fn write_marks_from_signal(fd: c_int, next: &mut dyn FnMut() -> Option<RangeMark>) {
+    // SAFETY: FATAL_BUSY gives this thread sole use of the static buffer.
+    let buf = unsafe { &mut *std::ptr::addr_of_mut!(FATAL_CHUNK) };
+    loop {
+        let (head, payload) = buf.split_at_mut(CHUNK_HEAD);
+        let mut enc = MarkEncoder::default();
+        let mut pos = 0;
+        while pos < CHUNK_BYTES - 4096 {
+            let Some(m) = next() else { break };
+            if let Some(p) = enc.put(&m, payload, pos) {
+                pos = p;
             }
-            off += n as usize;
         }
+        if pos == 0 {
+            break;
+        }
+        let mut h = [0u8; CHUNK_HEAD];
+        format::chunk_head(kind::MARKS, &payload[..pos], &mut h);
+        head.copy_from_slice(&h);
+        write_from_static(fd, &buf[..CHUNK_HEAD + pos]);
+    }
+}
+
+/// `write(2)` all of `bytes` (async-signal-safe; gives up on an error).
+fn write_from_static(fd: c_int, bytes: &[u8]) {
+    let mut off = 0;
+    while off < bytes.len() {
+        // SAFETY: write(2) from a valid slice: async-signal safe.
+        let n = unsafe {
+            libc::write(
+                fd,
+                bytes[off..].as_ptr() as *const c_void,
+                bytes.len() - off,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        off += n as usize;
     }
 }
