@@ -30,14 +30,25 @@
 //!   ring of their own from the range annotations' hook (under that module's lock, which
 //!   serializes its producers), and are written as `MARKS` chunks before each round's
 //!   events; the range paths they name are written first, as for events.
-//! - A `fork` child does not write to its parent's log: logging stops in the child, and the
-//!   first event it records says so on stderr, once. Why not a log of its own: the child of
-//!   a threaded process may only make async-signal-safe calls until it execs, and a log
-//!   needs a writer thread (started from the event's thread, in a process whose other
-//!   threads vanished holding whatever locks they held: the symbolizer's, malloc's).
+//! - A `fork` child writes a log of its own, from its first recorded event on, when the
+//!   template has `%p` (the child's pid makes a new name); without `%p` its log would be
+//!   its parent's file, so it does not log and its first event says so on stderr, once.
+//!   Why at the first event and not at the fork: the child of a threaded process may only
+//!   make async-signal-safe calls until it execs or the fork returns, and a log needs a
+//!   file and a writer thread. The fork handler only resets atomics: the rings' unwritten
+//!   events are the parent's (its writer writes them to its log), so the child's rings
+//!   start empty. An event is recorded long after the fork returned, where ordinary code
+//!   is allowed, as for any program that forks without exec (Python's multiprocessing):
+//!   the event's thread then opens the child's file, writes its header (the parent's, with
+//!   the child's pid, `parent_pid` and a new clock origin) and starts a new writer thread
+//!   with a new writer state. The parent's writer state is left alone, never locked or
+//!   dropped: its thread does not exist in the child and may have held its lock at the
+//!   fork. Nothing the child does touches the parent's file.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 use std::time::Duration;
 
 use cushim::trace::annotations::Annotation;
@@ -67,8 +78,13 @@ static ON: AtomicBool = AtomicBool::new(false);
 static DRAINING: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static FD: AtomicI32 = AtomicI32::new(-1);
-static WRITER: OnceCell<Mutex<Writer>> = OnceCell::new();
-static THREAD: OnceCell<std::thread::Thread> = OnceCell::new();
+/// The writer state (a leaked box: a fork child replaces it with its own, and never drops
+/// its parent's).
+static WRITER: AtomicPtr<Mutex<Writer>> = AtomicPtr::new(std::ptr::null_mut());
+/// The writer thread's handle (a leaked box, replaced in a fork child that logs).
+static THREAD: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mut());
+/// The parent's header, which a fork child's log starts from.
+static HEADER: OnceCell<serde_json::Value> = OnceCell::new();
 /// The writer thread's kernel thread id (0 until it runs).
 static WRITER_TID: AtomicI32 = AtomicI32::new(0);
 /// The largest stack id and NVTX range id recorded so far (ids are handed out in order, so
@@ -98,7 +114,9 @@ static MARKS: OnceCell<&'static Ring<RangeMark>> = OnceCell::new();
 /// The range annotations' hook (called under their lock): the start or end into the
 /// marks' ring.
 fn push_mark(a: &Annotation) {
-    if !ON.load(Ordering::Relaxed) {
+    if !ON.load(Ordering::Relaxed)
+        && !(CHILD.load(Ordering::Relaxed) != CHILD_NONE && start_in_child())
+    {
         return;
     }
     let Some(ring) = MARKS.get() else { return };
@@ -175,10 +193,9 @@ impl EventSink for LogSink {
 impl LogSink {
     #[inline]
     fn push(&mut self, ev: &TraceEvent) {
-        if !ON.load(Ordering::Relaxed) {
-            if FORKED.load(Ordering::Relaxed) {
-                say_child_does_not_log();
-            }
+        if !ON.load(Ordering::Relaxed)
+            && !(CHILD.load(Ordering::Relaxed) != CHILD_NONE && start_in_child())
+        {
             return;
         }
         let Some(ring) = self.ring.as_mut() else {
@@ -196,9 +213,18 @@ impl LogSink {
 /// Wake the writer thread (an atomic swap when it is awake, a futex call when it sleeps).
 #[inline]
 fn wake_writer() {
-    if let Some(t) = THREAD.get() {
-        t.unpark();
+    let t = THREAD.load(Ordering::Acquire);
+    if !t.is_null() {
+        // SAFETY: thread handles stored here are leaked boxes: they live for ever.
+        unsafe { (*t).unpark() };
     }
+}
+
+/// The writer state, once the log is open.
+fn writer() -> Option<&'static Mutex<Writer>> {
+    let w = WRITER.load(Ordering::Acquire);
+    // SAFETY: writer states stored here are leaked boxes: they live for ever.
+    (!w.is_null()).then(|| unsafe { &*w })
 }
 
 /// A full ring: wait for the writer to make room, or count the event dropped when no
@@ -258,6 +284,36 @@ pub fn start(s: &Shim) {
 }
 
 fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
+    let header = serde_json::json!({
+        "format": "cushim event log",
+        "version": VERSION,
+        "pid": std::process::id(),
+        "rank": cushim::snapshot::output::rank_from_env(),
+        "cmdline": std::env::args().collect::<Vec<_>>(),
+        "clock": "microseconds since the Unix epoch",
+        "clock_origin_us": cushim::trace::event::now_us(),
+        "mode": crate::life::mode::mode_name(),
+        "allocator_settings": s.alloc.conf().settings_json(),
+        "env": {
+            "CUSHIM_HISTORY": std::env::var("CUSHIM_HISTORY").ok(),
+            "CUSHIM_ALLOC_CONF": std::env::var("CUSHIM_ALLOC_CONF").ok(),
+            "PYTORCH_CUDA_ALLOC_CONF": std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
+        },
+        "device_count": s.alloc.device_count(),
+        "memory": crate::life::unexplained::memory_json(s),
+    });
+    let _ = MARKS.set(Ring::leaked(MARK_SLOTS));
+    open_log(template, &header)?;
+    let _ = HEADER.set(header);
+    // With the writer running: the starts and ends kept so far may be more than the marks'
+    // ring holds.
+    cushim::trace::annotations::set_log_hook(push_mark);
+    Ok(())
+}
+
+/// Open the file `template` names, write `header`, and start a writer thread with a fresh
+/// writer state.
+fn open_log(template: &str, header: &serde_json::Value) -> Result<(), String> {
     use cushim::snapshot::output::{expand, TemplateVars};
     let path = expand(template, &TemplateVars::current(0));
     let cpath = std::ffi::CString::new(path.clone())
@@ -277,31 +333,13 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         ));
     }
     FD.store(fd, Ordering::Release);
-    let header = serde_json::json!({
-        "format": "cushim event log",
-        "version": VERSION,
-        "pid": std::process::id(),
-        "rank": cushim::snapshot::output::rank_from_env(),
-        "cmdline": std::env::args().collect::<Vec<_>>(),
-        "clock": "microseconds since the Unix epoch",
-        "clock_origin_us": cushim::trace::event::now_us(),
-        "mode": crate::life::mode::mode_name(),
-        "allocator_settings": s.alloc.conf().settings_json(),
-        "env": {
-            "CUSHIM_HISTORY": std::env::var("CUSHIM_HISTORY").ok(),
-            "CUSHIM_ALLOC_CONF": std::env::var("CUSHIM_ALLOC_CONF").ok(),
-            "PYTORCH_CUDA_ALLOC_CONF": std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
-        },
-        "device_count": s.alloc.device_count(),
-        "memory": crate::life::unexplained::memory_json(s),
-    });
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(MAGIC);
     let mut chunk = Vec::new();
     format::chunk(kind::HEADER, header.to_string().as_bytes(), &mut chunk);
     out.extend_from_slice(&chunk);
     write_all(fd, &out).map_err(|e| format!("writing {path}: {e}"))?;
-    let _ = WRITER.set(Mutex::new(Writer {
+    let w = Box::new(Mutex::new(Writer {
         sym: Symbolizer::new(),
         stacks_written: Vec::new(),
         ranges_written: Vec::new(),
@@ -317,7 +355,7 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         fronts: Vec::new(),
         ended: false,
     }));
-    let _ = MARKS.set(Ring::leaked(MARK_SLOTS));
+    WRITER.store(Box::into_raw(w), Ordering::Release);
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
     let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
@@ -325,9 +363,6 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
         DRAINING.store(false, Ordering::Release);
         return Err(e);
     }
-    // With the writer running: the starts and ends kept so far may be more than the marks'
-    // ring holds.
-    cushim::trace::annotations::set_log_hook(push_mark);
     Ok(())
 }
 
@@ -348,14 +383,17 @@ fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
 }
 
 fn writer_thread() {
-    let _ = THREAD.set(std::thread::current());
+    THREAD.store(
+        Box::into_raw(Box::new(std::thread::current())),
+        Ordering::Release,
+    );
     // SAFETY: gettid has no preconditions.
     WRITER_TID.store(
         unsafe { libc::syscall(libc::SYS_gettid) } as i32,
         Ordering::Release,
     );
     loop {
-        let step = std::panic::catch_unwind(|| match WRITER.get() {
+        let step = std::panic::catch_unwind(|| match writer() {
             Some(w) => {
                 let mut w = w.lock();
                 if w.ended {
@@ -641,12 +679,13 @@ fn push_string(out: &mut Vec<u8>, s: &str) {
 
 /// Drain the queue and close the log with an `END` chunk (at exit, on an ending signal).
 pub fn finish() {
-    // A fork child never locks the writer: the parent's writer thread may have held that
-    // lock at the fork, and in the child nothing would ever release it.
+    // A fork child that has not started its own log never locks the writer: the parent's
+    // writer thread may have held that lock at the fork, and in the child nothing would
+    // ever release it.
     if IN_CHILD.load(Ordering::Acquire) {
         return;
     }
-    let Some(w) = WRITER.get() else { return };
+    let Some(w) = writer() else { return };
     let mut w = w.lock();
     if w.ended {
         return;
@@ -685,38 +724,106 @@ extern "C" fn at_unload() {
 #[link_section = ".fini_array"]
 static AT_UNLOAD: extern "C" fn() = at_unload;
 
-/// In a `fork` child: the writer thread does not exist and the file is the parent's.
+/// In a `fork` child (its fork handler: async-signal-safe, atomics only): the writer
+/// thread does not exist and the file is the parent's; the unwritten events in the rings
+/// are the parent's. The child's first recorded event starts its own log
+/// ([`start_in_child`]).
 pub fn after_fork_in_child() {
     let was_on = ON.swap(false, Ordering::AcqRel);
     DRAINING.store(false, Ordering::Release);
-    FORKED.store(was_on, Ordering::Release);
     IN_CHILD.store(true, Ordering::Release);
-}
-
-/// Set in a fork child: the log is the parent's.
-static IN_CHILD: AtomicBool = AtomicBool::new(false);
-
-/// Set in a fork child of a logging process until it has said it does not log.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// One line on stderr from a fork child's first recorded event (with `write(2)` from a stack
-/// buffer: no lock another thread of the parent may have held at the fork).
-#[cold]
-fn say_child_does_not_log() {
-    if !FORKED.swap(false, Ordering::AcqRel) {
+    if !was_on {
+        CHILD.store(CHILD_NONE, Ordering::Release);
         return;
     }
-    use std::io::Write;
-    let mut buf = [0u8; 256];
-    let mut w = &mut buf[..];
-    let _ = writeln!(
-        w,
-        "cushim: pid {} is a fork child: it does not write the event log (CUSHIM_LOG); its parent's log goes on",
-        std::process::id()
-    );
-    let len = 256 - w.len();
-    // SAFETY: writing our own stack buffer to stderr.
-    unsafe { libc::write(2, buf.as_ptr() as *const c_void, len) };
+    log_ring::each(|r| r.forget());
+    if let Some(m) = MARKS.get() {
+        m.forget();
+    }
+    THREAD.store(std::ptr::null_mut(), Ordering::Release);
+    WRITER_TID.store(0, Ordering::Release);
+    GATE.store(IDLE, Ordering::Release);
+    FATAL_BUSY.store(false, Ordering::Release);
+    STACKS_DONE.store(0, Ordering::Release);
+    RANGES_DONE.store(0, Ordering::Release);
+    DROPPED.store(0, Ordering::Release);
+    CHILD.store(CHILD_PENDING, Ordering::Release);
+}
+
+/// Set in a fork child until it has a log of its own: the file and writer are the parent's.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// A fork child of a logging process: its own log is not started (`CHILD_PENDING`), is
+/// being started by one of its threads (`CHILD_STARTING`), or there is nothing to do.
+static CHILD: AtomicU8 = AtomicU8::new(CHILD_NONE);
+const CHILD_NONE: u8 = 0;
+const CHILD_PENDING: u8 = 1;
+const CHILD_STARTING: u8 = 2;
+
+/// From a fork child's recorded event: start the child's own log (once; a thread that
+/// records meanwhile waits for it). Returns whether the log is on.
+#[cold]
+fn start_in_child() -> bool {
+    match CHILD.compare_exchange(
+        CHILD_PENDING,
+        CHILD_STARTING,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            let on = std::panic::catch_unwind(open_child_log).unwrap_or(false);
+            CHILD.store(CHILD_NONE, Ordering::Release);
+            on
+        }
+        Err(CHILD_STARTING) => {
+            while CHILD.load(Ordering::Acquire) == CHILD_STARTING {
+                std::thread::yield_now();
+            }
+            ON.load(Ordering::Acquire)
+        }
+        Err(_) => ON.load(Ordering::Acquire),
+    }
+}
+
+/// The fork child's own log: a new file (the template's `%p`), the parent's header with the
+/// child's pid, a new writer thread.
+fn open_child_log() -> bool {
+    let (Some(template), Some(parent)) = (template(), HEADER.get()) else {
+        return false;
+    };
+    let pid = std::process::id();
+    if !template.contains("%p") {
+        say(&format!(
+            "cushim: pid {pid} is a fork child: it does not write an event log, because CUSHIM_LOG has no %p (its log would be its parent's file); its parent's log goes on\n"
+        ));
+        return false;
+    }
+    // The parent's descriptor: the parent writes it, the child has no use for it.
+    // SAFETY: closing this process's copy of a descriptor it owns.
+    unsafe { libc::close(FD.swap(-1, Ordering::AcqRel)) };
+    let mut header = parent.clone();
+    header["parent_pid"] = header["pid"].clone();
+    header["pid"] = pid.into();
+    header["clock_origin_us"] = cushim::trace::event::now_us().into();
+    match open_log(template, &header) {
+        Ok(()) => {
+            IN_CHILD.store(false, Ordering::Release);
+            true
+        }
+        Err(e) => {
+            say(&format!(
+                "cushim: pid {pid} is a fork child: no event log of its own: {e}\n"
+            ));
+            false
+        }
+    }
+}
+
+/// One line on stderr with `write(2)` (no lock another thread of the parent may have held
+/// at the fork: Rust's stderr lock).
+fn say(line: &str) {
+    // SAFETY: writing a valid slice to stderr.
+    unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
 }
 
 /// The gate between the writer thread and the crash path over the rings' unwritten events:
