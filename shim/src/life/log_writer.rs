@@ -114,9 +114,7 @@ static MARKS: OnceCell<&'static Ring<RangeMark>> = OnceCell::new();
 /// The range annotations' hook (called under their lock): the start or end into the
 /// marks' ring.
 fn push_mark(a: &Annotation) {
-    if !ON.load(Ordering::Relaxed)
-        && !(CHILD.load(Ordering::Relaxed) != CHILD_NONE && start_in_child())
-    {
+    if !logging() {
         return;
     }
     let Some(ring) = MARKS.get() else { return };
@@ -193,9 +191,7 @@ impl EventSink for LogSink {
 impl LogSink {
     #[inline]
     fn push(&mut self, ev: &TraceEvent) {
-        if !ON.load(Ordering::Relaxed)
-            && !(CHILD.load(Ordering::Relaxed) != CHILD_NONE && start_in_child())
-        {
+        if !logging() {
             return;
         }
         let Some(ring) = self.ring.as_mut() else {
@@ -208,6 +204,12 @@ impl LogSink {
             Pushed::Full => wait_and_push(ring, ev),
         }
     }
+}
+
+/// Whether events go to the log now (in a fork child, the first one starts its own log).
+#[inline]
+fn logging() -> bool {
+    ON.load(Ordering::Relaxed) || (CHILD.load(Ordering::Relaxed) != CHILD_NONE && start_in_child())
 }
 
 /// Wake the writer thread (an atomic swap when it is awake, a futex call when it sleeps).
@@ -541,7 +543,7 @@ impl Writer {
                 if f.pos < f.end {
                     // SAFETY: as above.
                     let ev = unsafe { f.ring.get(f.pos) };
-                    if best.is_none_or(|(_, b)| ev.time_us < b.time_us) {
+                    if best.map_or(true, |(_, b)| ev.time_us < b.time_us) {
                         best = Some((i, ev));
                     }
                 }
