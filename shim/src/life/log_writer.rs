@@ -33,17 +33,19 @@
 //! - A `fork` child writes a log of its own, from its first recorded event on, when the
 //!   template has `%p` (the child's pid makes a new name); without `%p` its log would be
 //!   its parent's file, so it does not log and its first event says so on stderr, once.
-//!   Why at the first event and not at the fork: the child of a threaded process may only
-//!   make async-signal-safe calls until it execs or the fork returns, and a log needs a
-//!   file and a writer thread. The fork handler only resets atomics: the rings' unwritten
-//!   events are the parent's (its writer writes them to its log), so the child's rings
-//!   start empty. An event is recorded long after the fork returned, where ordinary code
-//!   is allowed, as for any program that forks without exec (Python's multiprocessing):
-//!   the event's thread then opens the child's file, writes its header (the parent's, with
-//!   the child's pid, `parent_pid` and a new clock origin) and starts a new writer thread
-//!   with a new writer state. The parent's writer state is left alone, never locked or
-//!   dropped: its thread does not exist in the child and may have held its lock at the
-//!   fork. Nothing the child does touches the parent's file.
+//!   Why at the first event and not in the fork handler: the handler runs inside `fork`,
+//!   where only async-signal-safe calls are allowed, and a log needs a file and a writer
+//!   thread. It only resets atomics: the rings' unwritten events are the parent's (its
+//!   writer writes them to its log), so the child's rings start empty. The event is
+//!   recorded after `fork` returned, where the child runs ordinary code as any program that
+//!   forks without exec does (Python's multiprocessing: POSIX promises only
+//!   async-signal-safe calls there, glibc makes `malloc` and thread creation work by
+//!   resetting its own locks at the fork, and the shim's locks are held across the fork by
+//!   `fork.rs`); the event's thread then opens the child's file, writes its header (the
+//!   parent's, with the child's pid, `parent_pid` and a new clock origin) and starts a new
+//!   writer thread with a new writer state. The parent's writer state is left alone, never
+//!   locked or dropped: its thread does not exist in the child and may have held its lock
+//!   at the fork. Nothing the child does touches the parent's file.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{

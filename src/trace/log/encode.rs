@@ -130,8 +130,8 @@ impl EventEncoder {
     }
 
     /// Append `ev` to `out` at `pos` when [`MAX_EVENT_BYTES`] fit; returns the new position,
-    /// or `None` when the buffer is full (the event is not written). Inlined into the log
-    /// writer's loop: a call per event was a fifth of the writer's instructions.
+    /// or `None` when the buffer is full (the event is not written). Always inlined: the
+    /// log writer calls it once per event, and its body is a few stores.
     #[inline(always)]
     pub fn put(&mut self, ev: &TraceEvent, out: &mut [u8], pos: usize) -> Option<usize> {
         if out.len().saturating_sub(pos) < MAX_EVENT_BYTES {
