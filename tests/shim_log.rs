@@ -392,14 +392,21 @@ fn the_log_records_range_starts_and_ends_so_summary_by_range_tells_what_outlived
     let starts = marks.0.iter().filter(|m| m.start).count();
     let ends = marks.0.iter().filter(|m| !m.start).count();
     assert_eq!((starts, ends), (6, 6), "{:?}", marks.0);
+    let line = "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
+                (5 still live at the end)";
     let out = by_range(&log);
-    assert!(
-        out.contains(
-            "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
-             (5 still live at the end)"
-        ),
-        "{out}"
+    assert!(out.contains(line), "{out}");
+    // The report's range section reads the log too.
+    let page = dir.join("r.html");
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .arg("report")
+            .arg(&log)
+            .arg("-o")
+            .arg(&page),
     );
+    let html = std::fs::read_to_string(&page).expect("the report");
+    assert!(html.contains(line), "the report's range section: {line}");
 }
 
 #[test]
