@@ -9,7 +9,10 @@ usage: scripts/log_bench.py [BUILD_DIR] [PAIRS] [RUNS]
   RUNS       runs per configuration; the median is printed (default 3)
 
 The program is tests/c/shim_end.c's `loop` case on simcuda; it times its own loop
-(ns_per_pair). Each pair records 3 events (alloc, free_requested, free_completed).
+(ns_per_pair, wall) and the loop thread's CPU time (thread_cpu_per_pair_ns: what the
+program's thread pays, whatever else runs on the cores). The whole process's CPU time
+(user + system, every thread: the log's writer too, start-up and exit included) comes
+from wait4. Each pair records 3 events (alloc, free_requested, free_completed).
 """
 import os
 import re
@@ -48,27 +51,53 @@ def main():
     rows = []
     for stacks in ["none", "native"]:
         for log in [False, True]:
-            ns, sizes = [], []
+            ns, thread_cpu, proc_cpu, sizes = [], [], [], []
             for r in range(RUNS):
                 env = dict(base, CUSHIM_HISTORY=f"enabled=all,stacks={stacks}")
                 path = os.path.join(work, f"run-{stacks}-{r}.log")
                 if log:
                     env["CUSHIM_LOG"] = path
-                out = sh([exe, str(PAIRS), "loop"], env=env).stdout
+                p = subprocess.Popen([exe, str(PAIRS), "loop"], env=env,
+                                     stdout=subprocess.PIPE, text=True)
+                out = p.stdout.read()
+                _, status, ru = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                if p.returncode != 0:
+                    sys.exit(f"{exe} {PAIRS} loop exited {p.returncode}")
                 ns.append(float(re.search(r"ns_per_pair=([0-9.]+)", out).group(1)))
+                thread_cpu.append(float(re.search(r"thread_cpu_per_pair_ns=([0-9.]+)",
+                                                  out).group(1)))
+                proc_cpu.append((ru.ru_utime + ru.ru_stime) * 1e9 / PAIRS)
                 if log:
                     sizes.append(os.path.getsize(path))
             events = 3 * PAIRS
-            row = {"stacks": stacks, "log": log, "ns_per_event": statistics.median(ns) / 3}
+            spread = lambda v: f"{min(v) / 3:.1f}-{max(v) / 3:.1f}"
+            row = {"stacks": stacks, "log": log, "ns_per_event": statistics.median(ns) / 3,
+                   "thread_cpu": statistics.median(thread_cpu) / 3,
+                   "proc_cpu": statistics.median(proc_cpu) / 3,
+                   "spreads": (spread(ns), spread(thread_cpu), spread(proc_cpu))}
             if log:
                 row["bytes_per_event"] = statistics.median(sizes) / events
                 row["log"] = path
             rows.append(row)
-    print(f"| stacks | log | ns per event (median of {RUNS}) | bytes per event |")
-    print("|---|---|---|---|")
+    print(f"Per event, median of {RUNS} (min-max): wall; the program thread's CPU; the whole "
+          "process's CPU")
+    print("| stacks | log | wall ns | program thread CPU ns | process CPU ns | bytes per event |")
+    print("|---|---|---|---|---|---|")
+    ring = {}
     for r in rows:
         b = f"{r['bytes_per_event']:.2f}" if "bytes_per_event" in r else "-"
-        print(f"| {r['stacks']} | {'ring + log' if r['log'] else 'ring only'} | {r['ns_per_event']:.1f} | {b} |")
+        cells = []
+        for key, sp in zip(("ns_per_event", "thread_cpu", "proc_cpu"), r["spreads"]):
+            if not r["log"]:
+                ring[(r["stacks"], key)] = r[key]
+                cells.append(f"{r[key]:.1f} ({sp})")
+            else:
+                ratio = r[key] / ring[(r["stacks"], key)]
+                cells.append(f"{r[key]:.1f} ({sp}, {ratio:.2f}x)")
+        print(f"| {r['stacks']} | {'ring + log' if r['log'] else 'ring only'} | "
+              f"{' | '.join(cells)} | {b} |")
+    print(f"load average: {os.getloadavg()}")
     for r in rows:
         if r["log"] is True or not isinstance(r["log"], str):
             continue

@@ -345,6 +345,82 @@ fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
     }
 }
 
+/// Run an NVTX test program with both the log and the exit snapshot; returns their paths.
+fn nvtx_run(exe: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let (log, snap) = (dir.join("run.log"), dir.join("end.pickle"));
+    let out = common::run_ok(
+        common::shim_cmd(exe)
+            .env("NVTX_INJECTION64_PATH", common::shim_path())
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    (log, snap)
+}
+
+fn by_range(file: &Path) -> String {
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "range"])
+            .arg(file),
+    )
+}
+
+#[test]
+fn the_log_records_range_starts_and_ends_so_summary_by_range_tells_what_outlived_its_range() {
+    let Some(exe) = common::nvtx::program_named("nvtx_leak") else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx-leak");
+    let (log, _) = nvtx_run(&exe, &dir);
+    #[derive(Default)]
+    struct Marks(Vec<cushim::trace::log::encode::RangeMark>);
+    impl LogVisitor for Marks {
+        fn event(&mut self, _ev: TraceEvent) {}
+        fn frame(&mut self, _id: u64, _f: LogFrame) {}
+        fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
+        fn range_mark(&mut self, m: cushim::trace::log::encode::RangeMark) {
+            self.0.push(m);
+        }
+    }
+    let mut marks = Marks::default();
+    let bytes = std::fs::read(&log).expect("the log");
+    read_log(&bytes, &mut marks).expect("the log reads");
+    // "train" and five "iteration"s, each started and ended (the first two opened before
+    // the program's first CUDA call started the log).
+    let starts = marks.0.iter().filter(|m| m.start).count();
+    let ends = marks.0.iter().filter(|m| !m.start).count();
+    assert_eq!((starts, ends), (6, 6), "{:?}", marks.0);
+    let line = "5 of 10 allocations (10.0 MiB) made in train/iteration outlived the range \
+                (5 still live at the end)";
+    let out = by_range(&log);
+    assert!(out.contains(line), "{out}");
+    // The report's range section reads the log too.
+    let page = dir.join("r.html");
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .arg("report")
+            .arg(&log)
+            .arg("-o")
+            .arg(&page),
+    );
+    let html = std::fs::read_to_string(&page).expect("the report");
+    assert!(html.contains(line), "the report's range section: {line}");
+}
+
+#[test]
+fn summary_by_range_of_a_log_says_what_it_says_of_the_snapshot_of_the_same_run() {
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx-by-range");
+    let (log, snap) = nvtx_run(&exe, &dir);
+    let (from_log, from_snap) = (by_range(&log), by_range(&snap));
+    assert!(from_log.contains("peak 27.0 MiB live"), "{from_log}");
+    assert_eq!(from_log, from_snap);
+}
+
 #[test]
 fn events_just_before_a_crash_have_their_stacks_in_the_log() {
     #[derive(Default)]
@@ -471,41 +547,102 @@ fn sigkill_at_chosen_moments_keeps_every_event_before_a_checkpoint_seen_in_the_l
     }
 }
 
-#[test]
-fn a_fork_child_that_records_says_it_does_not_log_and_the_parents_log_goes_on() {
+/// Run `shim_fork alloc 2` (two threads allocate while the main thread forks two children
+/// that each allocate and free 8 blocks of 700 KiB x 1..8, then write a snapshot) with the
+/// log template `log`.
+fn fork_run(dir: &Path, log: &str) -> (String, String, Vec<String>) {
     let exe = common::compile("shim_fork", &[]);
-    let dir = common::scratch("log-fork");
     let out = common::run(
         common::shim_cmd(&exe)
             .args(["alloc", "2"])
-            .env("CUSHIM_LOG", dir.join("run-%p.log"))
+            .env("CUSHIM_LOG", dir.join(log))
             .env("CUSHIM_SNAPSHOT", dir.join("snap-%p-%n.pickle"))
             .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("ok=2"), "{stdout}");
-    // Each child allocates: each says once that it does not log.
-    let said = stderr
-        .matches("is a fork child: it does not write the event log")
-        .count();
-    assert_eq!(said, 2, "{stderr}");
-    // One log, the parent's, with the parent's allocations and a clean end.
-    let (info, c) = read(&the_log(&dir));
-    assert!(info.ended, "{info:?}");
     let children = stdout
         .lines()
         .find_map(|l| l.strip_prefix("pids="))
         .map(|p| p.split(',').map(String::from).collect::<Vec<_>>())
         .unwrap_or_default();
+    assert_eq!(children.len(), 2, "{stdout}");
+    (stdout, stderr, children)
+}
+
+const CHILD_BLOCK: u64 = 700 * 1024;
+
+#[test]
+fn a_fork_child_writes_a_log_of_its_own_with_its_events_and_the_parents_log_goes_on() {
+    let dir = common::scratch("log-fork");
+    let (_, stderr, children) = fork_run(&dir, "run-%p.log");
+    assert!(!stderr.contains("does not write"), "{stderr}");
+    let mut parent = None;
+    let mut child_logs = 0;
+    for entry in std::fs::read_dir(&dir).expect("the scratch directory") {
+        let path = entry.expect("an entry").path();
+        if path.extension().map_or(true, |x| x != "log") {
+            continue;
+        }
+        let (info, c) = read(&path);
+        assert!(info.ended, "{}: {info:?}", path.display());
+        let pid = info.header["pid"].to_string();
+        if !children.contains(&pid) {
+            assert!(parent.is_none(), "one parent log");
+            parent = Some((info, c));
+            continue;
+        }
+        // The child's log: its own 8 allocations and frees, nothing of its parent's (the
+        // parent's threads were allocating 1 MiB blocks at the fork).
+        let allocs: Vec<u64> = c
+            .events
+            .iter()
+            .filter(|e| e.action == Action::Alloc)
+            .map(|e| e.size)
+            .collect();
+        let child_allocs: Vec<u64> = (1..=8).map(|k| k * CHILD_BLOCK).collect();
+        assert_eq!(allocs, child_allocs, "{}", path.display());
+        let frees = c
+            .events
+            .iter()
+            .filter(|e| e.action == Action::FreeRequested);
+        assert_eq!(frees.count(), 8, "{}", path.display());
+        assert!(info.header["parent_pid"].is_u64(), "{:?}", info.header);
+        child_logs += 1;
+    }
+    assert_eq!(child_logs, 2, "each child wrote its own log");
+    let (info, c) = parent.expect("the parent's log");
     let pid = info.header["pid"].to_string();
-    assert!(
-        !children.contains(&pid),
-        "the log is the parent's, not a child's: {pid} {children:?}"
-    );
+    assert!(!children.contains(&pid));
     assert!(
         c.events.iter().any(|e| e.action == Action::Alloc),
         "the parent's allocations are in its log"
     );
+    let child_allocs: Vec<u64> = (1..=8).map(|k| k * CHILD_BLOCK).collect();
+    let parent_allocs: Vec<u64> = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .map(|e| e.size)
+        .collect();
+    assert!(
+        !parent_allocs.windows(8).any(|w| w == child_allocs),
+        "no child's allocations are in the parent's log"
+    );
+}
+
+#[test]
+fn a_fork_child_does_not_log_when_the_template_has_no_pid_and_says_so_once() {
+    let dir = common::scratch("log-fork-nopid");
+    let (_, stderr, children) = fork_run(&dir, "run.log");
+    let said = stderr
+        .matches("is a fork child: it does not write an event log, because CUSHIM_LOG has no %p")
+        .count();
+    assert_eq!(said, 2, "{stderr}");
+    let (info, c) = read(&the_log(&dir));
+    assert!(info.ended, "{info:?}");
+    assert!(!children.contains(&info.header["pid"].to_string()));
+    assert!(c.events.iter().any(|e| e.action == Action::Alloc));
 }

@@ -8,6 +8,12 @@
 //! newest `max` are kept (the history's `max_entries`), under one short lock of their own (a
 //! leaf: nothing else is taken while it is held). The device is the one the shim would
 //! allocate on for the calling thread, asked of a function the shim registers.
+//!
+//! Policy (the event log): the shim's log registers a hook ([`set_log_hook`]) that is
+//! called with the starts and ends kept before it, then with each one, under this module's
+//! lock, so the hook's callers are
+//! serialized (the log's single-producer ring of marks relies on it). The hook must not
+//! block on anything that waits for this lock.
 
 use crate::trace::range::{NameId, RangeId};
 use once_cell::sync::{Lazy, OnceCell};
@@ -29,6 +35,7 @@ pub struct Annotation {
 
 static ON: AtomicBool = AtomicBool::new(false);
 static DEVICE: OnceCell<fn() -> i32> = OnceCell::new();
+static LOG_HOOK: OnceCell<fn(&Annotation)> = OnceCell::new();
 static KEPT: Lazy<Mutex<(VecDeque<Annotation>, usize)>> =
     Lazy::new(|| Mutex::new((VecDeque::new(), 0)));
 
@@ -38,6 +45,18 @@ pub fn enable(max: usize, device: fn() -> i32) {
     let _ = DEVICE.set(device);
     KEPT.lock().1 = max.max(1);
     ON.store(true, Ordering::Release);
+}
+
+/// Call `hook` with the starts and ends kept so far (those recorded before the log
+/// started: ranges opened before the program's first CUDA call), then with every one
+/// recorded from now on, always under this module's lock (the first hook set stays).
+pub fn set_log_hook(hook: fn(&Annotation)) {
+    let k = KEPT.lock();
+    if LOG_HOOK.set(hook).is_ok() {
+        for a in &k.0 {
+            hook(a);
+        }
+    }
 }
 
 /// Whether starts and ends are recorded.
@@ -62,6 +81,9 @@ pub fn record(start: bool, domain: NameId, name: NameId, path: RangeId) {
         k.0.pop_front();
     }
     k.0.push_back(a);
+    if let Some(hook) = LOG_HOOK.get() {
+        hook(&a);
+    }
 }
 
 /// The kept starts and ends, oldest first.

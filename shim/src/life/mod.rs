@@ -7,6 +7,7 @@ pub mod ending;
 pub mod fork;
 pub mod forked;
 pub mod history;
+pub mod log_ring;
 pub mod log_writer;
 pub mod mode;
 pub mod nvtx_handles;

@@ -116,7 +116,8 @@ fn init() -> Option<Shim> {
     };
     let conf = AllocConf::from_env();
     let history = History::from_env();
-    if history.conf.records_history() {
+    // Range starts and ends are kept for snapshots with history, and for the log.
+    if history.conf.records_history() || crate::life::log_writer::requested() {
         cushim::trace::annotations::enable(
             history.conf.max_entries,
             crate::life::shim::annotation_device,

@@ -11,12 +11,87 @@
 //! Version 1 (read, no longer written) had no range: its `0x80` flag announced the free
 //! device bytes, which only OOM events carried.
 //!
+//! Range starts and ends (version 3) are records of their own chunk (`MARKS`), so event
+//! chunks and their readers are unchanged: a record is one byte (bit 0: an end, else a
+//! start), the device (zigzag varint), the range's path id (varint: the path with the
+//! range's own level, as `RANGES` names it, the id the events made inside it carry), and
+//! the time (zigzag varint, microseconds after the previous mark of the chunk; the first
+//! is after 0).
+//!
 //! Invariant: encoding writes into a caller's fixed buffer and never allocates, so the
 //! fatal-signal path can use it.
 
 use crate::trace::event::{Action, TraceEvent, NO_STACK};
 use crate::trace::log::format::{flag, put_varint, zigzag, MAX_EVENT_BYTES};
 use crate::trace::range::NO_RANGE;
+
+/// A range start or end as the log records it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RangeMark {
+    /// A start (else an end).
+    pub start: bool,
+    /// The device the shim would allocate on for the thread (as the snapshot's annotations).
+    pub device: i32,
+    /// The range's path, its own level included.
+    pub path: crate::trace::range::RangeId,
+    /// Microseconds since the Unix epoch.
+    pub time_us: i64,
+}
+
+/// The most bytes one mark record takes.
+pub const MAX_MARK_BYTES: usize = 1 + 10 + 5 + 10;
+
+/// The delta base of one marks chunk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MarkEncoder {
+    time: i64,
+}
+
+impl MarkEncoder {
+    /// Append `m` to `out` at `pos` when [`MAX_MARK_BYTES`] fit; returns the new position,
+    /// or `None` when the buffer is full.
+    #[inline]
+    pub fn put(&mut self, m: &RangeMark, out: &mut [u8], pos: usize) -> Option<usize> {
+        if out.len().saturating_sub(pos) < MAX_MARK_BYTES {
+            return None;
+        }
+        out[pos] = u8::from(!m.start);
+        let mut p = put_varint(out, pos + 1, zigzag(i64::from(m.device)));
+        p = put_varint(out, p, u64::from(m.path));
+        p = put_varint(out, p, zigzag(m.time_us.wrapping_sub(self.time)));
+        self.time = m.time_us;
+        Some(p)
+    }
+}
+
+/// Decode the marks of one `MARKS` chunk's payload, calling `each`. Returns the number of
+/// marks; errors name the record.
+pub fn decode_marks(payload: &[u8], mut each: impl FnMut(RangeMark)) -> Result<u64, String> {
+    use crate::trace::log::format::{unzigzag, Cursor};
+    let mut c = Cursor::new(payload);
+    let mut time = 0i64;
+    let mut i = 0u64;
+    while !c.at_end() {
+        let at = |e: String| format!("mark {i} of the chunk: {e}");
+        let head = c.u8().map_err(at)?;
+        if head > 1 {
+            return Err(at(format!("unknown mark kind {head}")));
+        }
+        let d = unzigzag(c.varint().map_err(at)?);
+        let device = i32::try_from(d).map_err(|_| at(format!("device {d} out of range")))?;
+        let p = c.varint().map_err(at)?;
+        let path = u32::try_from(p).map_err(|_| at(format!("range {p} out of range")))?;
+        time = time.wrapping_add(unzigzag(c.varint().map_err(at)?));
+        each(RangeMark {
+            start: head == 0,
+            device,
+            path,
+            time_us: time,
+        });
+        i += 1;
+    }
+    Ok(i)
+}
 
 /// The delta base of one chunk.
 #[derive(Debug, Default, Clone, Copy)]
@@ -55,8 +130,9 @@ impl EventEncoder {
     }
 
     /// Append `ev` to `out` at `pos` when [`MAX_EVENT_BYTES`] fit; returns the new position,
-    /// or `None` when the buffer is full (the event is not written).
-    #[inline]
+    /// or `None` when the buffer is full (the event is not written). Always inlined: the
+    /// log writer calls it once per event, and its body is a few stores.
+    #[inline(always)]
     pub fn put(&mut self, ev: &TraceEvent, out: &mut [u8], pos: usize) -> Option<usize> {
         if out.len().saturating_sub(pos) < MAX_EVENT_BYTES {
             return None;
@@ -200,6 +276,30 @@ mod tests {
         })
         .expect("decodes");
         assert_eq!(back, evs);
+    }
+
+    #[test]
+    fn range_marks_round_trip_through_a_chunk() {
+        let marks: Vec<RangeMark> = (0..50i64)
+            .map(|i| RangeMark {
+                start: i % 2 == 0,
+                device: (i % 3) as i32 - 1,
+                path: (i * 37 % 300) as u32,
+                time_us: 1_700_000_000_000_000 + i * 11 - (i % 4),
+            })
+            .collect();
+        let mut buf = vec![0u8; 1 << 12];
+        let mut enc = MarkEncoder::default();
+        let mut pos = 0;
+        for m in &marks {
+            pos = enc.put(m, &mut buf, pos).expect("room");
+        }
+        let mut back = Vec::new();
+        assert_eq!(decode_marks(&buf[..pos], |m| back.push(m)), Ok(50));
+        assert_eq!(back, marks);
+        assert!(decode_marks(&[7], |_| {})
+            .unwrap_err()
+            .contains("unknown mark kind"));
     }
 
     #[test]

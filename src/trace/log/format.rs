@@ -14,9 +14,9 @@
 /// The first bytes of every log.
 pub const MAGIC: &[u8; 8] = b"CUSHLOG\x01";
 /// The format version, in the header chunk (the magic bytes stay those of version 1).
-/// Version 2 added NVTX range paths: the `RANGES` chunk and [`flag::RANGE`]; a version-2
-/// reader reads version-1 logs.
-pub const VERSION: u32 = 2;
+/// Version 2 added NVTX range paths: the `RANGES` chunk and [`flag::RANGE`]; version 3 the
+/// `MARKS` chunk (range starts and ends). A reader reads every older version.
+pub const VERSION: u32 = 3;
 /// Bytes before a chunk's payload.
 pub const CHUNK_HEAD: usize = 9;
 /// The largest payload a writer makes (a reader refuses more: a corrupt length).
@@ -38,6 +38,8 @@ pub mod kind {
     pub const END: u8 = 6;
     /// NVTX range paths (version 2): range id, rendered path.
     pub const RANGES: u8 = 7;
+    /// NVTX range starts and ends (version 3; `encode::MarkEncoder`).
+    pub const MARKS: u8 = 8;
 }
 
 /// Event record flags (the first byte's high bits; the low 4 bits are the action).

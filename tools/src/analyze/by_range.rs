@@ -1,8 +1,10 @@
 //! Bytes by NVTX range path (`cushim summary --by range`): which phase of the program made
 //! the memory, which phase held the most at the peak, and what outlived its phase.
 //!
-//! Reads the trace entries' `user_metadata` (the range path the shim records, see
-//! `trace::range`) from the snapshot tree itself. Walks each device's trace: an `alloc` is
+//! Reads a snapshot's trace entries' `user_metadata` (the range path the shim records, see
+//! `trace::range`) from the snapshot tree itself, or a whole-run log's events and their
+//! range paths (`RANGES`), in two passes over the log: its range starts and ends first
+//! (`MARKS`, log version 3), then its events. Walks each device's trace: an `alloc` is
 //! live until the program frees it (`free_requested`, or `free_completed` when the request
 //! was not recorded: the bytes the program holds, as `memory_allocated` counts them),
 //! charged to the path it was made in (`(no range)` when it carries none). Per path: bytes
@@ -14,17 +16,26 @@
 //! program had not freed it by the time that range instance ended: a buffer kept past its
 //! phase, and, when a loop's iteration range makes one each time, a leak across iterations.
 //! Instances come from the snapshot's `external_annotations` that carry a `range` (the path,
-//! which the shim writes): each path's starts and ends, paired in the order recorded. An
+//! which the shim writes), or from the log's marks: each path's starts and ends, paired in
+//! the order recorded. An
 //! allocation at time `t` belongs to the last instance of its path started at or before `t`;
 //! one whose instance is still open at the snapshot, or whose start the annotations no
 //! longer hold (the newest are kept), is not judged. Times are microseconds: a free in the
 //! same microsecond as the end counts as inside the range. Two threads in the same path at
 //! once are one sequence of instances here (the annotations do not name threads), so an end
-//! may be paired with the other thread's start.
+//! may be paired with the other thread's start. A log older than version 3 has no starts
+//! and ends: "outlived" is then not known, as for a snapshot without them. Pinned host
+//! memory (device -1 in a log) is not a device trace and is left out, as in snapshots.
 
 use cushim::snapshot::value::Value;
+use cushim::trace::event::Action;
+use cushim::trace::event::TraceEvent;
+use cushim::trace::log::encode::RangeMark;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
+use std::path::Path;
+
+use crate::snapshot::log_reader::{self, LogFrame, LogVisitor};
 
 /// The path of an entry made outside every range.
 pub const NO_RANGE: &str = "(no range)";
@@ -51,17 +62,158 @@ pub struct DeviceRanges {
     /// The device's peak of live bytes in the trace.
     pub peak: u64,
     pub paths: BTreeMap<String, RangeBytes>,
-    /// Whether the snapshot has range starts and ends to judge "outlived" by.
+    /// Whether the input has range starts and ends to judge "outlived" by.
     pub has_instances: bool,
 }
 
+/// A path, as a key: an index into the input's path names (a snapshot's strings, a log's
+/// range ids).
+type Key = u32;
+
 /// Each range path's instances, `(start, end)` in microseconds (`None`: still open), in
 /// start order.
-type Instances = HashMap<String, Vec<(i64, Option<i64>)>>;
+type Instances = HashMap<Key, Vec<(i64, Option<i64>)>>;
+
+/// A start (or end) of an instance of `key` at `t`.
+fn add_instance(inst: &mut Instances, key: Key, start: bool, t: i64) {
+    let v = inst.entry(key).or_default();
+    if start {
+        v.push((t, None));
+    } else if let Some(open) = v.iter_mut().rev().find(|i| i.1.is_none()) {
+        // The latest instance still open: a thread's own path cannot be open twice.
+        open.1 = Some(t);
+    }
+}
+
+/// When the instance of `key` that was open at `t` ended: `None` when it has not, or no
+/// recorded instance had started by `t`.
+fn end_of(inst: &Instances, key: Key, t: i64) -> Option<i64> {
+    let v = inst.get(&key)?;
+    let at = v.partition_point(|i| i.0 <= t).checked_sub(1)?;
+    v[at].1
+}
+
+/// A block the program holds: its size, path, and when its range instance ended.
+struct Live {
+    size: u64,
+    path: Key,
+    range_end: Option<i64>,
+}
+
+/// One device's walk: what each path allocated and holds.
+#[derive(Default)]
+struct Tally {
+    peak: u64,
+    paths: HashMap<Key, RangeBytes>,
+    held: HashMap<Key, u64>,
+    live: HashMap<u64, Live>,
+    total: u64,
+}
+
+impl Tally {
+    fn alloc(&mut self, inst: &Instances, addr: u64, size: u64, path: Key, time: Option<i64>) {
+        let range_end = time.and_then(|t| end_of(inst, path, t));
+        let r = self.paths.entry(path).or_default();
+        r.allocs += 1;
+        r.allocated += size;
+        let held = self.held.entry(path).or_default();
+        *held += size;
+        r.peak = r.peak.max(*held);
+        let b = Live {
+            size,
+            path,
+            range_end,
+        };
+        if let Some(old) = self.live.insert(addr, b) {
+            // An address reused without a free we saw: the old block was gone by now.
+            self.gone(old, time);
+        }
+        self.total += size;
+        if self.total > self.peak {
+            self.peak = self.total;
+            for (p, r) in self.paths.iter_mut() {
+                r.at_peak = self.held.get(p).copied().unwrap_or(0);
+            }
+        }
+    }
+
+    fn free(&mut self, addr: u64, time: Option<i64>) {
+        if let Some(b) = self.live.remove(&addr) {
+            self.gone(b, time);
+        }
+    }
+
+    /// Block `b` stopped being live at `t` (freed, or its address reused).
+    fn gone(&mut self, b: Live, t: Option<i64>) {
+        self.total -= b.size;
+        if let Some(h) = self.held.get_mut(&b.path) {
+            *h -= b.size;
+        }
+        if let (Some(end), Some(t)) = (b.range_end, t) {
+            if t > end {
+                if let Some(r) = self.paths.get_mut(&b.path) {
+                    r.outlived += 1;
+                    r.outlived_bytes += b.size;
+                }
+            }
+        }
+    }
+
+    /// The device's rows, each path named by `name`.
+    fn finish(
+        mut self,
+        device: usize,
+        has_instances: bool,
+        name: &dyn Fn(Key) -> String,
+    ) -> DeviceRanges {
+        for b in self.live.values() {
+            if let Some(r) = self.paths.get_mut(&b.path) {
+                r.live_at_end += b.size;
+                if b.range_end.is_some() {
+                    r.outlived += 1;
+                    r.outlived_bytes += b.size;
+                    r.outlived_live_at_end += 1;
+                }
+            }
+        }
+        DeviceRanges {
+            device,
+            peak: self.peak,
+            paths: self.paths.into_iter().map(|(k, r)| (name(k), r)).collect(),
+            has_instances,
+        }
+    }
+}
+
+/// A snapshot's path strings as keys (`NO_RANGE` is key 0).
+#[derive(Default)]
+struct Names {
+    names: Vec<String>,
+    keys: HashMap<String, Key>,
+}
+
+impl Names {
+    fn key(&mut self, s: &str) -> Key {
+        if let Some(&k) = self.keys.get(s) {
+            return k;
+        }
+        let k = self.names.len() as Key;
+        self.names.push(s.to_string());
+        self.keys.insert(s.to_string(), k);
+        k
+    }
+}
+
+fn entries(trace: &Value) -> Vec<Value> {
+    match trace {
+        Value::Events(list) => (0..list.len()).map(|i| list.entry(i)).collect(),
+        v => v.as_seq().map(|s| s.to_vec()).unwrap_or_default(),
+    }
+}
 
 /// Range instances from `external_annotations` entries that carry a `range`.
-fn instances(snapshot: &Value) -> Instances {
-    let mut out: Instances = HashMap::new();
+fn instances(snapshot: &Value, names: &mut Names) -> Instances {
+    let mut out = Instances::new();
     let Some(list) = snapshot.get("external_annotations").and_then(Value::as_seq) else {
         return out;
     };
@@ -73,63 +225,13 @@ fn instances(snapshot: &Value) -> Instances {
         ) else {
             continue;
         };
-        let v = out.entry(path.to_string()).or_default();
         match stage {
-            "START" => v.push((t, None)),
-            // The latest instance still open: a thread's own path cannot be open twice.
-            "END" => {
-                if let Some(open) = v.iter_mut().rev().find(|i| i.1.is_none()) {
-                    open.1 = Some(t);
-                }
-            }
+            "START" => add_instance(&mut out, names.key(path), true, t),
+            "END" => add_instance(&mut out, names.key(path), false, t),
             _ => {}
         }
     }
     out
-}
-
-/// When the instance of `path` that was open at `t` ended: `None` when it has not, or no
-/// recorded instance had started by `t`.
-fn end_of(inst: &Instances, path: &str, t: i64) -> Option<i64> {
-    let v = inst.get(path)?;
-    let at = v.partition_point(|i| i.0 <= t).checked_sub(1)?;
-    v[at].1
-}
-
-/// A block the program holds: its size, path, and when its range instance ended.
-struct Live {
-    size: u64,
-    path: String,
-    range_end: Option<i64>,
-}
-
-fn entries(trace: &Value) -> Vec<Value> {
-    match trace {
-        Value::Events(list) => (0..list.len()).map(|i| list.entry(i)).collect(),
-        v => v.as_seq().map(|s| s.to_vec()).unwrap_or_default(),
-    }
-}
-
-/// Block `b` stopped being live at `t` (freed, or its address reused).
-fn gone(
-    b: Live,
-    t: Option<i64>,
-    dev: &mut DeviceRanges,
-    per_path: &mut HashMap<String, u64>,
-    total: &mut u64,
-) {
-    *total -= b.size;
-    if let Some(h) = per_path.get_mut(&b.path) {
-        *h -= b.size;
-    }
-    if let (Some(end), Some(t)) = (b.range_end, t) {
-        if t > end {
-            if let Some(r) = dev.paths.get_mut(&b.path) {
-                r.outlived += 1;
-                r.outlived_bytes += b.size;
-            }
-        }
-    }
 }
 
 /// Bytes by range path of every device with a trace.
@@ -138,21 +240,16 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
         .get("device_traces")
         .and_then(Value::as_seq)
         .ok_or("expected a snapshot with device_traces (a list of lists)")?;
-    let inst = instances(snapshot);
-    let mut out = Vec::new();
+    let mut names = Names::default();
+    names.key(NO_RANGE);
+    let inst = instances(snapshot, &mut names);
+    let mut tallies = Vec::new();
     for (d, trace) in traces.iter().enumerate() {
         let evs = entries(trace);
         if evs.is_empty() {
             continue;
         }
-        let mut dev = DeviceRanges {
-            device: d,
-            has_instances: !inst.is_empty(),
-            ..DeviceRanges::default()
-        };
-        let mut live: HashMap<u64, Live> = HashMap::new();
-        let mut per_path: HashMap<String, u64> = HashMap::new();
-        let mut total = 0u64;
+        let mut t = Tally::default();
         for (n, e) in evs.iter().enumerate() {
             let action = e.get("action").and_then(Value::as_str).unwrap_or("");
             let addr = e.get("addr").and_then(Value::as_i64).unwrap_or(0) as u64;
@@ -168,50 +265,119 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
                     .get("user_metadata")
                     .and_then(Value::as_str)
                     .filter(|s| !s.is_empty())
-                    .unwrap_or(NO_RANGE)
-                    .to_string();
-                let range_end = time.and_then(|t| end_of(&inst, &path, t));
-                let r = dev.paths.entry(path.clone()).or_default();
-                r.allocs += 1;
-                r.allocated += size;
-                let held = per_path.entry(path.clone()).or_default();
-                *held += size;
-                r.peak = r.peak.max(*held);
-                let b = Live {
-                    size,
-                    path,
-                    range_end,
-                };
-                if let Some(old) = live.insert(addr, b) {
-                    // An address reused without a free we saw: the old block was gone by now.
-                    gone(old, time, &mut dev, &mut per_path, &mut total);
-                }
-                total += size;
-                if total > dev.peak {
-                    dev.peak = total;
-                    for (p, r) in dev.paths.iter_mut() {
-                        r.at_peak = per_path.get(p).copied().unwrap_or(0);
-                    }
-                }
+                    .unwrap_or(NO_RANGE);
+                let key = names.key(path);
+                t.alloc(&inst, addr, size, key, time);
             } else if action == "free_requested" || action == "free_completed" {
-                if let Some(b) = live.remove(&addr) {
-                    gone(b, time, &mut dev, &mut per_path, &mut total);
-                }
+                t.free(addr, time);
             }
         }
-        for b in live.values() {
-            if let Some(r) = dev.paths.get_mut(&b.path) {
-                r.live_at_end += b.size;
-                if b.range_end.is_some() {
-                    r.outlived += 1;
-                    r.outlived_bytes += b.size;
-                    r.outlived_live_at_end += 1;
-                }
-            }
-        }
-        out.push(dev);
+        tallies.push((d, t));
     }
-    Ok(out)
+    let name = |k: Key| names.names[k as usize].clone();
+    Ok(tallies
+        .into_iter()
+        .map(|(d, t)| t.finish(d, !inst.is_empty(), &name))
+        .collect())
+}
+
+/// The first pass over a log: its range paths, and their instances from the marks.
+#[derive(Default)]
+struct LogRanges {
+    paths: HashMap<u32, String>,
+    inst: Instances,
+}
+
+impl LogVisitor for LogRanges {
+    fn event(&mut self, _ev: TraceEvent) {}
+    fn frame(&mut self, _id: u64, _frame: LogFrame) {}
+    fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
+    fn range(&mut self, id: u32, path: String) {
+        self.paths.insert(id, path);
+    }
+    fn range_mark(&mut self, m: RangeMark) {
+        add_instance(&mut self.inst, m.path, m.start, m.time_us);
+    }
+}
+
+/// The second pass: each device's tally.
+struct LogTallies<'a> {
+    inst: &'a Instances,
+    devices: BTreeMap<usize, Tally>,
+}
+
+impl LogVisitor for LogTallies<'_> {
+    fn event(&mut self, ev: TraceEvent) {
+        let Ok(d) = usize::try_from(ev.device) else {
+            return;
+        };
+        let t = self.devices.entry(d).or_default();
+        match ev.action {
+            Action::Alloc => t.alloc(self.inst, ev.addr, ev.size, ev.range, Some(ev.time_us)),
+            Action::FreeRequested | Action::FreeCompleted => t.free(ev.addr, Some(ev.time_us)),
+            _ => {}
+        }
+    }
+    fn frame(&mut self, _id: u64, _frame: LogFrame) {}
+    fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
+}
+
+fn read_log(path: &Path, v: &mut dyn LogVisitor) -> Result<(), String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("opening: {e}"))?;
+    let info = log_reader::read_log_from(std::io::BufReader::with_capacity(1 << 20, f), v)?;
+    if let Some(p) = info.problem {
+        eprintln!("cushim: {}: {p}", path.display());
+    }
+    Ok(())
+}
+
+/// Bytes by range path of every device in the whole-run log at `path`.
+pub fn by_range_log(path: &Path) -> Result<Vec<DeviceRanges>, String> {
+    let mut first = LogRanges::default();
+    read_log(path, &mut first)?;
+    let mut second = LogTallies {
+        inst: &first.inst,
+        devices: BTreeMap::new(),
+    };
+    // The second pass says nothing the first did not: read it quietly.
+    let f = std::fs::File::open(path).map_err(|e| format!("opening: {e}"))?;
+    log_reader::read_log_from(std::io::BufReader::with_capacity(1 << 20, f), &mut second)?;
+    let has_instances = !first.inst.is_empty();
+    let name = |k: Key| {
+        if k == cushim::trace::range::NO_RANGE {
+            NO_RANGE.to_string()
+        } else {
+            first
+                .paths
+                .get(&k)
+                .cloned()
+                .unwrap_or_else(|| format!("(range {k}: path not in the log)"))
+        }
+    };
+    Ok(second
+        .devices
+        .into_iter()
+        .map(|(d, t)| t.finish(d, has_instances, &name))
+        .collect())
+}
+
+/// Bytes by range path of a snapshot or a whole-run log (told apart by content).
+pub fn by_range_file(path: &Path) -> Result<Vec<DeviceRanges>, String> {
+    if is_log_file(path) {
+        return by_range_log(path);
+    }
+    let snap = crate::snapshot::reader::read_file(path)?;
+    by_range(&snap)
+}
+
+/// Whether `path` starts as a whole-run log.
+pub fn is_log_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && log_reader::is_log(&magic)
 }
 
 fn mib(b: u64) -> String {
@@ -290,7 +456,7 @@ pub fn render(devs: &[DeviceRanges]) -> String {
         }
         if !dev.has_instances {
             s.push_str(
-                "  outlived: not known (the snapshot has no range starts and ends with paths)\n",
+                "  outlived: not known (the input has no range starts and ends with paths)\n",
             );
         }
         let out = outliving(dev);

@@ -18,7 +18,7 @@
 use std::io::Read;
 
 use cushim::trace::event::TraceEvent;
-use cushim::trace::log::encode::decode_events;
+use cushim::trace::log::encode::{decode_events, decode_marks, RangeMark};
 use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD, VERSION};
 
 /// One symbolized frame of the log's frame table.
@@ -54,6 +54,9 @@ pub trait LogVisitor {
     fn stack(&mut self, id: u32, frames: Vec<u64>);
     /// NVTX range `id`'s rendered path (`outer/inner`; a domain's ranges as `domain:name`).
     fn range(&mut self, _id: u32, _path: String) {}
+    /// An NVTX range start or end (version 3), its path named by [`LogVisitor::range`]
+    /// before it.
+    fn range_mark(&mut self, _mark: RangeMark) {}
     /// An events chunk starts at byte `at` of the file (its head; `len` payload bytes);
     /// its events follow through [`LogVisitor::event`].
     fn events_chunk(&mut self, _at: u64, _len: u32) {}
@@ -205,6 +208,9 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
                     let path = c.string().map_err(at)?;
                     v.range(id, path);
                 }
+            }
+            kind::MARKS => {
+                decode_marks(payload, |m| v.range_mark(m)).map_err(at)?;
             }
             kind::DROPPED => {
                 info.dropped = Cursor::new(payload).varint().map_err(at)?;

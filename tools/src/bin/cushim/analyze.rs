@@ -78,14 +78,19 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Re
     Ok(0)
 }
 
-/// Bytes by range path for the report: read from the snapshot tree a second time (the model
-/// keeps neither paths nor times); none for inputs that are not snapshots (logs carry no
-/// ranges), and none, with one line saying why, when the trace cannot be read by range.
+/// Bytes by range path for the report: read from the snapshot tree, or the log, a second
+/// time (the model keeps neither paths nor times); none for inputs that are neither, and
+/// none, with one line saying why, when the trace cannot be read by range.
 fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
-    let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {
-        return Vec::new();
+    let ranges = if by_range::is_log_file(file) {
+        by_range::by_range_log(file)
+    } else {
+        let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {
+            return Vec::new();
+        };
+        by_range::by_range(&v)
     };
-    by_range::by_range(&v).unwrap_or_else(|e| {
+    ranges.unwrap_or_else(|e| {
         eprintln!(
             "cushim: {}: no bytes by range in the report: {e}",
             file.display()

@@ -1,14 +1,13 @@
-//! `cushim summary --by range`: bytes per NVTX range path of each file.
+//! `cushim summary --by range`: bytes per NVTX range path of each file (a snapshot or a
+//! whole-run log).
 
 use std::path::PathBuf;
 
-use cushim_tools::analyze::by_range::{by_range, render};
-use cushim_tools::snapshot::reader::read_file;
+use cushim_tools::analyze::by_range::{by_range_file, render};
 
 pub fn summary(files: &[PathBuf]) -> Result<i32, String> {
     for (i, f) in files.iter().enumerate() {
-        let snap = read_file(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        let devs = by_range(&snap).map_err(|e| format!("{}: {e}", f.display()))?;
+        let devs = by_range_file(f).map_err(|e| format!("{}: {e}", f.display()))?;
         if files.len() > 1 {
             if i > 0 {
                 println!();
