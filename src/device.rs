@@ -85,8 +85,14 @@ pub trait Device: Send + Sync {
     fn create_physical(&self, dev: i32, size: u64) -> DevResult<PhysHandle>;
     /// Release physical memory (`cuMemRelease`); it must be unmapped everywhere.
     fn release_physical(&self, dev: i32, handle: PhysHandle) -> DevResult<()>;
-    /// Map `handle` at `ptr` and make it readable and writable (`cuMemMap` + `cuMemSetAccess`).
+    /// Map `handle` at `ptr` (`cuMemMap`). Nothing may touch the range until
+    /// [`Device::set_access`] covered it.
     fn map(&self, dev: i32, ptr: DevPtr, size: u64, handle: PhysHandle) -> DevResult<()>;
+    /// Make `size` bytes at `ptr`, every byte mapped by [`Device::map`] (one mapping or
+    /// several side by side), readable and writable from `dev` and from the devices with
+    /// peer access to it: one `cuMemSetAccess` for the whole range, however many mappings
+    /// it holds.
+    fn set_access(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()>;
     /// Unmap `size` bytes at `ptr` (`cuMemUnmap`).
     fn unmap(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()>;
 

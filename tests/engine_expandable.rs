@@ -107,6 +107,22 @@ fn growth_maps_the_shortfall_as_capped_pages() {
 }
 
 #[test]
+fn a_growth_sets_access_once_over_all_its_pages() {
+    let (dev, a) = setup("expandable_segments:True", 8 * GIB);
+    a.malloc(0, 50 * MIB, 0, 0).unwrap();
+    assert_eq!(dev.counters().map, 3, "20 + 20 + 10 MiB pages");
+    assert_eq!(
+        dev.counters().set_access,
+        1,
+        "one call over the three pages"
+    );
+    a.malloc(0, 30 * MIB, 0, 0).unwrap();
+    assert_eq!(dev.counters().map, 5);
+    assert_eq!(dev.counters().set_access, 2, "one per growth");
+    check(&a, &dev);
+}
+
+#[test]
 fn hole_pages_move_to_where_the_growth_needs_them() {
     let (dev, a) = setup("expandable_segments:True", 8 * GIB);
     let x = a.malloc(0, 20 * MIB, 0, 0).unwrap();
@@ -190,11 +206,12 @@ fn blocks_split_and_merge_across_page_boundaries() {
 
 #[test]
 fn a_growth_failing_midway_leaves_nothing_behind_and_the_next_succeeds() {
-    for op in [Op::CreatePhysical, Op::Map] {
+    // The growth makes three creates and three maps, then one access call.
+    for (op, nth) in [(Op::CreatePhysical, 2), (Op::Map, 2), (Op::SetAccess, 1)] {
         let (dev, a) = setup("expandable_segments:True", 8 * GIB);
         a.malloc(0, 4 * MIB, 0, 0).unwrap();
-        // Fail the 2nd call of the growth and the retry after releasing the cache.
-        dev.fail_calls(op, 2, 2);
+        // Fail the growth's `nth` call of `op` and the retry after releasing the cache.
+        dev.fail_calls(op, nth, 2);
         assert_eq!(
             a.malloc(0, 50 * MIB, 0, 0),
             Err(AllocError::OutOfMemory),

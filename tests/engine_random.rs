@@ -252,7 +252,8 @@ fn random_faults_pending_frees_and_streams_keep_the_listing_consistent() {
                     Op::Malloc,
                     Op::RecordEvent,
                     Op::Unmap,
-                ][rng.usize(..5)];
+                    Op::SetAccess,
+                ][rng.usize(..6)];
                 dev.fail_calls(op, rng.u64(1..4), rng.u64(1..3));
             }
             if step % 97 == 0 {

@@ -135,6 +135,43 @@ fn failed_cu_mem_map_midway_leaks_nothing_and_the_next_allocation_succeeds() {
 }
 
 #[test]
+fn a_growth_sets_access_once_over_all_its_pages() {
+    let (m, r, _) = run("shim_expandable", "growth", &[]);
+    assert_eq!(m["written"], "1", "{m:?}");
+    assert_eq!((common::num(&m, "used_first") as u64), 50 * MIB);
+    assert_eq!((common::num(&m, "used_second") as u64), 70 * MIB);
+    let calls = &r["calls"];
+    // 20 + 20 + 10 MiB pages for the first growth, one 20 MiB page for the second.
+    assert_eq!(calls["cuMemCreate"].as_u64(), Some(4), "{calls}");
+    assert_eq!(calls["cuMemMap"].as_u64(), Some(4), "{calls}");
+    assert_eq!(
+        calls["cuMemSetAccess"].as_u64(),
+        Some(2),
+        "one access call per growth: {calls}"
+    );
+    assert_eq!(r["devices"][0]["live_physical_handles"], 0, "{r}");
+}
+
+#[test]
+fn failed_access_call_undoes_the_growth_and_the_retry_maps_only_what_it_needs() {
+    let (m, r, _) = run(
+        "shim_expandable",
+        "growth",
+        &[("SIMCUDA_FAIL", "cuMemSetAccess@1")],
+    );
+    assert_eq!(m["written"], "1", "{m:?}");
+    assert_eq!(
+        (common::num(&m, "used_first") as u64),
+        50 * MIB,
+        "the failed growth's pages were released"
+    );
+    let calls = &r["calls"];
+    assert_eq!(calls["cuMemSetAccess"].as_u64(), Some(3), "{calls}");
+    assert_eq!(calls["cuMemUnmap"].as_u64(), Some(3 + 4), "{calls}");
+    assert_eq!(r["devices"][0]["live_physical_handles"], 0, "{r}");
+}
+
+#[test]
 fn device_without_vmm_falls_back_to_ordinary_segments_with_one_line() {
     let (m, r, stderr) = run("shim_frag", "forward", &[("SIMCUDA_VMM", "0")]);
     assert_eq!(

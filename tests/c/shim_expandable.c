@@ -4,6 +4,8 @@
  *   empty:   allocate a mix, free all, cushim_empty_cache().
  *   fail:    a 50 MiB allocation (three pages) while SIMCUDA_FAIL makes every second
  *            cuMemCreate/cuMemMap fail (so its retry fails too), then a one-page one.
+ *   growth:  a 50 MiB allocation (three pages, one growth) written whole, then a 20 MiB
+ *            one (one page, one growth) written whole.
  */
 #include <stdint.h>
 #include "shim_util.h"
@@ -91,12 +93,29 @@ static int fail(void) {
     return 0;
 }
 
+static int growth(void) {
+    void *a, *b;
+    CHECK(cudaMalloc(&a, 50 * MiB));
+    memset(a, 0x5a, 50 * MiB); /* every page of the growth is readable and writable */
+    printf("used_first=%llu\n", used_bytes());
+    CHECK(cudaMalloc(&b, 20 * MiB));
+    memset(b, 0xa5, 20 * MiB);
+    printf("used_second=%llu\n", used_bytes());
+    printf("written=%d\n", ((unsigned char *)a)[50 * MiB - 1] == 0x5a &&
+                                ((unsigned char *)b)[20 * MiB - 1] == 0xa5);
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    shim_call("cushim_empty_cache");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "hole";
     if (!strcmp(mode, "hole")) return hole();
     if (!strcmp(mode, "data")) return data();
     if (!strcmp(mode, "empty")) return empty();
     if (!strcmp(mode, "fail")) return fail();
+    if (!strcmp(mode, "growth")) return growth();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

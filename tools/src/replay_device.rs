@@ -25,6 +25,7 @@ pub enum Op {
     Reserve,
     CreatePhysical,
     Map,
+    SetAccess,
     Unmap,
     RecordEvent,
     SyncStream,
@@ -43,6 +44,7 @@ pub struct Counters {
     pub create_physical: u64,
     pub release_physical: u64,
     pub map: u64,
+    pub set_access: u64,
     pub unmap: u64,
     pub create_event: u64,
     pub record_event: u64,
@@ -429,6 +431,32 @@ impl<F: Faults> Device for ReplayDevice<F> {
         g.mappings.insert(ptr, (dev, size, handle.0));
         if let Some(h) = g.handles.get_mut(&handle.0) {
             h.2 += 1;
+        }
+        Ok(())
+    }
+
+    fn set_access(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()> {
+        let mut g = self.inner.lock();
+        g.counters.set_access += 1;
+        if g.fault(Op::SetAccess) {
+            return Err(DeviceError::Driver(2));
+        }
+        // The range must be mapped whole, by this device's mappings side by side.
+        let end = ptr.checked_add(size).ok_or(DeviceError::Driver(1))?;
+        let mut at = ptr;
+        if let Some((&a, &(md, ms, _))) = g.mappings.range(..=ptr).next_back() {
+            if a < ptr && a + ms > ptr && md == dev {
+                at = a + ms;
+            }
+        }
+        for (&a, &(md, ms, _)) in g.mappings.range(at..end) {
+            if a != at || md != dev {
+                break;
+            }
+            at = a + ms;
+        }
+        if size == 0 || at < end {
+            return Err(DeviceError::Driver(1));
         }
         Ok(())
     }

@@ -357,25 +357,21 @@ impl Device for CudaDevice {
 
     fn map(&self, dev: i32, ptr: DevPtr, size: u64, handle: PhysHandle) -> DevResult<()> {
         let _s = self.enter(dev)?;
+        // SAFETY: range inside a reservation of ours, handle of ours.
+        unsafe { check(drv::cuMemMap(ptr, size as usize, 0, handle.0, 0)) }
+    }
+
+    fn set_access(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()> {
+        let _s = self.enter(dev)?;
         let mut desc = cu::CUmemAccessDesc {
             location: Self::mem_prop(dev).location,
             flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
         desc.location.id = dev;
-        // SAFETY: range inside a reservation of ours, handle of ours, one access descriptor.
-        unsafe {
-            check(drv::cuMemMap(ptr, size as usize, 0, handle.0, 0))?;
-            if let Err(e) = check(drv::cuMemSetAccess(ptr, size as usize, &desc, 1)) {
-                let _ = drv::cuMemUnmap(ptr, size as usize);
-                return Err(e);
-            }
-            // Devices with peer access to `dev` reach its expandable pages too.
-            if let Err(code) = crate::driver::peers::grant_new_mapping(dev, ptr, size) {
-                let _ = crate::driver::entry::cuMemUnmap(ptr, size as usize);
-                return Err(DeviceError::Driver(code));
-            }
-        }
-        Ok(())
+        // SAFETY: a fully mapped range inside a reservation of ours, one access descriptor.
+        unsafe { check(drv::cuMemSetAccess(ptr, size as usize, &desc, 1))? };
+        // Devices with peer access to `dev` reach its expandable pages too.
+        crate::driver::peers::grant_new_mapping(dev, ptr, size).map_err(DeviceError::Driver)
     }
 
     fn unmap(&self, dev: i32, ptr: DevPtr, size: u64) -> DevResult<()> {
