@@ -646,3 +646,50 @@ fn a_fork_child_does_not_log_when_the_template_has_no_pid_and_says_so_once() {
     assert!(!children.contains(&info.header["pid"].to_string()));
     assert!(c.events.iter().any(|e| e.action == Action::Alloc));
 }
+
+#[test]
+fn cushim_snapshot_of_a_log_shows_an_expandable_segment_whole_with_blocks_that_span_its_pages() {
+    // A 50 MiB block mapped as three pages, then a 20 MiB one on a fourth: at the peak both
+    // are live in one reservation's mapped run.
+    let dir = common::scratch("log-expandable");
+    let log = dir.join("run.log");
+    let out = common::run_ok(
+        common::shim_cmd(&common::compile("shim_expandable", &[]))
+            .arg("growth")
+            .env("CUSHIM_ALLOC_CONF", "expandable_segments:True")
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=none"),
+    );
+    assert!(out.contains("written=1"), "{out}");
+    let (_, c) = read(&log);
+    let maps = c
+        .events
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .count();
+    assert!(maps >= 2, "the growths map several pages: {maps}");
+    let snap = dir.join("peak.pickle");
+    let out = Command::new(common::cushim_bin())
+        .arg("snapshot")
+        .arg(&log)
+        .args(["--peak", "-o"])
+        .arg(&snap)
+        .output()
+        .expect("running cushim snapshot");
+    assert!(out.status.success(), "{out:?}");
+    let v = common::load_snapshot(&snap);
+    let segs = v["segments"].as_array().expect("segments");
+    assert_eq!(segs.len(), 1, "one mapped run, one segment: {segs:?}");
+    let s = &segs[0];
+    assert_eq!(s["is_expandable"].as_bool(), Some(true));
+    assert_eq!(s["segment_type"].as_str(), Some("large"));
+    assert_eq!(s["total_size"].as_u64(), Some(70 << 20));
+    let blocks = s["blocks"].as_array().expect("blocks");
+    let sizes: Vec<u64> = blocks
+        .iter()
+        .filter(|b| b["state"].as_str() == Some("active_allocated"))
+        .map(|b| b["size"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(sizes, vec![50 << 20, 20 << 20], "{blocks:?}");
+    assert_eq!(s["allocated_size"].as_u64(), Some(70 << 20));
+}

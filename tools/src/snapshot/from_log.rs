@@ -8,7 +8,13 @@
 //! ends it. Each segment's blocks tile it: the live blocks, with the gaps between them as
 //! `inactive` blocks. A block's size is the size its events carry (the requested size, as
 //! PyTorch records it), so a block's rounding slack shows as part of the inactive gap
-//! after it. Expandable segments appear as one segment per mapped range. The trace holds
+//! after it. An expandable segment appears as one segment per run of mapped pages side by
+//! side (same device and stream), as PyTorch shows its mapped prefix: a block may span
+//! pages, and a segment per page would cut it. A segment's pool (`small`/`large`) is not in
+//! the log: a segment (or each page of an expandable one) of at most 2 MiB whose live blocks
+//! are all at most 1 MiB is `small` (PyTorch's small pool: requests up to 1 MiB, 2 MiB
+//! segments and pages), any other `large`.
+//! The trace holds
 //! the `events` events before the moment, per device, each made inside an NVTX range with
 //! that range's path as its `user_metadata` (as the live snapshot writes it).
 //!
@@ -149,6 +155,29 @@ struct Seg {
     expandable: bool,
 }
 
+/// The segments to show: each ordinary segment, and each run of expandable pages side by
+/// side on one device and stream as one segment (the first page's stack).
+/// The fourth field is the run's largest page (the segment's size for an ordinary one).
+fn runs_of_pages(segs: &BTreeMap<(i32, u64), Seg>) -> Vec<(i32, u64, Seg, u64)> {
+    let mut out: Vec<(i32, u64, Seg, u64)> = Vec::with_capacity(segs.len());
+    for (&(dev, addr), seg) in segs {
+        if let Some((pdev, paddr, prev, page)) = out.last_mut() {
+            if seg.expandable
+                && prev.expandable
+                && *pdev == dev
+                && prev.stream == seg.stream
+                && paddr.checked_add(prev.size) == Some(addr)
+            {
+                prev.size += seg.size;
+                *page = (*page).max(seg.size);
+                continue;
+            }
+        }
+        out.push((dev, addr, *seg, seg.size));
+    }
+    out
+}
+
 #[derive(Clone, Copy)]
 struct Blk {
     size: u64,
@@ -264,7 +293,7 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
         v
     };
     let mut segments = Vec::new();
-    for (&(dev, addr), seg) in &st.segs {
+    for (dev, addr, seg, page) in runs_of_pages(&st.segs) {
         if dev < 0 {
             continue;
         }
@@ -308,7 +337,12 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
             ));
         }
         let frames = frame_of(&mut s, seg.stack, &mut lists);
-        let kind = if seg.size > 1 << 20 { "large" } else { "small" };
+        let small = page <= 2 << 20
+            && st
+                .blocks
+                .range((dev, addr)..(dev, end))
+                .all(|(_, b)| b.size <= 1 << 20);
+        let kind = if small { "small" } else { "large" };
         segments.push(Value::dict(vec![
             (s.get("device"), Value::Int(i64::from(dev))),
             (s.get("address"), Value::uint(addr)),
