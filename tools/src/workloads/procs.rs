@@ -218,6 +218,34 @@ pub fn frag(out: &str) -> Option<(u64, u64)> {
     ))
 }
 
+/// A source file under `folders` (relative to the source tree) modified after `lib` was
+/// built, if any; `None` when `lib` is missing (reported where it is run) or the sources are
+/// not there (an installed `cushim`).
+fn newer_source(lib: &Path, folders: &[&str]) -> Option<PathBuf> {
+    let built = std::fs::metadata(lib).and_then(|m| m.modified()).ok()?;
+    let mut stack: Vec<PathBuf> = folders
+        .iter()
+        .map(|f| artifacts::source_root().join(f))
+        .collect();
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs")
+                && meta.modified().is_ok_and(|m| m > built)
+            {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,32 +275,4 @@ mod tests {
         assert_eq!(frag(out), Some((134217728, 268435456)));
         assert_eq!(frag("nothing\n"), None);
     }
-}
-
-/// A source file under `folders` (relative to the source tree) modified after `lib` was
-/// built, if any; `None` when `lib` is missing (reported where it is run) or the sources are
-/// not there (an installed `cushim`).
-fn newer_source(lib: &Path, folders: &[&str]) -> Option<PathBuf> {
-    let built = std::fs::metadata(lib).and_then(|m| m.modified()).ok()?;
-    let mut stack: Vec<PathBuf> = folders
-        .iter()
-        .map(|f| artifacts::source_root().join(f))
-        .collect();
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs")
-                && meta.modified().is_ok_and(|m| m > built)
-            {
-                return Some(path);
-            }
-        }
-    }
-    None
 }
