@@ -16,7 +16,7 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
-use crate::analyze::timeline::{apply, peaks, start_of, state_after, Start};
+use crate::analyze::timeline::{start_of, state_after, PeakWalk, Peaks, Start};
 use cushim::trace::event::Action;
 use std::fmt::Write;
 
@@ -47,23 +47,42 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-/// Per bucket of events: (max allocated, max reserved).
-fn timeline(dev: &Device, st: &Start) -> Vec<(u64, u64)> {
-    let mut s = st.state.clone();
-    let n = dev.events.len().max(1);
-    let per = n.div_ceil(BUCKETS).max(1);
-    let mut out = vec![(s.allocated_bytes, s.reserved)];
+/// What one walk of a device's trace gives the report: the peaks, the timeline (per
+/// bucket of events: max allocated, max reserved) and the OOMs' event indices.
+struct Walked {
+    peaks: Peaks,
+    timeline: Vec<(u64, u64)>,
+    ooms: Vec<usize>,
+}
+
+fn walk(dev: &Device, st: &Start) -> Walked {
+    let mut w = PeakWalk::new(st);
+    let n = dev.events.len();
+    let per = n.max(1).div_ceil(BUCKETS).max(1);
+    let mut timeline = vec![(w.state.allocated_bytes, w.state.reserved)];
+    let mut ooms = Vec::new();
     let mut cur = (0u64, 0u64);
-    for (i, ev) in dev.events.iter().enumerate() {
-        apply(&mut s, &ev, st.requests);
-        cur.0 = cur.0.max(s.allocated_bytes);
-        cur.1 = cur.1.max(s.reserved);
-        if (i + 1) % per == 0 || i + 1 == dev.events.len() {
-            out.push(cur);
-            cur = (0, 0);
+    let mut i = 0usize;
+    dev.events.for_each_slice(|evs| {
+        for ev in evs {
+            w.step(ev);
+            if ev.action == Action::Oom {
+                ooms.push(i);
+            }
+            cur.0 = cur.0.max(w.state.allocated_bytes);
+            cur.1 = cur.1.max(w.state.reserved);
+            i += 1;
+            if i % per == 0 || i == n {
+                timeline.push(cur);
+                cur = (0, 0);
+            }
         }
+    });
+    Walked {
+        peaks: w.peaks,
+        timeline,
+        ooms,
     }
-    out
 }
 
 /// A byte count with the unit that keeps it short (axis labels).
@@ -410,7 +429,8 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
     }
     for dev in devs {
         let st = start_of(snap, dev);
-        let p = peaks(dev, &st);
+        let walked = walk(dev, &st);
+        let p = walked.peaks;
         let at_peak = state_after(dev, &st, p.allocated_at);
         let _ = writeln!(
             out,
@@ -427,15 +447,9 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             events: dev.events.len(),
             peak_at: p.allocated_at,
             peak: p.allocated,
-            ooms: dev
-                .events
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.action == Action::Oom)
-                .map(|(i, _)| i)
-                .collect(),
+            ooms: walked.ooms,
         };
-        svg_timeline(&mut out, &timeline(dev, &st), &marks);
+        svg_timeline(&mut out, &walked.timeline, &marks);
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
         for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
             .iter()

@@ -16,7 +16,7 @@ use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
 use crate::analyze::recorded_stats::{recorded_peaks, PeakSource};
 use crate::analyze::sites::{by_site, tree, Node};
-use crate::analyze::timeline::{end_state, peaks, start_of, state_after, State};
+use crate::analyze::timeline::{end_state, peaks, peaks_and_end, start_of, state_after, State};
 use cushim::snapshot::value::Value;
 use std::fmt::Write;
 
@@ -89,11 +89,11 @@ impl DeviceSummary {
 /// Figures of one device (or of pinned host memory).
 pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSummary {
     let st = start_of(snap, dev);
-    let p = peaks(dev, &st);
-    let end: State = if snap.has_state {
-        end_state(dev)
+    // Without an end state, the walk that finds the peaks ends in it.
+    let (p, end): (_, State) = if snap.has_state {
+        (peaks(dev, &st), end_state(dev))
     } else {
-        crate::analyze::timeline::state_after(dev, &st, dev.events.len())
+        peaks_and_end(dev, &st)
     };
     // The recorded statistics cover the whole run (a trace, its window; no trace at all
     // with history off): they give the peaks when the snapshot has them.
