@@ -22,10 +22,11 @@
 //! compares the trace's own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]).
 
-use crate::analyze::device_size::{choose, Evidence, EvidenceWalk};
+use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
-use crate::analyze::seed::{Piece, SeedSegment, StartSegments};
-use crate::analyze::timeline::{start_of, PeakWalk, Peaks};
+use crate::analyze::seed::{Piece, SeedSegment};
+use crate::analyze::timeline::Peaks;
+use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::{AddrMap, CachingAllocator};
@@ -372,6 +373,23 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
 
 /// [`replay`] with the user's [`Options`].
 pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
+    let walked: Vec<Walked> = snap
+        .devices
+        .iter()
+        .filter(|d| !d.events.is_empty())
+        .map(|d| walk(snap, d))
+        .collect();
+    replay_walked(snap, confs, opts, &walked.iter().collect::<Vec<_>>())
+}
+
+/// [`replay_with`] given each replayed device's [`Walked`] (one per device with a trace, in
+/// order), when the caller walked the traces already.
+pub fn replay_walked(
+    snap: &Snapshot,
+    confs: &[String],
+    opts: &Options,
+    walked: &[&Walked],
+) -> Result<Replay, String> {
     let mut notes = Vec::new();
     match &snap.settings {
         Some(s) => notes.push(format!("recorded settings: {:?}", s)),
@@ -380,30 +398,14 @@ pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<
     notes.push(NO_FIXED_PAGES.into());
     notes.push(PEAK_ALLOCATED.into());
     let mut devices = Vec::new();
-    for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-        let st = start_of(snap, dev);
-        // One walk for everything the replays need before they start (the device size,
-        // the start layout) and the recorded column.
-        let mut ew = EvidenceWalk::new(&st);
-        let mut pw = PeakWalk::new(&st);
-        let mut sw = StartSegments::default();
-        let mut allocs = 0u64;
-        dev.events.for_each_slice(|evs| {
-            for e in evs {
-                ew.step(e);
-                pw.step(e);
-                sw.step(e);
-                allocs += u64::from(matches!(
-                    e.action,
-                    Action::SegmentAlloc | Action::SegmentMap
-                ));
-            }
-        });
-        let ev = ew.finish();
+    let devs = snap.devices.iter().filter(|d| !d.events.is_empty());
+    for (dev, w) in devs.zip(walked.iter()) {
+        let st = &w.start;
+        let ev = &w.evidence;
         let size = choose(opts.device_memory, snap.device_total, &ev);
         let mut dnotes = vec![format!("device memory: {}", size.why)];
         let before = st.state.allocated.len() + st.state.pending.len();
-        let (segments, outside) = sw.finish(dev, &st);
+        let (segments, outside) = w.start_layout.clone();
         if before > 0 || !segments.is_empty() {
             let bytes = st.state.allocated_bytes + st.state.pending_bytes;
             let gaps: usize = segments
@@ -431,7 +433,7 @@ pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
         let seed = Seed { segments, outside };
-        let mut rows = vec![recorded_row(snap, &pw.peaks, allocs, &ev)];
+        let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
         let recorded_conf = snap.settings.clone().unwrap_or_default();
         let mut all = vec![(
             recorded_conf.clone(),

@@ -16,12 +16,12 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
-use crate::analyze::timeline::{start_of, state_after, PeakWalk, Peaks, Start};
-use cushim::trace::event::Action;
+use crate::analyze::timeline::State;
+use crate::analyze::walk::{walk, Walked};
 use std::fmt::Write;
 
 /// Columns of the timeline.
-pub const BUCKETS: usize = 800;
+pub const BUCKETS: usize = crate::analyze::walk::BUCKETS;
 /// Rows of the by-range table (most bytes at the peak first).
 const RANGE_ROWS: usize = 30;
 /// Levels of the flame graph.
@@ -45,44 +45,6 @@ fn esc(s: &str) -> String {
 
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
-
-/// What one walk of a device's trace gives the report: the peaks, the timeline (per
-/// bucket of events: max allocated, max reserved) and the OOMs' event indices.
-struct Walked {
-    peaks: Peaks,
-    timeline: Vec<(u64, u64)>,
-    ooms: Vec<usize>,
-}
-
-fn walk(dev: &Device, st: &Start) -> Walked {
-    let mut w = PeakWalk::new(st);
-    let n = dev.events.len();
-    let per = n.max(1).div_ceil(BUCKETS).max(1);
-    let mut timeline = vec![(w.state.allocated_bytes, w.state.reserved)];
-    let mut ooms = Vec::new();
-    let mut cur = (0u64, 0u64);
-    let mut i = 0usize;
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev);
-            if ev.action == Action::Oom {
-                ooms.push(i);
-            }
-            cur.0 = cur.0.max(w.state.allocated_bytes);
-            cur.1 = cur.1.max(w.state.reserved);
-            i += 1;
-            if i % per == 0 || i == n {
-                timeline.push(cur);
-                cur = (0, 0);
-            }
-        }
-    });
-    Walked {
-        peaks: w.peaks,
-        timeline,
-        ooms,
-    }
 }
 
 /// A byte count with the unit that keeps it short (axis labels).
@@ -414,7 +376,28 @@ const STYLE: &str = "body{font:13px sans-serif;margin:20px;color:#222}\
 /// The HTML page for `snap` (its title names `source`); `ranges` is its bytes by range path
 /// (`by_range`, empty when the input has no trace entries with ranges).
 pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<String, String> {
-    let r = replay::replay(snap, &replay::default_confs())?;
+    // Each trace is walked once for the replay, the page and its summary (a log's trace is
+    // decoded from the file on every walk), and once more up to its peak.
+    let walked: Vec<Walked> = snap.devices.iter().map(|d| walk(snap, d)).collect();
+    let at_peaks: Vec<State> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .map(|(d, w)| w.at_peak(d))
+        .collect();
+    let replayed: Vec<&Walked> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .filter(|(d, _)| !d.events.is_empty())
+        .map(|(_, w)| w)
+        .collect();
+    let r = replay::replay_walked(
+        snap,
+        &replay::default_confs(),
+        &replay::Options::default(),
+        &replayed,
+    )?;
     let mut out = String::new();
     let _ = write!(
         out,
@@ -423,15 +406,19 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         esc(source),
         esc(source)
     );
-    let devs: Vec<&Device> = snap.devices.iter().filter(|d| !d.is_empty()).collect();
+    let devs: Vec<(&Device, &Walked, &State)> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .zip(&at_peaks)
+        .filter(|((d, _), _)| !d.is_empty())
+        .map(|((d, w), a)| (d, w, a))
+        .collect();
     if devs.is_empty() {
         out.push_str("<p>No device memory in this input.</p>\n");
     }
-    for dev in devs {
-        let st = start_of(snap, dev);
-        let walked = walk(dev, &st);
+    for &(dev, walked, at_peak) in &devs {
         let p = walked.peaks;
-        let at_peak = state_after(dev, &st, p.allocated_at);
         let _ = writeln!(
             out,
             "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (PyTorch's \
@@ -447,7 +434,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             events: dev.events.len(),
             peak_at: p.allocated_at,
             peak: p.allocated,
-            ooms: walked.ooms,
+            ooms: walked.ooms.clone(),
         };
         svg_timeline(&mut out, &walked.timeline, &marks);
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
@@ -492,9 +479,13 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
     let _ = writeln!(
         out,
         "<h2>summary</h2>\n<pre>{}</pre>",
-        esc(&crate::analyze::summary::render(
+        esc(&crate::analyze::summary::render_walked(
             snap,
-            &crate::analyze::summary::Options::default()
+            &crate::analyze::summary::Options::default(),
+            &devs
+                .iter()
+                .map(|&(d, w, a)| (d.ordinal, w, a))
+                .collect::<Vec<_>>()
         ))
     );
     out.push_str("</body></html>\n");
