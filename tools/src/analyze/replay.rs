@@ -402,7 +402,7 @@ pub fn replay_walked(
     for (dev, w) in devs.zip(walked.iter()) {
         let st = &w.start;
         let ev = &w.evidence;
-        let size = choose(opts.device_memory, snap.device_total, &ev);
+        let size = choose(opts.device_memory, snap.device_total, ev);
         let mut dnotes = vec![format!("device memory: {}", size.why)];
         let before = st.state.allocated.len() + st.state.pending.len();
         let (segments, outside) = w.start_layout.clone();

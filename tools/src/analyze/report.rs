@@ -466,7 +466,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             out.push_str(
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
-            segments(&mut out, &segments_at(dev, &at_peak, p.allocated_at));
+            segments(&mut out, &segments_at(dev, at_peak, p.allocated_at));
         }
         out.push_str("<h3>replay under other settings</h3>\n");
         replay_table(&mut out, &r, dev.ordinal);
