@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -282,10 +282,22 @@ impl ExactSizeIterator for Iter<'_> {
 /// per chunk once they have grown), for the walks.
 struct ChunkDecoder<'a> {
     src: &'a LogEvents,
-    /// Which walk of the log this is, and the chunks it decoded (for the progress line).
+    /// Which walk of the log this is, and the chunks it decoded (for the progress line);
+    /// or the [`Pass`] it is one of the walkers of.
     walk: u64,
     loaded: usize,
+    shared: Option<&'a Pass>,
     buf: Vec<u8>,
+}
+
+/// One pass over a trace made by several walkers at once (threads each walking it for
+/// their own analyses): the progress line counts it as one pass, the chunks all its
+/// walkers decoded against all they will.
+#[derive(Debug)]
+pub struct Pass {
+    walk: u64,
+    walkers: usize,
+    loaded: AtomicUsize,
 }
 
 impl<'a> ChunkDecoder<'a> {
@@ -294,6 +306,7 @@ impl<'a> ChunkDecoder<'a> {
             src,
             walk: src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
             loaded: 0,
+            shared: None,
             buf: Vec::new(),
         }
     }
@@ -303,8 +316,17 @@ impl<'a> ChunkDecoder<'a> {
     fn load(&mut self, i: usize, out: &mut Vec<Event>) -> bool {
         let c = self.src.chunks[i];
         let log = &*self.src.log;
-        self.loaded += 1;
-        log.progress(self.walk, self.loaded, self.src.chunks.len());
+        let n = self.src.chunks.len();
+        match self.shared {
+            Some(p) => {
+                let done = p.loaded.fetch_add(1, Ordering::Relaxed) + 1;
+                log.progress(p.walk, done, n * p.walkers);
+            }
+            None => {
+                self.loaded += 1;
+                log.progress(self.walk, self.loaded, n);
+            }
+        }
         out.clear();
         out.reserve(c.events as usize);
         let dev = self.src.device;
@@ -348,11 +370,43 @@ impl EventList {
     /// is decoded once for every analysis `f` feeds (one pass instead of one per
     /// analysis), into a buffer reused from chunk to chunk. A log that cannot be read any
     /// further ends the walk (said once on stderr), as [`EventList::iter`] does.
-    pub fn for_each_slice(&self, mut f: impl FnMut(&[Event])) {
+    pub fn for_each_slice(&self, f: impl FnMut(&[Event])) {
+        self.walk(None, f)
+    }
+
+    /// A [`Pass`] that `walkers` walks of this trace (made with
+    /// [`EventList::for_each_slice_in`]) make together.
+    pub fn pass(&self, walkers: usize) -> Pass {
+        let walk = match self {
+            EventList::Mem(_) => 0,
+            EventList::Log(l) => l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        Pass {
+            walk,
+            walkers,
+            loaded: AtomicUsize::new(0),
+        }
+    }
+
+    /// [`EventList::for_each_slice`] as one of the walkers of `pass`.
+    pub fn for_each_slice_in(&self, pass: &Pass, f: impl FnMut(&[Event])) {
+        self.walk(Some(pass), f)
+    }
+
+    fn walk(&self, pass: Option<&Pass>, mut f: impl FnMut(&[Event])) {
         match self {
             EventList::Mem(v) => f(v),
             EventList::Log(l) => {
-                let mut d = ChunkDecoder::new(l);
+                let mut d = match pass {
+                    Some(p) => ChunkDecoder {
+                        src: l,
+                        walk: p.walk,
+                        loaded: 0,
+                        shared: Some(p),
+                        buf: Vec::new(),
+                    },
+                    None => ChunkDecoder::new(l),
+                };
                 let mut evs = Vec::new();
                 for i in 0..l.chunks.len() {
                     if !d.load(i, &mut evs) {

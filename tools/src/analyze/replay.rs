@@ -325,12 +325,13 @@ fn replay_all(
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let groups = cores.min(confs.len()).max(1);
+    let pass = dev.events.pass(groups);
     let one = |mine: Vec<usize>| -> Result<Vec<(usize, Row)>, String> {
         let mut runs = Vec::with_capacity(mine.len());
         for &i in &mine {
             runs.push((i, Run::new(seed, capacity, &confs[i].0)?));
         }
-        dev.events.for_each_slice(|evs| {
+        dev.events.for_each_slice_in(&pass, |evs| {
             for (_, r) in runs.iter_mut() {
                 for ev in evs {
                     r.step(ev);
