@@ -141,3 +141,78 @@ fn layout(
     outside.sort_unstable();
     (out, outside)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::model::Segment;
+
+    fn ev(action: Action, addr: u64, size: u64) -> Event {
+        Event {
+            action,
+            addr,
+            size,
+            stream: 7,
+            stack: 0,
+        }
+    }
+
+    #[test]
+    fn the_forward_walk_finds_the_segments_that_undoing_the_trace_newest_first_finds() {
+        const M: u64 = 1 << 20;
+        let dev = Device {
+            ordinal: 0,
+            segments: vec![Segment {
+                address: 0xa000_0000,
+                total_size: 2 * M,
+                stream: 0,
+                expandable: false,
+                kind: None,
+                pool: (0, 0),
+                blocks: Vec::new(),
+            }],
+            events: vec![
+                // Freed before any allocation of it: live at the start, at the freed size
+                // (not the size of the later allocation at that address).
+                ev(Action::SegmentFree, 0xb000_0000, 4 * M),
+                ev(Action::SegmentAlloc, 0xb000_0000, 8 * M),
+                // Allocated first: not live at the start, whatever follows.
+                ev(Action::SegmentAlloc, 0xc000_0000, 2 * M),
+                ev(Action::SegmentFree, 0xc000_0000, 2 * M),
+                // Freed, then made again: live at the start.
+                ev(Action::SegmentFree, 0xd000_0000, 6 * M),
+                ev(Action::SegmentAlloc, 0xd000_0000, 6 * M),
+                ev(Action::Alloc, 0xb000_0000, M),
+            ]
+            .into(),
+        };
+        let st = Start::default();
+        let (forward, outside) = layout_at_start(&dev, &st);
+        // The definition: the end segments with the segment events undone newest first.
+        let mut segs: BTreeMap<u64, (u64, u64, bool)> = BTreeMap::new();
+        segs.insert(0xa000_0000, (2 * M, 0, false));
+        for e in dev.events.iter().rev() {
+            match e.action {
+                Action::SegmentAlloc => {
+                    segs.remove(&e.addr);
+                }
+                Action::SegmentFree => {
+                    segs.insert(e.addr, (e.size, e.stream, false));
+                }
+                _ => {}
+            }
+        }
+        let (undone, _) = layout(segs, &st);
+        assert_eq!(forward, undone);
+        let at: Vec<(u64, u64)> = forward.iter().map(|s| (s.address, s.size)).collect();
+        assert_eq!(
+            at,
+            vec![
+                (0xa000_0000, 2 * M),
+                (0xb000_0000, 4 * M),
+                (0xd000_0000, 6 * M)
+            ]
+        );
+        assert!(outside.is_empty());
+    }
+}
