@@ -9,6 +9,11 @@
 //! chunks were checked when the log was first read; one that reads differently later (the
 //! file was rewritten under us) ends the walk with one line on stderr, never a panic.
 //!
+//! A walk costs about what decoding the log costs, so analyses that need the same events
+//! share one walk ([`EventList::for_each_slice`] hands each decoded chunk, a slice in a
+//! buffer reused from chunk to chunk, to every analysis the caller feeds); threads that
+//! each walk the trace for their own analyses at once count as one [`Pass`].
+//!
 //! While the walks of a log take over a second and stderr is a terminal, a progress line
 //! names the walk and how far it is (as `snapshot::progress` does for the first reading),
 //! redrawn at most four times a second and cleared when the model is dropped.

@@ -21,6 +21,12 @@
 //! allocations and segment frees it made while seeding are not counted, so each column
 //! compares the trace's own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]).
+//!
+//! Passes: the trace is walked once for what the replays need first (the device size's
+//! evidence, the start layout, the recorded row: `analyze::walk`), then once more for all
+//! the configurations together, each fed every event in turn; the configurations are
+//! shared out among the available cores, each core walking the trace for its own (the
+//! replays are independent, and decoding a log is cheap next to the engine's work).
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
