@@ -693,3 +693,63 @@ fn cushim_snapshot_of_a_log_shows_an_expandable_segment_whole_with_blocks_that_s
     assert_eq!(sizes, vec![50 << 20, 20 << 20], "{blocks:?}");
     assert_eq!(s["allocated_size"].as_u64(), Some(70 << 20));
 }
+
+/// The lines of a `cushim report` page that depend only on the trace (not on whether the
+/// input lists its segments or records its device size): the peak, the timeline, the
+/// sites and flame graph at the peak, and the replays' rows.
+fn trace_lines(page: &str) -> Vec<String> {
+    let lines: Vec<&str> = page.lines().collect();
+    let mut out = Vec::new();
+    let mut in_sites = false;
+    for l in lines {
+        if l.starts_with("<h3>top allocation sites") {
+            in_sites = true;
+        }
+        if in_sites || l.starts_with("<p>peak allocated") || l.starts_with("<svg") {
+            out.push(l.to_string());
+        }
+        if l.starts_with("<tr><td>replay: ") {
+            out.push(l.to_string());
+        }
+        if l.starts_with("</table>") {
+            in_sites = false;
+        }
+    }
+    out
+}
+
+#[test]
+fn report_of_a_log_agrees_with_report_of_the_snapshot_of_the_same_run() {
+    let dir = common::scratch("log-report");
+    let log = dir.join("run.log");
+    let snap = dir.join("snap.pickle");
+    let mut cmd = common::shim_cmd(&prog());
+    cmd.args(["1000", "loop"])
+        .env("SHIM_END_EXIT", "1")
+        .env("CUSHIM_LOG", &log)
+        .env("CUSHIM_SNAPSHOT", &snap)
+        .env("CUSHIM_HISTORY", "enabled=all,stacks=native");
+    let out = common::run(&mut cmd);
+    assert!(out.status.success(), "{out:?}");
+    let page = |input: &Path, name: &str| -> String {
+        let html = dir.join(name);
+        let out = Command::new(common::cushim_bin())
+            .arg("report")
+            .arg(input)
+            .arg("-o")
+            .arg(&html)
+            .output()
+            .expect("running cushim report");
+        assert!(out.status.success(), "{}: {out:?}", input.display());
+        std::fs::read_to_string(&html).expect("reading the page")
+    };
+    let (from_log, from_snap) = (page(&log, "log.html"), page(&snap, "snap.html"));
+    let (a, b) = (trace_lines(&from_log), trace_lines(&from_snap));
+    // Peak, timeline, sites, flame graph and the 7 replay rows.
+    assert!(a.len() >= 10, "{from_log}");
+    assert!(
+        a.iter().any(|l| l.contains("peak allocated 13.0 MiB")),
+        "{from_log}"
+    );
+    assert_eq!(a, b, "the log's page against the snapshot's");
+}

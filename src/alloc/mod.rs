@@ -26,6 +26,7 @@ mod request;
 pub mod rounding;
 pub mod stats;
 
+pub use addr_hash::{AddrBuild, AddrMap};
 pub use allocator::{AddressRange, CachingAllocator, DeviceSnapshot, ForkHold};
 
 use crate::device::DeviceError;

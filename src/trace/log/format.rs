@@ -99,24 +99,35 @@ impl<'a> Cursor<'a> {
         self.pos >= self.bytes.len()
     }
 
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, String> {
-        let b = *self
-            .bytes
-            .get(self.pos)
-            .ok_or_else(|| format!("record cut at byte {}", self.pos))?;
-        self.pos += 1;
-        Ok(b)
+        match self.bytes.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(self.cut()),
+        }
+    }
+
+    #[cold]
+    fn cut(&self) -> String {
+        format!("record cut at byte {}", self.pos)
     }
 
     #[inline]
     pub fn varint(&mut self) -> Result<u64, String> {
-        // Most values of a record fit in one byte.
+        // Most values of a record fit in one byte: that path is inlined, the rest is not.
         if let Some(&b) = self.bytes.get(self.pos) {
             if b < 0x80 {
                 self.pos += 1;
                 return Ok(u64::from(b));
             }
         }
+        self.varint_long()
+    }
+
+    fn varint_long(&mut self) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.u8()?;

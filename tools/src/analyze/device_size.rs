@@ -18,7 +18,7 @@
 //!    is ignored.
 //! 5. Otherwise 256 GiB, beyond any GPU so far (no replay runs out of memory).
 
-use crate::analyze::model::Device;
+use crate::analyze::model::{Device, Event};
 use crate::analyze::timeline::Start;
 use cushim::trace::event::Action;
 
@@ -47,46 +47,78 @@ pub struct Evidence {
     pub oom_capacity: Option<u64>,
 }
 
-/// Walk `dev`'s trace from `st` and collect the [`Evidence`].
-pub fn evidence(dev: &Device, st: &Start) -> Evidence {
-    let mut e = Evidence::default();
-    let mut reserved = st.state.reserved;
-    e.peak_reserved = reserved;
-    // Reserved before the current run of segment frees, if one is running.
-    let mut run_start: Option<u64> = None;
-    let mut bounds: Vec<u64> = Vec::new();
-    for ev in &dev.events {
+/// The walk of [`evidence`], fed an event at a time (so that it shares one walk of the
+/// trace with other analyses).
+#[derive(Debug, Clone, Default)]
+pub struct EvidenceWalk {
+    e: Evidence,
+    reserved: u64,
+    /// Reserved before the current run of segment frees, if one is running.
+    run_start: Option<u64>,
+    bounds: Vec<u64>,
+}
+
+impl EvidenceWalk {
+    pub fn new(st: &Start) -> EvidenceWalk {
+        let reserved = st.state.reserved;
+        EvidenceWalk {
+            e: Evidence {
+                peak_reserved: reserved,
+                ..Default::default()
+            },
+            reserved,
+            run_start: None,
+            bounds: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub fn step(&mut self, ev: &Event) {
+        let e = &mut self.e;
         match ev.action {
             Action::SegmentFree | Action::SegmentUnmap => {
                 e.segment_frees += u64::from(ev.action == Action::SegmentFree);
-                run_start.get_or_insert(reserved);
-                reserved = reserved.saturating_sub(ev.size);
+                self.run_start.get_or_insert(self.reserved);
+                self.reserved = self.reserved.saturating_sub(ev.size);
             }
             Action::SegmentAlloc | Action::SegmentMap => {
-                if let Some(r) = run_start.take() {
-                    bounds.push(r.saturating_add(ev.size));
+                if let Some(r) = self.run_start.take() {
+                    self.bounds.push(r.saturating_add(ev.size));
                 }
-                reserved = reserved.saturating_add(ev.size);
-                e.peak_reserved = e.peak_reserved.max(reserved);
+                self.reserved = self.reserved.saturating_add(ev.size);
+                e.peak_reserved = e.peak_reserved.max(self.reserved);
             }
             Action::Oom => {
-                run_start = None;
+                self.run_start = None;
                 e.ooms += 1;
                 if ev.addr > 0 {
-                    let c = reserved.saturating_add(ev.addr);
+                    let c = self.reserved.saturating_add(ev.addr);
                     e.oom_capacity = Some(e.oom_capacity.map_or(c, |o: u64| o.max(c)));
                 }
             }
-            _ => run_start = None,
+            _ => self.run_start = None,
         }
     }
-    let valid: Vec<u64> = bounds
-        .into_iter()
-        .filter(|&b| b > e.peak_reserved)
-        .collect();
-    e.retries = valid.len() as u64;
-    e.retry_bound = valid.into_iter().min();
-    e
+
+    pub fn finish(self) -> Evidence {
+        let mut e = self.e;
+        let valid: Vec<u64> = self
+            .bounds
+            .into_iter()
+            .filter(|&b| b > e.peak_reserved)
+            .collect();
+        e.retries = valid.len() as u64;
+        e.retry_bound = valid.into_iter().min();
+        e
+    }
+}
+
+/// Walk `dev`'s trace from `st` and collect the [`Evidence`].
+pub fn evidence(dev: &Device, st: &Start) -> Evidence {
+    let mut w = EvidenceWalk::new(st);
+    dev.events
+        .for_each_slice(|evs| evs.iter().for_each(|e| w.step(e)));
+    w.finish()
 }
 
 fn gib(b: u64) -> String {

@@ -14,7 +14,7 @@
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::{by_site, SiteRow};
 use crate::analyze::summary::mib;
-use crate::analyze::timeline::{peaks, start_of, state_after, Peaks};
+use crate::analyze::timeline::{peaks_and_end, start_of, state_after, Peaks};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -67,9 +67,8 @@ fn side(snap: &Snapshot, dev: Option<&Device>, depth: usize) -> Side {
         };
     };
     let st = start_of(snap, dev);
-    let p = peaks(dev, &st);
+    let (p, at_end) = peaks_and_end(dev, &st);
     let at_peak = state_after(dev, &st, p.allocated_at);
-    let at_end = state_after(dev, &st, dev.events.len());
     Side {
         peaks: p,
         at_peak: by_site(&snap.stacks, at_peak.allocated.values(), depth),

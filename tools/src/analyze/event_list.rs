@@ -9,13 +9,18 @@
 //! chunks were checked when the log was first read; one that reads differently later (the
 //! file was rewritten under us) ends the walk with one line on stderr, never a panic.
 //!
+//! A walk costs about what decoding the log costs, so analyses that need the same events
+//! share one walk ([`EventList::for_each_slice`] hands each decoded chunk, a slice in a
+//! buffer reused from chunk to chunk, to every analysis the caller feeds); threads that
+//! each walk the trace for their own analyses at once count as one [`Pass`].
+//!
 //! While the walks of a log take over a second and stderr is a terminal, a progress line
 //! names the walk and how far it is (as `snapshot::progress` does for the first reading),
 //! redrawn at most four times a second and cleared when the model is dropped.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -191,15 +196,16 @@ impl EventList {
         match self {
             EventList::Mem(v) => Iter::Mem(v.iter()),
             EventList::Log(l) => Iter::Log(LogIter {
-                walk: l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
-                loaded: 0,
-                src: l,
+                dec: ChunkDecoder::new(l),
                 lo: 0,
                 hi: l.chunks.len(),
-                front: Vec::new().into_iter(),
-                back: Vec::new().into_iter(),
+                front: Vec::new(),
+                fi: 0,
+                fe: 0,
+                back: Vec::new(),
+                bs: 0,
+                be: 0,
                 left: l.len,
-                buf: Vec::new(),
             }),
         }
     }
@@ -277,45 +283,74 @@ impl ExactSizeIterator for Iter<'_> {
     }
 }
 
-/// A walk over a log's events: chunks `lo..hi` not yet decoded, the decoded ones at both
-/// ends being consumed.
-pub struct LogIter<'a> {
+/// Decodes one device's events of a log's chunks into buffers it reuses (no allocation
+/// per chunk once they have grown), for the walks.
+struct ChunkDecoder<'a> {
     src: &'a LogEvents,
-    /// Which walk of the log this is, and the chunks it decoded (for the progress line).
+    /// Which walk of the log this is, and the chunks it decoded (for the progress line);
+    /// or the [`Pass`] it is one of the walkers of.
     walk: u64,
     loaded: usize,
-    lo: usize,
-    hi: usize,
-    front: std::vec::IntoIter<Event>,
-    back: std::vec::IntoIter<Event>,
-    left: usize,
+    shared: Option<&'a Pass>,
     buf: Vec<u8>,
 }
 
-impl LogIter<'_> {
-    /// Decode chunk `i`'s events of this device; `None` (said once) when it cannot be read.
-    fn load(&mut self, i: usize) -> Option<std::vec::IntoIter<Event>> {
+/// One pass over a trace made by several walkers at once (threads each walking it for
+/// their own analyses): the progress line counts it as one pass, the chunks all its
+/// walkers decoded against all they will.
+#[derive(Debug)]
+pub struct Pass {
+    walk: u64,
+    walkers: usize,
+    loaded: AtomicUsize,
+}
+
+impl<'a> ChunkDecoder<'a> {
+    fn new(src: &'a LogEvents) -> Self {
+        ChunkDecoder {
+            src,
+            walk: src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+            loaded: 0,
+            shared: None,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Decode chunk `i`'s events of this device into `out` (cleared first); false (said
+    /// once) when it cannot be read.
+    fn load(&mut self, i: usize, out: &mut Vec<Event>) -> bool {
         let c = self.src.chunks[i];
         let log = &*self.src.log;
-        self.loaded += 1;
-        log.progress(self.walk, self.loaded, self.src.chunks.len());
-        let mut out = Vec::with_capacity(c.events as usize);
+        let n = self.src.chunks.len();
+        match self.shared {
+            Some(p) => {
+                let done = p.loaded.fetch_add(1, Ordering::Relaxed) + 1;
+                log.progress(p.walk, done, n * p.walkers);
+            }
+            None => {
+                self.loaded += 1;
+                log.progress(self.walk, self.loaded, n);
+            }
+        }
+        out.clear();
+        out.reserve(c.events as usize);
         let dev = self.src.device;
-        let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|()| {
-            decode_events(&self.buf, log.version, |e| {
+        let stacks = &log.stacks;
+        let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|payload| {
+            decode_events(payload, log.version, |e| {
                 if e.device == dev {
                     out.push(Event {
                         action: e.action,
                         addr: e.addr,
                         size: e.size,
                         stream: e.stream,
-                        stack: log.stacks.get(e.stack).unwrap_or(0),
+                        stack: stacks.get(e.stack).unwrap_or(0),
                     });
                 }
             })
         });
         match r {
-            Ok(_) if out.len() == c.events as usize => Some(out.into_iter()),
+            Ok(_) if out.len() == c.events as usize => true,
             Ok(_) => self.fail(&format!(
                 "the chunk at byte {} changed since it was first read",
                 c.at
@@ -324,55 +359,147 @@ impl LogIter<'_> {
         }
     }
 
-    fn fail<T>(&mut self, e: &str) -> Option<T> {
+    fn fail(&self, e: &str) -> bool {
         if !self.src.log.failed.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "cushim: {}: {e}; the analysis stops at the events read so far",
                 self.src.log.name
             );
         }
+        false
+    }
+}
+
+impl EventList {
+    /// Walk the events oldest first, a slice at a time, handing each slice to `f`: a log
+    /// is decoded once for every analysis `f` feeds (one pass instead of one per
+    /// analysis), into a buffer reused from chunk to chunk. A log that cannot be read any
+    /// further ends the walk (said once on stderr), as [`EventList::iter`] does.
+    pub fn for_each_slice(&self, f: impl FnMut(&[Event])) {
+        self.walk(None, f)
+    }
+
+    /// A [`Pass`] that `walkers` walks of this trace (made with
+    /// [`EventList::for_each_slice_in`]) make together.
+    pub fn pass(&self, walkers: usize) -> Pass {
+        let walk = match self {
+            EventList::Mem(_) => 0,
+            EventList::Log(l) => l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        Pass {
+            walk,
+            walkers,
+            loaded: AtomicUsize::new(0),
+        }
+    }
+
+    /// [`EventList::for_each_slice`] as one of the walkers of `pass`.
+    pub fn for_each_slice_in(&self, pass: &Pass, f: impl FnMut(&[Event])) {
+        self.walk(Some(pass), f)
+    }
+
+    fn walk(&self, pass: Option<&Pass>, mut f: impl FnMut(&[Event])) {
+        match self {
+            EventList::Mem(v) => f(v),
+            EventList::Log(l) => {
+                let mut d = match pass {
+                    Some(p) => ChunkDecoder {
+                        src: l,
+                        walk: p.walk,
+                        loaded: 0,
+                        shared: Some(p),
+                        buf: Vec::new(),
+                    },
+                    None => ChunkDecoder::new(l),
+                };
+                let mut evs = Vec::new();
+                for i in 0..l.chunks.len() {
+                    if !d.load(i, &mut evs) {
+                        return;
+                    }
+                    f(&evs);
+                }
+            }
+        }
+    }
+}
+
+/// A walk over a log's events: chunks `lo..hi` not yet decoded, the decoded ones at both
+/// ends being consumed (`front[fi..fe]` and `back[bs..be]`).
+pub struct LogIter<'a> {
+    dec: ChunkDecoder<'a>,
+    lo: usize,
+    hi: usize,
+    front: Vec<Event>,
+    fi: usize,
+    fe: usize,
+    back: Vec<Event>,
+    bs: usize,
+    be: usize,
+    left: usize,
+}
+
+impl LogIter<'_> {
+    fn stop(&mut self) -> Option<Event> {
         self.lo = self.hi;
         self.left = 0;
-        self.front = Vec::new().into_iter();
-        self.back = Vec::new().into_iter();
+        (self.fi, self.fe, self.bs, self.be) = (0, 0, 0, 0);
         None
     }
 
     #[inline]
     fn next(&mut self) -> Option<Event> {
         loop {
-            if let Some(e) = self.front.next() {
+            if self.fi < self.fe {
+                let e = self.front[self.fi];
+                self.fi += 1;
                 self.left -= 1;
                 return Some(e);
             }
             if self.lo < self.hi {
                 let i = self.lo;
                 self.lo += 1;
-                self.front = self.load(i)?;
+                if !self.dec.load(i, &mut self.front) {
+                    return self.stop();
+                }
+                (self.fi, self.fe) = (0, self.front.len());
                 continue;
             }
-            let e = self.back.next()?;
-            self.left -= 1;
-            return Some(e);
+            // The last chunk, already decoded from the back: take it from its front.
+            if self.bs < self.be {
+                let e = self.back[self.bs];
+                self.bs += 1;
+                self.left -= 1;
+                return Some(e);
+            }
+            return None;
         }
     }
 
     #[inline]
     fn next_back(&mut self) -> Option<Event> {
         loop {
-            if let Some(e) = self.back.next_back() {
+            if self.bs < self.be {
+                self.be -= 1;
                 self.left -= 1;
-                return Some(e);
+                return Some(self.back[self.be]);
             }
             if self.lo < self.hi {
                 self.hi -= 1;
                 let i = self.hi;
-                self.back = self.load(i)?;
+                if !self.dec.load(i, &mut self.back) {
+                    return self.stop();
+                }
+                (self.bs, self.be) = (0, self.back.len());
                 continue;
             }
-            let e = self.front.next_back()?;
-            self.left -= 1;
-            return Some(e);
+            // The first chunk, already decoded from the front: take it from its back.
+            if self.fi < self.fe {
+                self.fe -= 1;
+                self.left -= 1;
+                return Some(self.front[self.fe]);
+            }
+            return None;
         }
     }
 }

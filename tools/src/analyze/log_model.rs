@@ -15,7 +15,7 @@ use crate::analyze::event_list::{ChunkRef, EventList, LogEvents, LogFile, StackM
 use crate::analyze::model::{Device, Event, Frame, Snapshot, Stacks};
 use crate::snapshot::log_reader::{read_log, read_log_from, LogFrame, LogInfo, LogVisitor};
 use cushim::trace::event::TraceEvent;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,7 +31,10 @@ struct DevEvents {
 struct Builder {
     /// Whether events are kept in memory (else only where they are).
     keep: bool,
-    devices: BTreeMap<i32, DevEvents>,
+    /// By ordinal, in the order first seen (sorted when modelled); `last` is the index of
+    /// the device of the last event (consecutive events are mostly on one device).
+    devices: Vec<(i32, DevEvents)>,
+    last: usize,
     chunk: (u64, u32),
     frames: HashMap<u64, LogFrame>,
     /// Log stack id -> model list index.
@@ -59,7 +62,18 @@ impl LogVisitor for Builder {
     fn event(&mut self, ev: TraceEvent) {
         let stack = self.list(ev.stack);
         let (at, len) = self.chunk;
-        let d = self.devices.entry(ev.device).or_default();
+        let i = match self.devices.get(self.last) {
+            Some((o, _)) if *o == ev.device => self.last,
+            _ => match self.devices.iter().position(|(o, _)| *o == ev.device) {
+                Some(i) => i,
+                None => {
+                    self.devices.push((ev.device, DevEvents::default()));
+                    self.devices.len() - 1
+                }
+            },
+        };
+        self.last = i;
+        let d = &mut self.devices[i].1;
         d.len += 1;
         if self.keep {
             d.held.push(Event {
@@ -190,6 +204,7 @@ fn model(mut b: Builder, info: &LogInfo, file: Option<(std::fs::File, String)>) 
     });
     let mut devices = Vec::new();
     let mut host = None;
+    b.devices.sort_by_key(|d| d.0);
     for (ordinal, d) in b.devices {
         let events = match &log {
             Some(log) => EventList::Log(LogEvents {

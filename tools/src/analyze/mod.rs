@@ -30,3 +30,4 @@ pub mod segments_at;
 pub mod sites;
 pub mod summary;
 pub mod timeline;
+pub mod walk;

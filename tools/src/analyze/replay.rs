@@ -21,17 +21,23 @@
 //! allocations and segment frees it made while seeding are not counted, so each column
 //! compares the trace's own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]).
+//!
+//! Passes: the trace is walked once for what the replays need first (the device size's
+//! evidence, the start layout, the recorded row: `analyze::walk`), then once more for all
+//! the configurations together, each fed every event in turn; the configurations are
+//! shared out among the available cores, each core walking the trace for its own (the
+//! replays are independent, and decoding a log is cheap next to the engine's work).
 
-use crate::analyze::device_size::{choose, evidence, Evidence};
-use crate::analyze::model::{Device, Snapshot};
-use crate::analyze::seed::{layout_at_start, Piece, SeedSegment};
-use crate::analyze::timeline::{peaks, start_of, Start};
+use crate::analyze::device_size::{choose, Evidence};
+use crate::analyze::model::{Device, Event, Snapshot};
+use crate::analyze::seed::{Piece, SeedSegment};
+use crate::analyze::timeline::Peaks;
+use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
-use cushim::alloc::CachingAllocator;
-use cushim::config::alloc::parse;
+use cushim::alloc::{AddrMap, CachingAllocator};
+use cushim::config::alloc::{parse, AllocConf};
 use cushim::trace::event::{Action, NullSink};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The largest device a replay models (`device_size::UNLIMITED`, 256 GiB). It also bounds
@@ -113,13 +119,8 @@ pub const PEAK_ALLOCATED: &str = "peak allocated: the most bytes at once in bloc
 pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
     modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
 
-fn recorded_row(snap: &Snapshot, dev: &Device, st: &Start, e: &Evidence) -> Row {
-    let p = peaks(dev, st);
-    let allocs = dev
-        .events
-        .iter()
-        .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
-        .count() as u64;
+/// The recorded column: its peaks, and the device allocations counted in the same walk.
+fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
     Row {
         label: "recorded".into(),
         peak_reserved: snap.has_state.then_some(p.reserved),
@@ -136,156 +137,240 @@ struct Seed {
     outside: Vec<(u64, u64, bool)>,
 }
 
-/// Replay `dev` under `conf` on a device of `capacity` bytes, starting from `seed`.
-fn replay_device(
-    dev: &Device,
-    seed: &Seed,
+/// One configuration's replay of one device, fed the trace an event at a time
+/// ([`Run::step`]), so that every configuration is replayed in one walk of the trace.
+struct Run {
+    a: CachingAllocator,
+    conf: AllocConf,
     capacity: u64,
-    conf: &str,
-    label: String,
-) -> Result<Row, String> {
-    let (c, errs) = parse(conf);
-    if let Some(e) = errs.first() {
-        return Err(format!("--conf {conf:?}: {e}"));
-    }
-    let capacity = capacity.min(UNLIMITED);
-    let fake = Arc::new(ReplayDevice::<NoFaults>::new(1, capacity));
-    let rounded = {
-        let c = c.clone();
-        move |size: u64| round_size(size, &c)
-    };
-    let a = CachingAllocator::new(fake.clone(), c, &|_| Box::new(NullSink));
-    // Recorded address -> the engine's pointer, the bytes it counts, whether pending.
-    let mut ptrs: HashMap<u64, (u64, u64, bool)> = HashMap::new();
-    let mut allocated = 0u64;
-    let mut ooms = 0u64;
-    // A request beyond the whole device cannot succeed on it; such sizes (from a corrupt
-    // or crafted input) never reach the engine.
-    let malloc = |size: u64, stream: u64| {
-        if size > capacity {
+    /// Recorded address -> the engine's pointer, the bytes it counts, whether pending.
+    ptrs: AddrMap<(u64, u64, bool)>,
+    allocated: u64,
+    peak_allocated: u64,
+    ooms: u64,
+    /// The device allocations and frees the seeding made.
+    seeded: (u64, u64),
+}
+
+impl Run {
+    /// A request beyond the whole device cannot succeed on it; such sizes (from a corrupt
+    /// or crafted input) never reach the engine.
+    fn malloc(&self, size: u64, stream: u64) -> Result<u64, cushim::alloc::AllocError> {
+        if size > self.capacity {
             Err(cushim::alloc::AllocError::OutOfMemory)
         } else {
-            a.malloc(0, size, stream, 0)
-        }
-    };
-    // Seeding: per segment, create it whole, give it back to the cache, then take its
-    // pieces in address order (each split from the front of what is left); the free gaps
-    // are held until every segment is carved, so no later piece lands in one.
-    let mut gaps: Vec<u64> = Vec::new();
-    let mut hold = |addr: u64, size: u64, piece: Piece, p: u64| match piece {
-        Piece::Free => gaps.push(p),
-        Piece::Allocated | Piece::Pending => {
-            let n = rounded(size);
-            let pending = piece == Piece::Pending;
-            if !pending {
-                allocated += n;
-            }
-            ptrs.insert(addr, (p, n, pending));
-        }
-    };
-    for seg in &seed.segments {
-        let whole = [(seg.address, seg.size, Piece::Free)];
-        let pieces: &[(u64, u64, Piece)] = if seg.pieces.is_empty() {
-            &whole
-        } else {
-            &seg.pieces
-        };
-        // A small-pool segment (2 MiB of blocks of 1 MiB at most) is made by its first
-        // block; a large one by a request of its size.
-        let small = pieces.iter().all(|p| p.1 <= 1 << 20) && pieces.len() > 1;
-        if !small && pieces.len() > 1 && !seg.expandable {
-            if let Ok(p) = malloc(seg.size, seg.stream) {
-                let _ = a.free(p, 0, 0);
-            }
-        }
-        for &(addr, size, piece) in pieces {
-            if seg.expandable && piece == Piece::Free {
-                continue;
-            }
-            match malloc(size, seg.stream) {
-                Ok(p) => hold(addr, size, piece, p),
-                Err(_) => ooms += u64::from(piece != Piece::Free),
-            }
+            self.a.malloc(0, size, stream, 0)
         }
     }
-    for &(addr, size, pending) in &seed.outside {
-        let piece = if pending {
-            Piece::Pending
-        } else {
-            Piece::Allocated
-        };
-        match malloc(size, 0) {
-            Ok(p) => hold(addr, size, piece, p),
-            Err(_) => ooms += 1,
-        }
-    }
-    for g in gaps {
-        let _ = a.free(g, 0, 0);
-    }
-    // Successful device allocations and frees (the engine's counts, as PyTorch's
-    // num_device_alloc/free: a failed attempt is not one), less the seeding's.
-    let device_calls = || {
-        let st = a.stats(0);
+
+    /// Successful device allocations and frees (the engine's counts, as PyTorch's
+    /// num_device_alloc/free: a failed attempt is not one).
+    fn device_calls(&self) -> (u64, u64) {
+        let st = self.a.stats(0);
         let n = |k: &str| st.get(k).copied().unwrap_or(0).max(0) as u64;
         (n("num_device_alloc"), n("num_device_free"))
-    };
-    let seeded = device_calls();
-    let mut peak_allocated = allocated;
-    for ev in &dev.events {
+    }
+
+    /// A replay under `conf` on a device of `capacity` bytes, seeded with `seed`.
+    fn new(seed: &Seed, capacity: u64, conf: &str) -> Result<Run, String> {
+        let (c, errs) = parse(conf);
+        if let Some(e) = errs.first() {
+            return Err(format!("--conf {conf:?}: {e}"));
+        }
+        let capacity = capacity.min(UNLIMITED);
+        let fake = Arc::new(ReplayDevice::<NoFaults>::new(1, capacity));
+        let a = CachingAllocator::new(fake, c.clone(), &|_| Box::new(NullSink));
+        let mut run = Run {
+            a,
+            conf: c,
+            capacity,
+            ptrs: AddrMap::default(),
+            allocated: 0,
+            peak_allocated: 0,
+            ooms: 0,
+            seeded: (0, 0),
+        };
+        // Seeding: per segment, create it whole, give it back to the cache, then take its
+        // pieces in address order (each split from the front of what is left); the free
+        // gaps are held until every segment is carved, so no later piece lands in one.
+        let mut gaps: Vec<u64> = Vec::new();
+        let hold = |run: &mut Run, gaps: &mut Vec<u64>, addr: u64, size: u64, piece, p| match piece
+        {
+            Piece::Free => gaps.push(p),
+            Piece::Allocated | Piece::Pending => {
+                let n = round_size(size, &run.conf);
+                let pending = piece == Piece::Pending;
+                if !pending {
+                    run.allocated += n;
+                }
+                run.ptrs.insert(addr, (p, n, pending));
+            }
+        };
+        for seg in &seed.segments {
+            let whole = [(seg.address, seg.size, Piece::Free)];
+            let pieces: &[(u64, u64, Piece)] = if seg.pieces.is_empty() {
+                &whole
+            } else {
+                &seg.pieces
+            };
+            // A small-pool segment (2 MiB of blocks of 1 MiB at most) is made by its first
+            // block; a large one by a request of its size.
+            let small = pieces.iter().all(|p| p.1 <= 1 << 20) && pieces.len() > 1;
+            if !small && pieces.len() > 1 && !seg.expandable {
+                if let Ok(p) = run.malloc(seg.size, seg.stream) {
+                    let _ = run.a.free(p, 0, 0);
+                }
+            }
+            for &(addr, size, piece) in pieces {
+                if seg.expandable && piece == Piece::Free {
+                    continue;
+                }
+                match run.malloc(size, seg.stream) {
+                    Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
+                    Err(_) => run.ooms += u64::from(piece != Piece::Free),
+                }
+            }
+        }
+        for &(addr, size, pending) in &seed.outside {
+            let piece = if pending {
+                Piece::Pending
+            } else {
+                Piece::Allocated
+            };
+            match run.malloc(size, 0) {
+                Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
+                Err(_) => run.ooms += 1,
+            }
+        }
+        for g in gaps {
+            let _ = run.a.free(g, 0, 0);
+        }
+        run.seeded = run.device_calls();
+        run.peak_allocated = run.allocated;
+        Ok(run)
+    }
+
+    /// Replay one recorded event.
+    #[inline]
+    fn step(&mut self, ev: &Event) {
         match ev.action {
-            Action::Alloc => match malloc(ev.size, ev.stream) {
+            Action::Alloc => match self.malloc(ev.size, ev.stream) {
                 Ok(p) => {
-                    let n = rounded(ev.size);
-                    allocated += n;
-                    if let Some((old, m, pending)) = ptrs.insert(ev.addr, (p, n, false)) {
+                    let n = round_size(ev.size, &self.conf);
+                    self.allocated += n;
+                    if let Some((old, m, pending)) = self.ptrs.insert(ev.addr, (p, n, false)) {
                         // The recording reused an address we still hold: a free was lost.
-                        let _ = a.free(old, 0, 0);
+                        let _ = self.a.free(old, 0, 0);
                         if !pending {
-                            allocated = allocated.saturating_sub(m);
+                            self.allocated = self.allocated.saturating_sub(m);
                         }
                     }
-                    peak_allocated = peak_allocated.max(allocated);
+                    self.peak_allocated = self.peak_allocated.max(self.allocated);
                 }
-                Err(_) => ooms += 1,
+                Err(_) => self.ooms += 1,
             },
             // A request that failed in the recording: asked again; on a device where it
             // fits, given back at once (the program never held it).
-            Action::Oom => match malloc(ev.size, ev.stream) {
+            Action::Oom => match self.malloc(ev.size, ev.stream) {
                 Ok(p) => {
-                    let _ = a.free(p, 0, 0);
+                    let _ = self.a.free(p, 0, 0);
                 }
-                Err(_) => ooms += 1,
+                Err(_) => self.ooms += 1,
             },
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
             Action::FreeRequested | Action::FreeCompleted => {
                 let done = ev.action == Action::FreeCompleted;
-                let Some(e) = ptrs.get_mut(&ev.addr) else {
-                    continue;
+                let Some(e) = self.ptrs.get_mut(&ev.addr) else {
+                    return;
                 };
                 if !e.2 {
-                    allocated = allocated.saturating_sub(e.1);
+                    self.allocated = self.allocated.saturating_sub(e.1);
                     e.2 = true;
                 }
                 if done {
-                    let _ = a.free(e.0, 0, 0);
-                    ptrs.remove(&ev.addr);
+                    let _ = self.a.free(e.0, 0, 0);
+                    self.ptrs.remove(&ev.addr);
                 }
             }
             _ => {}
         }
     }
-    let stats = a.stats(0);
-    let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
-    let end = device_calls();
-    Ok(Row {
-        label,
-        peak_reserved: Some(stat("reserved_bytes.all.peak")),
-        peak_allocated,
-        device_allocs: Some(end.0.saturating_sub(seeded.0)),
-        segment_frees: Some(end.1.saturating_sub(seeded.1)),
-        ooms,
-    })
+
+    fn finish(self, label: String) -> Row {
+        let stats = self.a.stats(0);
+        let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
+        let end = self.device_calls();
+        Row {
+            label,
+            peak_reserved: Some(stat("reserved_bytes.all.peak")),
+            peak_allocated: self.peak_allocated,
+            device_allocs: Some(end.0.saturating_sub(self.seeded.0)),
+            segment_frees: Some(end.1.saturating_sub(self.seeded.1)),
+            ooms: self.ooms,
+        }
+    }
+}
+
+/// Replay `dev` under each of `confs` on a device of `capacity` bytes from `seed`: every
+/// configuration in one walk of the trace (a log is decoded once, not once per
+/// configuration), the configurations shared out among the available cores, each core
+/// decoding the trace for its own (replays are independent; decoding is cheap next to
+/// replaying). Rows in the order of `confs`.
+fn replay_all(
+    dev: &Device,
+    seed: &Seed,
+    capacity: u64,
+    confs: &[(String, String)],
+) -> Result<Vec<Row>, String> {
+    // Every configuration is checked first, so the error is the first bad one's.
+    for (c, _) in confs {
+        if let Some(e) = parse(c).1.first() {
+            return Err(format!("--conf {c:?}: {e}"));
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let groups = cores.min(confs.len()).max(1);
+    let pass = dev.events.pass(groups);
+    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Row)>, String> {
+        let mut runs = Vec::with_capacity(mine.len());
+        for &i in &mine {
+            runs.push((i, Run::new(seed, capacity, &confs[i].0)?));
+        }
+        dev.events.for_each_slice_in(&pass, |evs| {
+            for (_, r) in runs.iter_mut() {
+                for ev in evs {
+                    r.step(ev);
+                }
+            }
+        });
+        Ok(runs
+            .into_iter()
+            .map(|(i, r)| (i, r.finish(confs[i].1.clone())))
+            .collect())
+    };
+    let share = |g: usize| -> Vec<usize> { (g..confs.len()).step_by(groups).collect() };
+    let results: Vec<Result<Vec<(usize, Row)>, String>> = if groups == 1 {
+        vec![one(share(0))]
+    } else {
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..groups)
+                .map(|g| s.spawn(move || one(share(g))))
+                .collect();
+            let mut all = vec![one(share(0))];
+            for h in others {
+                all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            all
+        })
+    };
+    let mut rows: Vec<Option<Row>> = vec![None; confs.len()];
+    for r in results {
+        for (i, row) in r? {
+            rows[i] = Some(row);
+        }
+    }
+    Ok(rows.into_iter().flatten().collect())
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
@@ -295,6 +380,23 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
 
 /// [`replay`] with the user's [`Options`].
 pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
+    let walked: Vec<Walked> = snap
+        .devices
+        .iter()
+        .filter(|d| !d.events.is_empty())
+        .map(|d| walk(snap, d))
+        .collect();
+    replay_walked(snap, confs, opts, &walked.iter().collect::<Vec<_>>())
+}
+
+/// [`replay_with`] given each replayed device's [`Walked`] (one per device with a trace, in
+/// order), when the caller walked the traces already.
+pub fn replay_walked(
+    snap: &Snapshot,
+    confs: &[String],
+    opts: &Options,
+    walked: &[&Walked],
+) -> Result<Replay, String> {
     let mut notes = Vec::new();
     match &snap.settings {
         Some(s) => notes.push(format!("recorded settings: {:?}", s)),
@@ -303,13 +405,14 @@ pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<
     notes.push(NO_FIXED_PAGES.into());
     notes.push(PEAK_ALLOCATED.into());
     let mut devices = Vec::new();
-    for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-        let st = start_of(snap, dev);
-        let ev = evidence(dev, &st);
-        let size = choose(opts.device_memory, snap.device_total, &ev);
+    let devs = snap.devices.iter().filter(|d| !d.events.is_empty());
+    for (dev, w) in devs.zip(walked.iter()) {
+        let st = &w.start;
+        let ev = &w.evidence;
+        let size = choose(opts.device_memory, snap.device_total, ev);
         let mut dnotes = vec![format!("device memory: {}", size.why)];
         let before = st.state.allocated.len() + st.state.pending.len();
-        let (segments, outside) = layout_at_start(dev, &st);
+        let (segments, outside) = w.start_layout.clone();
         if before > 0 || !segments.is_empty() {
             let bytes = st.state.allocated_bytes + st.state.pending_bytes;
             let gaps: usize = segments
@@ -337,24 +440,18 @@ pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
         let seed = Seed { segments, outside };
-        let mut rows = vec![recorded_row(snap, dev, &st, &ev)];
+        let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
         let recorded_conf = snap.settings.clone().unwrap_or_default();
-        rows.push(replay_device(
-            dev,
-            &seed,
-            size.bytes,
-            &recorded_conf,
+        let mut all = vec![(
+            recorded_conf.clone(),
             format!("replay: recorded ({})", shown(&recorded_conf)),
-        )?);
-        for c in confs {
-            rows.push(replay_device(
-                dev,
-                &seed,
-                size.bytes,
-                c,
-                format!("replay: {}", shown(c)),
-            )?);
-        }
+        )];
+        all.extend(
+            confs
+                .iter()
+                .map(|c| (c.clone(), format!("replay: {}", shown(c)))),
+        );
+        rows.extend(replay_all(dev, &seed, size.bytes, &all)?);
         devices.push(DeviceReplay {
             ordinal: dev.ordinal,
             rows,

@@ -16,12 +16,12 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
-use crate::analyze::timeline::{apply, peaks, start_of, state_after, Start};
-use cushim::trace::event::Action;
+use crate::analyze::timeline::State;
+use crate::analyze::walk::{walk, Walked};
 use std::fmt::Write;
 
 /// Columns of the timeline.
-pub const BUCKETS: usize = 800;
+pub const BUCKETS: usize = crate::analyze::walk::BUCKETS;
 /// Rows of the by-range table (most bytes at the peak first).
 const RANGE_ROWS: usize = 30;
 /// Levels of the flame graph.
@@ -45,25 +45,6 @@ fn esc(s: &str) -> String {
 
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
-
-/// Per bucket of events: (max allocated, max reserved).
-fn timeline(dev: &Device, st: &Start) -> Vec<(u64, u64)> {
-    let mut s = st.state.clone();
-    let n = dev.events.len().max(1);
-    let per = n.div_ceil(BUCKETS).max(1);
-    let mut out = vec![(s.allocated_bytes, s.reserved)];
-    let mut cur = (0u64, 0u64);
-    for (i, ev) in dev.events.iter().enumerate() {
-        apply(&mut s, &ev, st.requests);
-        cur.0 = cur.0.max(s.allocated_bytes);
-        cur.1 = cur.1.max(s.reserved);
-        if (i + 1) % per == 0 || i + 1 == dev.events.len() {
-            out.push(cur);
-            cur = (0, 0);
-        }
-    }
-    out
 }
 
 /// A byte count with the unit that keeps it short (axis labels).
@@ -395,7 +376,28 @@ const STYLE: &str = "body{font:13px sans-serif;margin:20px;color:#222}\
 /// The HTML page for `snap` (its title names `source`); `ranges` is its bytes by range path
 /// (`by_range`, empty when the input has no trace entries with ranges).
 pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<String, String> {
-    let r = replay::replay(snap, &replay::default_confs())?;
+    // Each trace is walked once for the replay, the page and its summary (a log's trace is
+    // decoded from the file on every walk), and once more up to its peak.
+    let walked: Vec<Walked> = snap.devices.iter().map(|d| walk(snap, d)).collect();
+    let at_peaks: Vec<State> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .map(|(d, w)| w.at_peak(d))
+        .collect();
+    let replayed: Vec<&Walked> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .filter(|(d, _)| !d.events.is_empty())
+        .map(|(_, w)| w)
+        .collect();
+    let r = replay::replay_walked(
+        snap,
+        &replay::default_confs(),
+        &replay::Options::default(),
+        &replayed,
+    )?;
     let mut out = String::new();
     let _ = write!(
         out,
@@ -404,14 +406,19 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         esc(source),
         esc(source)
     );
-    let devs: Vec<&Device> = snap.devices.iter().filter(|d| !d.is_empty()).collect();
+    let devs: Vec<(&Device, &Walked, &State)> = snap
+        .devices
+        .iter()
+        .zip(&walked)
+        .zip(&at_peaks)
+        .filter(|((d, _), _)| !d.is_empty())
+        .map(|((d, w), a)| (d, w, a))
+        .collect();
     if devs.is_empty() {
         out.push_str("<p>No device memory in this input.</p>\n");
     }
-    for dev in devs {
-        let st = start_of(snap, dev);
-        let p = peaks(dev, &st);
-        let at_peak = state_after(dev, &st, p.allocated_at);
+    for &(dev, walked, at_peak) in &devs {
+        let p = walked.peaks;
         let _ = writeln!(
             out,
             "<h2 id=\"device-{0}\">device {0}</h2>\n<p>peak allocated {1} (PyTorch's \
@@ -427,15 +434,9 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             events: dev.events.len(),
             peak_at: p.allocated_at,
             peak: p.allocated,
-            ooms: dev
-                .events
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.action == Action::Oom)
-                .map(|(i, _)| i)
-                .collect(),
+            ooms: walked.ooms.clone(),
         };
-        svg_timeline(&mut out, &timeline(dev, &st), &marks);
+        svg_timeline(&mut out, &walked.timeline, &marks);
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
         for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
             .iter()
@@ -465,7 +466,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             out.push_str(
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
-            segments(&mut out, &segments_at(dev, &at_peak, p.allocated_at));
+            segments(&mut out, &segments_at(dev, at_peak, p.allocated_at));
         }
         out.push_str("<h3>replay under other settings</h3>\n");
         replay_table(&mut out, &r, dev.ordinal);
@@ -478,9 +479,13 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
     let _ = writeln!(
         out,
         "<h2>summary</h2>\n<pre>{}</pre>",
-        esc(&crate::analyze::summary::render(
+        esc(&crate::analyze::summary::render_walked(
             snap,
-            &crate::analyze::summary::Options::default()
+            &crate::analyze::summary::Options::default(),
+            &devs
+                .iter()
+                .map(|&(d, w, a)| (d.ordinal, w, a))
+                .collect::<Vec<_>>()
         ))
     );
     out.push_str("</body></html>\n");

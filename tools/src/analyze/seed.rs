@@ -10,7 +10,7 @@
 //! that contains its address; what a segment's blocks leave uncovered is a free gap. A
 //! live block outside every start segment (an inconsistent input) is left to the caller.
 
-use crate::analyze::model::Device;
+use crate::analyze::model::{Device, Event};
 use crate::analyze::timeline::Start;
 use cushim::trace::event::Action;
 use std::collections::BTreeMap;
@@ -34,26 +34,66 @@ pub struct SeedSegment {
     pub pieces: Vec<(u64, u64, Piece)>,
 }
 
-/// The recorded layout when `dev`'s trace began, and the live blocks that lie in no start
-/// segment (`(address, size, pending)`).
-pub fn layout_at_start(dev: &Device, st: &Start) -> (Vec<SeedSegment>, Vec<(u64, u64, bool)>) {
-    // address -> (size, stream, expandable)
-    let mut segs: BTreeMap<u64, (u64, u64, bool)> = dev
-        .segments
-        .iter()
-        .map(|s| (s.address, (s.total_size, s.stream, s.expandable)))
-        .collect();
-    for ev in dev.events.iter().rev() {
+/// The segment events' part of [`layout_at_start`], fed the trace oldest first an event at
+/// a time (so that it shares one walk with other analyses). Undoing the segment events
+/// newest first leaves, at each address, what the oldest of its events says: a
+/// `segment_alloc` that it was not there, a `segment_free` that it was, at that size; so
+/// the forward walk keeps each address's oldest segment event.
+#[derive(Debug, Default)]
+pub struct StartSegments {
+    /// Address -> its oldest segment event: `None` an allocation, else the freed segment's
+    /// (size, stream, expandable).
+    oldest: std::collections::HashMap<u64, Option<(u64, u64, bool)>>,
+}
+
+impl StartSegments {
+    #[inline]
+    pub fn step(&mut self, ev: &Event) {
         match ev.action {
             Action::SegmentAlloc => {
-                segs.remove(&ev.addr);
+                self.oldest.entry(ev.addr).or_insert(None);
             }
             Action::SegmentFree => {
-                segs.insert(ev.addr, (ev.size, ev.stream, false));
+                self.oldest
+                    .entry(ev.addr)
+                    .or_insert(Some((ev.size, ev.stream, false)));
             }
             _ => {}
         }
     }
+
+    /// The layout at the start (as [`layout_at_start`] gives it) once every event was fed.
+    pub fn finish(self, dev: &Device, st: &Start) -> (Vec<SeedSegment>, Vec<(u64, u64, bool)>) {
+        // address -> (size, stream, expandable)
+        let mut segs: BTreeMap<u64, (u64, u64, bool)> = dev
+            .segments
+            .iter()
+            .map(|s| (s.address, (s.total_size, s.stream, s.expandable)))
+            .collect();
+        for (a, oldest) in self.oldest {
+            match oldest {
+                None => segs.remove(&a),
+                Some(s) => segs.insert(a, s),
+            };
+        }
+        layout(segs, st)
+    }
+}
+
+/// The recorded layout when `dev`'s trace began, and the live blocks that lie in no start
+/// segment (`(address, size, pending)`).
+pub fn layout_at_start(dev: &Device, st: &Start) -> (Vec<SeedSegment>, Vec<(u64, u64, bool)>) {
+    let mut w = StartSegments::default();
+    dev.events
+        .for_each_slice(|evs| evs.iter().for_each(|e| w.step(e)));
+    w.finish(dev, st)
+}
+
+/// Carve the start segments `segs` into the blocks live at `st`.
+fn layout(
+    segs: BTreeMap<u64, (u64, u64, bool)>,
+    st: &Start,
+) -> (Vec<SeedSegment>, Vec<(u64, u64, bool)>) {
     let mut blocks: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
     for (&a, l) in &st.state.allocated {
         blocks.insert(a, (l.size, false));
@@ -100,4 +140,79 @@ pub fn layout_at_start(dev: &Device, st: &Start) -> (Vec<SeedSegment>, Vec<(u64,
     outside.extend(blocks.into_iter().map(|(a, (s, p))| (a, s, p)));
     outside.sort_unstable();
     (out, outside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::model::Segment;
+
+    fn ev(action: Action, addr: u64, size: u64) -> Event {
+        Event {
+            action,
+            addr,
+            size,
+            stream: 7,
+            stack: 0,
+        }
+    }
+
+    #[test]
+    fn the_forward_walk_finds_the_segments_that_undoing_the_trace_newest_first_finds() {
+        const M: u64 = 1 << 20;
+        let dev = Device {
+            ordinal: 0,
+            segments: vec![Segment {
+                address: 0xa000_0000,
+                total_size: 2 * M,
+                stream: 0,
+                expandable: false,
+                kind: None,
+                pool: (0, 0),
+                blocks: Vec::new(),
+            }],
+            events: vec![
+                // Freed before any allocation of it: live at the start, at the freed size
+                // (not the size of the later allocation at that address).
+                ev(Action::SegmentFree, 0xb000_0000, 4 * M),
+                ev(Action::SegmentAlloc, 0xb000_0000, 8 * M),
+                // Allocated first: not live at the start, whatever follows.
+                ev(Action::SegmentAlloc, 0xc000_0000, 2 * M),
+                ev(Action::SegmentFree, 0xc000_0000, 2 * M),
+                // Freed, then made again: live at the start.
+                ev(Action::SegmentFree, 0xd000_0000, 6 * M),
+                ev(Action::SegmentAlloc, 0xd000_0000, 6 * M),
+                ev(Action::Alloc, 0xb000_0000, M),
+            ]
+            .into(),
+        };
+        let st = Start::default();
+        let (forward, outside) = layout_at_start(&dev, &st);
+        // The definition: the end segments with the segment events undone newest first.
+        let mut segs: BTreeMap<u64, (u64, u64, bool)> = BTreeMap::new();
+        segs.insert(0xa000_0000, (2 * M, 0, false));
+        for e in dev.events.iter().rev() {
+            match e.action {
+                Action::SegmentAlloc => {
+                    segs.remove(&e.addr);
+                }
+                Action::SegmentFree => {
+                    segs.insert(e.addr, (e.size, e.stream, false));
+                }
+                _ => {}
+            }
+        }
+        let (undone, _) = layout(segs, &st);
+        assert_eq!(forward, undone);
+        let at: Vec<(u64, u64)> = forward.iter().map(|s| (s.address, s.size)).collect();
+        assert_eq!(
+            at,
+            vec![
+                (0xa000_0000, 2 * M),
+                (0xb000_0000, 4 * M),
+                (0xd000_0000, 6 * M)
+            ]
+        );
+        assert!(outside.is_empty());
+    }
 }

@@ -16,7 +16,8 @@ use crate::analyze::load::from_value;
 use crate::analyze::model::{BlockState, Device, Snapshot};
 use crate::analyze::recorded_stats::{recorded_peaks, PeakSource};
 use crate::analyze::sites::{by_site, tree, Node};
-use crate::analyze::timeline::{end_state, peaks, start_of, state_after, State};
+use crate::analyze::timeline::{end_state, State};
+use crate::analyze::walk::{walk, Walked};
 use cushim::snapshot::value::Value;
 use std::fmt::Write;
 
@@ -88,12 +89,24 @@ impl DeviceSummary {
 
 /// Figures of one device (or of pinned host memory).
 pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSummary {
-    let st = start_of(snap, dev);
-    let p = peaks(dev, &st);
-    let end: State = if snap.has_state {
-        end_state(dev)
+    device_summary_walked(snap, dev, opts, &walk(snap, dev), None)
+}
+
+/// [`device_summary`] from the device's [`Walked`] (and its state at the peak, when the
+/// caller has it), when the caller walked the trace already.
+pub fn device_summary_walked(
+    snap: &Snapshot,
+    dev: &Device,
+    opts: &Options,
+    w: &Walked,
+    at_peak: Option<&State>,
+) -> DeviceSummary {
+    let st = &w.start;
+    let p = w.peaks;
+    let end: std::borrow::Cow<State> = if snap.has_state {
+        std::borrow::Cow::Owned(end_state(dev))
     } else {
-        crate::analyze::timeline::state_after(dev, &st, dev.events.len())
+        std::borrow::Cow::Borrowed(&w.end)
     };
     // The recorded statistics cover the whole run (a trace, its window; no trace at all
     // with history off): they give the peaks when the snapshot has them.
@@ -124,7 +137,14 @@ pub fn device_summary(snap: &Snapshot, dev: &Device, opts: &Options) -> DeviceSu
     let peak_sites = if dev.events.is_empty() {
         Vec::new()
     } else {
-        let at = state_after(dev, &st, p.allocated_at);
+        let walked_at;
+        let at = match at_peak {
+            Some(a) => a,
+            None => {
+                walked_at = w.at_peak(dev);
+                &walked_at
+            }
+        };
         by_site(&snap.stacks, at.allocated.values(), opts.depth)
             .into_iter()
             .map(|r| (r.site, r.bytes, r.count))
@@ -315,6 +335,24 @@ pub fn summaries(snap: &Snapshot, opts: &Options) -> Vec<(i64, DeviceSummary)> {
 /// The text `cushim summary` prints for one input.
 pub fn render(snap: &Snapshot, opts: &Options) -> String {
     render_summaries(snap, &summaries(snap, opts), opts)
+}
+
+/// [`render`] given the [`Walked`] trace and the state at the peak of the devices the
+/// caller walked already (by ordinal); the others are walked here.
+pub fn render_walked(snap: &Snapshot, opts: &Options, walked: &[(i64, &Walked, &State)]) -> String {
+    let devs: Vec<(i64, DeviceSummary)> = snap
+        .devices
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            let s = match walked.iter().find(|w| w.0 == d.ordinal) {
+                Some((_, w, at)) => device_summary_walked(snap, d, opts, w, Some(at)),
+                None => device_summary(snap, d, opts),
+            };
+            (d.ordinal, s)
+        })
+        .collect();
+    render_summaries(snap, &devs, opts)
 }
 
 /// [`render`] given the input's [`summaries`] (computed once for [`ranks`] and this).

@@ -11,8 +11,8 @@
 //! Events that contradict the state (a free of an unknown block) are counted, not fatal.
 
 use crate::analyze::model::{BlockState, Device, Event, Snapshot};
+use cushim::alloc::AddrMap;
 use cushim::trace::event::Action;
-use std::collections::HashMap;
 
 /// One live block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,8 +26,10 @@ pub struct Live {
 /// The memory of one device at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct State {
-    pub allocated: HashMap<u64, Live>,
-    pub pending: HashMap<u64, Live>,
+    /// Keyed by address, with the engine's address hasher (the walks look blocks up once
+    /// or twice per event).
+    pub allocated: AddrMap<Live>,
+    pub pending: AddrMap<Live>,
     pub allocated_bytes: u64,
     pub pending_bytes: u64,
     pub reserved: u64,
@@ -194,32 +196,69 @@ pub struct Peaks {
     pub ooms: u64,
 }
 
-/// Walk `dev`'s trace forward from `start` and find its peaks.
-pub fn peaks(dev: &Device, start: &Start) -> Peaks {
-    let mut s = start.state.clone();
-    let mut p = Peaks {
-        allocated: s.allocated_bytes,
-        reserved: s.reserved,
-        allocated_at: 0,
-        ooms: 0,
-    };
-    for (i, ev) in dev.events.iter().enumerate() {
-        apply(&mut s, &ev, start.requests);
+/// The walk of [`peaks`], fed an event at a time (so that it shares one walk of the trace
+/// with other analyses); its state is the state at the end once every event was fed.
+#[derive(Debug, Clone)]
+pub struct PeakWalk {
+    pub state: State,
+    pub peaks: Peaks,
+    requests: bool,
+    n: usize,
+}
+
+impl PeakWalk {
+    pub fn new(start: &Start) -> PeakWalk {
+        let s = start.state.clone();
+        PeakWalk {
+            peaks: Peaks {
+                allocated: s.allocated_bytes,
+                reserved: s.reserved,
+                allocated_at: 0,
+                ooms: 0,
+            },
+            state: s,
+            requests: start.requests,
+            n: 0,
+        }
+    }
+
+    #[inline]
+    pub fn step(&mut self, ev: &Event) {
+        let (s, p) = (&mut self.state, &mut self.peaks);
+        apply(s, ev, self.requests);
+        self.n += 1;
         if ev.action == Action::Oom {
             p.ooms += 1;
         }
         if s.allocated_bytes > p.allocated {
             p.allocated = s.allocated_bytes;
-            p.allocated_at = i + 1;
+            p.allocated_at = self.n;
         }
         p.reserved = p.reserved.max(s.reserved);
     }
-    p
+}
+
+/// Walk `dev`'s trace forward from `start` and find its peaks.
+pub fn peaks(dev: &Device, start: &Start) -> Peaks {
+    peaks_and_end(dev, start).0
+}
+
+/// [`peaks`], and the state after the whole trace, in one walk.
+pub fn peaks_and_end(dev: &Device, start: &Start) -> (Peaks, State) {
+    let mut w = PeakWalk::new(start);
+    dev.events
+        .for_each_slice(|evs| evs.iter().for_each(|e| w.step(e)));
+    (w.peaks, w.state)
 }
 
 /// The state after the first `n` events of `dev`'s trace.
 pub fn state_after(dev: &Device, start: &Start, n: usize) -> State {
     let mut s = start.state.clone();
+    if n >= dev.events.len() {
+        dev.events
+            .for_each_slice(|evs| evs.iter().for_each(|e| apply(&mut s, e, start.requests)));
+        return s;
+    }
     for ev in dev.events.iter().take(n) {
         apply(&mut s, &ev, start.requests);
     }

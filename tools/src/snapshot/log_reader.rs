@@ -231,26 +231,27 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
 }
 
 /// The payload of the events chunk whose head is at byte `at` of `file` (`len` bytes, as
-/// [`LogVisitor::events_chunk`] gave them), read into `buf` and checked again (the file
-/// may have been changed since).
-pub fn read_chunk_at(
+/// [`LogVisitor::events_chunk`] gave them), read with its head into `buf` and checked
+/// again (the file may have been changed since).
+pub fn read_chunk_at<'b>(
     file: &std::fs::File,
     at: u64,
     len: u32,
-    buf: &mut Vec<u8>,
-) -> Result<(), String> {
+    buf: &'b mut Vec<u8>,
+) -> Result<&'b [u8], String> {
     use std::os::unix::fs::FileExt;
     let again = |e: std::io::Error| format!("reading the chunk at byte {at} again: {e}");
+    // Head and payload in one read.
+    buf.resize(CHUNK_HEAD + len as usize, 0);
+    file.read_exact_at(buf, at).map_err(again)?;
     let mut head = [0u8; CHUNK_HEAD];
-    file.read_exact_at(&mut head, at).map_err(again)?;
+    head.copy_from_slice(&buf[..CHUNK_HEAD]);
+    let payload = &buf[CHUNK_HEAD..];
     let (k, l, sum) = check(&head, at)?;
-    buf.resize(len as usize, 0);
-    file.read_exact_at(buf, at + CHUNK_HEAD as u64)
-        .map_err(again)?;
-    if k != kind::EVENTS || l != len as usize || crc(k, buf) != sum {
+    if k != kind::EVENTS || l != len as usize || crc(k, payload) != sum {
         return Err(format!(
             "the chunk at byte {at} changed since it was first read (the file was rewritten)"
         ));
     }
-    Ok(())
+    Ok(payload)
 }
