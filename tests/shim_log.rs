@@ -422,6 +422,43 @@ fn summary_by_range_of_a_log_says_what_it_says_of_the_snapshot_of_the_same_run()
 }
 
 #[test]
+fn cushim_snapshot_of_a_log_carries_its_range_starts_and_ends_as_the_live_snapshot_does() {
+    let Some(exe) = common::nvtx::program() else {
+        return;
+    };
+    let dir = common::scratch("log-nvtx-annotations");
+    let (log, snap) = nvtx_run(&exe, &dir);
+    let end = dir.join("from-log.pickle");
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .arg("snapshot")
+            .arg(&log)
+            .args(["--end", "-o"])
+            .arg(&end),
+    );
+    let marks = |file: &Path| -> Vec<(String, String, String)> {
+        let v = common::load_snapshot(file);
+        let list = v["external_annotations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: no external_annotations", file.display()));
+        list.iter()
+            .map(|a| {
+                let f = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+                (f("stage"), f("name"), f("range"))
+            })
+            .collect()
+    };
+    let (live, from_log) = (marks(&snap), marks(&end));
+    assert!(
+        live.iter().any(|(stage, _, _)| stage == "START"),
+        "{live:?}"
+    );
+    assert_eq!(from_log, live);
+    // The ranges also read from the snapshot of the log, as from the live one.
+    assert_eq!(by_range(&end), by_range(&snap));
+}
+
+#[test]
 fn events_just_before_a_crash_have_their_stacks_in_the_log() {
     #[derive(Default)]
     struct Stacks {

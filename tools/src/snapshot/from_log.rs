@@ -16,7 +16,9 @@
 //! segments and pages), any other `large`.
 //! The trace holds
 //! the `events` events before the moment, per device, each made inside an NVTX range with
-//! that range's path as its `user_metadata` (as the live snapshot writes it).
+//! that range's path as its `user_metadata` (as the live snapshot writes it), and the last
+//! `events` NVTX range starts and ends up to the moment as `external_annotations` (logs of
+//! version 3 carry them).
 //!
 //! The log is streamed (one chunk in memory at a time): the state, the last `events`
 //! events of each device and the stack tables are all that is kept, so any moment of a log
@@ -26,6 +28,7 @@
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogInfo, LogVisitor};
 use cushim::snapshot::value::{Strings, Value};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
+use cushim::trace::log::encode::RangeMark;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 
@@ -69,6 +72,9 @@ struct Walk {
     stacks: HashMap<u32, Vec<u64>>,
     /// NVTX range paths.
     ranges: HashMap<u32, String>,
+    /// The last `keep` NVTX range starts and ends (version 3 logs), as read: the marks of a
+    /// round come before its events, so those after the moment are dropped at the end.
+    marks: VecDeque<RangeMark>,
 }
 
 impl Walk {
@@ -86,6 +92,7 @@ impl Walk {
             frames: HashMap::new(),
             stacks: HashMap::new(),
             ranges: HashMap::new(),
+            marks: VecDeque::new(),
         }
     }
 }
@@ -131,6 +138,20 @@ impl LogVisitor for Walk {
     }
     fn range(&mut self, id: u32, path: String) {
         self.ranges.insert(id, path);
+    }
+    fn range_mark(&mut self, mark: RangeMark) {
+        if self.stopped || self.keep == 0 {
+            return;
+        }
+        if let Stop::After(t) = self.stop {
+            if mark.time_us > t {
+                return;
+            }
+        }
+        if self.marks.len() == self.keep {
+            self.marks.pop_front();
+        }
+        self.marks.push_back(mark);
     }
 }
 
@@ -385,14 +406,44 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
     }
     let traces = traces.into_iter().map(Value::list).collect();
     let time_us = all.time_us.unwrap_or(origin);
-    let value = Value::dict(vec![
+    let mut top = vec![
         (s.get("segments"), Value::list(segments)),
         (s.get("device_traces"), Value::list(traces)),
         (
             s.get("allocator_settings"),
             Value::from_json(&info.header["allocator_settings"]),
         ),
-    ]);
+    ];
+    // As the live snapshot writes them: each range start and end up to the moment, with
+    // its level's name and its path.
+    let limit = match all.stop {
+        Stop::Count(_) if all.stopped => time_us,
+        Stop::After(t) => t,
+        _ => i64::MAX,
+    };
+    let annotations: Vec<Value> = all
+        .marks
+        .iter()
+        .filter(|m| m.time_us <= limit)
+        .filter_map(|m| {
+            let path = all.ranges.get(&m.path)?;
+            let name = path
+                .rsplit(cushim::trace::range::SEPARATOR)
+                .next()
+                .unwrap_or(path);
+            Some(Value::dict(vec![
+                (s.get("stage"), s.get(if m.start { "START" } else { "END" })),
+                (s.get("name"), s.get(name)),
+                (s.get("device"), Value::Int(i64::from(m.device))),
+                (s.get("time_us"), Value::Int(m.time_us)),
+                (s.get("range"), s.get(path)),
+            ]))
+        })
+        .collect();
+    if !annotations.is_empty() {
+        top.push((s.get("external_annotations"), Value::list(annotations)));
+    }
+    let value = Value::dict(top);
     Ok(Made {
         value,
         at_event: n,
