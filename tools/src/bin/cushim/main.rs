@@ -150,7 +150,8 @@ enum Cmd {
         /// The moment SECONDS after the run's start.
         #[arg(long, conflicts_with_all = ["peak", "end"])]
         at: Option<f64>,
-        /// The moment the most bytes were allocated.
+        /// The moment the most bytes were held by allocations (frees waiting for the GPU
+        /// included).
         #[arg(long, conflicts_with = "end")]
         peak: bool,
         /// The end of the log (the default).
