@@ -7,15 +7,6 @@
 #include <cuda.h>
 #include "shim_util.h"
 
-#define DCHECK(call)                                                                      \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            fprintf(stderr, "%s failed at %s:%d: %d\n", #call, __FILE__, __LINE__, (int)r_); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static unsigned char host[16 * MiB];
 
 static unsigned long long sum(const unsigned char *p, size_t n) {

@@ -8,15 +8,6 @@
 #include <cuda.h>
 #include "shim_util.h"
 
-#define DCHECK(call)                                                                      \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            fprintf(stderr, "%s failed at %s:%d: %d\n", #call, __FILE__, __LINE__, (int)r_); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 static unsigned char host[4 * MiB];
 
 static unsigned long long dev_sum(const void *d, size_t n) {

@@ -17,6 +17,18 @@
         }                                                                                 \
     } while (0)
 
+/* The driver API's twin of CHECK, for programs that include <cuda.h> first. */
+#ifdef __cuda_cuda_h__
+#define DCHECK(call)                                                                      \
+    do {                                                                                  \
+        CUresult r_ = (call);                                                             \
+        if (r_ != CUDA_SUCCESS) {                                                         \
+            fprintf(stderr, "%s failed at %s:%d: %d\n", #call, __FILE__, __LINE__, (int)r_); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+#endif
+
 #define MiB (1024ull * 1024ull)
 
 /* Device memory in use, as the device reports it. */
