@@ -8,19 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Median nanoseconds per iteration of `f(iters)` (which must run `iters` iterations).
 pub fn median_ns(batch: Duration, repeats: usize, mut f: impl FnMut(u64)) -> f64 {
-    f(1);
-    let mut iters = 1u64;
-    loop {
-        let t = Instant::now();
-        f(iters);
-        let e = t.elapsed();
-        if e >= batch / 4 || iters >= 1 << 30 {
-            let per = e.as_secs_f64() / iters as f64;
-            iters = ((batch.as_secs_f64() / per.max(1e-12)) as u64).clamp(1, 1 << 32);
-            break;
-        }
-        iters *= 4;
-    }
+    let iters = calibrate(batch, &mut f);
     let mut v: Vec<f64> = (0..repeats.max(1))
         .map(|_| {
             let t = Instant::now();
@@ -30,6 +18,23 @@ pub fn median_ns(batch: Duration, repeats: usize, mut f: impl FnMut(u64)) -> f64
         .collect();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The iterations of `f` that take about `batch` (after one warm-up call): iterations
+/// quadrupled until a run takes a quarter of `batch`, then scaled to the whole of it.
+fn calibrate(batch: Duration, f: &mut dyn FnMut(u64)) -> u64 {
+    f(1);
+    let mut iters = 1u64;
+    loop {
+        let t = Instant::now();
+        f(iters);
+        let e = t.elapsed();
+        if e >= batch / 4 || iters >= 1 << 30 {
+            let per = e.as_secs_f64() / iters as f64;
+            return ((batch.as_secs_f64() / per.max(1e-12)) as u64).clamp(1, 1 << 32);
+        }
+        iters *= 4;
+    }
 }
 
 /// Median seconds of `repeats` runs of `f` (for long operations such as a dump), and the
@@ -76,23 +81,7 @@ pub fn median_ns_interleaved(
     repeats: usize,
     fs: &mut [&mut dyn FnMut(u64)],
 ) -> Vec<f64> {
-    let iters: Vec<u64> = fs
-        .iter_mut()
-        .map(|f| {
-            f(1);
-            let mut iters = 1u64;
-            loop {
-                let t = Instant::now();
-                f(iters);
-                let e = t.elapsed();
-                if e >= batch / 4 || iters >= 1 << 30 {
-                    let per = e.as_secs_f64() / iters as f64;
-                    break ((batch.as_secs_f64() / per.max(1e-12)) as u64).clamp(1, 1 << 32);
-                }
-                iters *= 4;
-            }
-        })
-        .collect();
+    let iters: Vec<u64> = fs.iter_mut().map(|f| calibrate(batch, f)).collect();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); fs.len()];
     for _ in 0..repeats.max(1) {
         for (i, f) in fs.iter_mut().enumerate() {
