@@ -321,7 +321,9 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
         let end = addr.saturating_add(seg.size);
         let mut blocks = Vec::new();
         let (mut at, mut allocated, mut active) = (addr, 0u64, 0u64);
+        let mut small_blocks = true;
         for (&(_, baddr), b) in st.blocks.range((dev, addr)..(dev, end)) {
+            small_blocks &= b.size <= 1 << 20;
             if baddr < at {
                 continue;
             }
@@ -358,11 +360,7 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
             ));
         }
         let frames = frame_of(&mut s, seg.stack, &mut lists);
-        let small = page <= 2 << 20
-            && st
-                .blocks
-                .range((dev, addr)..(dev, end))
-                .all(|(_, b)| b.size <= 1 << 20);
+        let small = page <= 2 << 20 && small_blocks;
         let kind = if small { "small" } else { "large" };
         segments.push(Value::dict(vec![
             (s.get("device"), Value::Int(i64::from(dev))),
