@@ -54,7 +54,10 @@ fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
     let mut out = Vec::new();
     let snap = input::from_bytes(bytes);
     // The file path streams a pickle instead of reading it whole: same answer, same error.
-    let file = std::env::temp_dir().join(format!("cushim-hostile-{}.bin", std::process::id()));
+    // One file per call: tests run this at once on their own threads.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("cushim-hostile-{}-{n}.bin", std::process::id()));
     if std::fs::write(&file, bytes).is_ok() {
         let streamed = input::read(&file);
         let _ = std::fs::remove_file(&file);

@@ -69,14 +69,60 @@ pub fn cushim_bin() -> PathBuf {
     build_dir().join("cushim")
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory that belongs to exactly one test, unique by construction: it is
+/// named from `name`, the test's own name (libtest names each test's thread after it), the
+/// process id and a counter of this process, so two tests running at once never share one,
+/// and no test removes another's. The same `name` asked for twice by one test panics: the
+/// caller meant two directories but named them alike, and saying so at once beats a test
+/// that reads another run's files once under load.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = build_dir()
-        .join("test-scratch")
-        .join(format!("{name}-{}", std::process::id()));
+    let test = std::thread::current().name().unwrap_or("").to_owned();
+    claim_scratch_name(&test, name);
+    let n = SCRATCH_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = build_dir().join("test-scratch").join(format!(
+        "{name}-{}-{}-{n}",
+        file_name_part(&test),
+        std::process::id()
+    ));
+    // A directory of that name can only be left from an earlier process with this pid.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("creating a scratch directory");
     dir
+}
+
+static SCRATCH_COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Records that the test `test` was handed a scratch directory called `name`; panics when it
+/// already was. Threads without a name (ones a test spawned itself) share the empty name.
+pub fn claim_scratch_name(test: &str, name: &str) {
+    static CLAIMED: OnceLock<std::sync::Mutex<std::collections::HashSet<(String, String)>>> =
+        OnceLock::new();
+    let mut claimed = CLAIMED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    assert!(
+        claimed.insert((test.to_owned(), name.to_owned())),
+        "scratch directory {name:?} was already handed to test {test:?} in this process: \
+         name each directory of a test differently"
+    );
+}
+
+/// `s` as part of a file name: path separators and odd characters become `_`, and a long
+/// name keeps its end (the test's own function name), so the whole stays under the limit.
+fn file_name_part(s: &str) -> String {
+    let clean: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let skip = clean.len().saturating_sub(96);
+    clean[skip..].to_owned()
 }
 
 /// `tests/c/<name>.c`.
