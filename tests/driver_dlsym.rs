@@ -27,7 +27,7 @@ fn lookups(shim: bool, env: &[(&str, &str)]) -> HashMap<String, String> {
 
 const HOOKED: [&str; 18] = [
     "cuMemGetAddressRange_v2",
-    // The families the cache does not serve are recorded (issue 12).
+    // The families the cache does not serve are recorded.
     "cuMemAddressReserve",
     "cuMemAllocPitch_v2",
     "cuMemAlloc_v2",

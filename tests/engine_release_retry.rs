@@ -1,4 +1,4 @@
-//! A physical handle whose release fails is kept and released later (issue 14, item 5), at
+//! A physical handle whose release fails is kept and released later, at
 //! the engine level over the fake device: never leaked, never released twice.
 mod engine_support;
 

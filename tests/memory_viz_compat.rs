@@ -1,5 +1,4 @@
-//! cushim's snapshots open unchanged in PyTorch's own `torch/cuda/_memory_viz.py` (issues 12
-//! and 16): its `stats`, `trace`, `trace_plot` and `segment_plot` commands, and its
+//! cushim's snapshots open unchanged in PyTorch's own `torch/cuda/_memory_viz.py`: its `stats`, `trace`, `trace_plot` and `segment_plot` commands, and its
 //! `segments`, `memory` and `compare` functions, run on snapshots the shim writes on simcuda
 //! (cache mode with history and native stacks plus pinned host memory, expandable segments,
 //! observe mode over every allocation family), and what they print is checked against what

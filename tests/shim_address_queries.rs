@@ -1,4 +1,4 @@
-//! Address queries answer for the allocation, not the cache's segment (issue 14, item 3): the
+//! Address queries answer for the allocation, not the cache's segment: the
 //! same program prints the same ranges with and without the shim, with and without
 //! expandable segments, and clearing an allocation through its reported range leaves its
 //! neighbour intact.

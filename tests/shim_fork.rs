@@ -1,4 +1,4 @@
-//! fork under the shim (issue 14, item 1): a parent whose threads allocate forks 30 times;
+//! fork under the shim: a parent whose threads allocate forks 30 times;
 //! no child hangs (each is waited for with a deadline and killed past it), every child's
 //! snapshot goes to its own `%p` file and parses, and the parent's figures are those of its
 //! own calls.

@@ -1,4 +1,4 @@
-//! IPC handles of cached blocks (issue 14, item 3): a block inside a cached segment, exported
+//! IPC handles of cached blocks: a block inside a cached segment, exported
 //! by a process under the shim, is opened by a second process under the shim at the block
 //! (right bytes, right offset); a process without the shim is refused with CUDA's error and
 //! the exporter says so once; a block at its segment's base works for both. Each compared

@@ -1,4 +1,4 @@
-//! Memory given back while the driver fails (issue 14, item 5): with expandable segments, a
+//! Memory given back while the driver fails: with expandable segments, a
 //! `cuMemRelease` or `cuMemUnmap` that fails at any position of a workload leaves nothing
 //! held once the fault stops: after one `cushim_empty_cache()` the device has 0 bytes in use
 //! and 0 live physical handles, and the failure is reported on one stderr line. A fault that

@@ -1,4 +1,4 @@
-//! Snapshot targets that are not regular files (issue 14, item 2): a character device (a
+//! Snapshot targets that are not regular files: a character device (a
 //! copy of /dev/null made with mknod), a FIFO, a symlink to that device and a directory are
 //! left exactly as they were, with one stderr line each naming the path, and the program's
 //! results are unchanged.

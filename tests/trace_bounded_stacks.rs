@@ -1,4 +1,4 @@
-//! The interned-stack table is bounded (issue 14, item 4): with history on and
+//! The interned-stack table is bounded: with history on and
 //! `max_entries=100000`, a program with 2^23 distinct call stacks recording 10 M events keeps
 //! its memory flat: the table stops at `max_stacks` (default 2^17), every capture it could not
 //! store is counted, and the snapshot says so (`cushim.stacks`).

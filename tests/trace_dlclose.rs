@@ -1,5 +1,5 @@
 //! Frames of a library `dlclose`d after the capture are never attributed to the library
-//! mapped at its address later (issue 14, item 8): with the frame-pointer unwinder, a block
+//! mapped at its address later: with the frame-pointer unwinder, a block
 //! allocated from `lib_a_alloc` in a library that is then unloaded, and replaced by one built
 //! from the same source at the same address, shows an unknown frame where `lib_a_alloc`
 //! was, never `lib_b_alloc`; the new library's own block still shows `lib_b_alloc`.

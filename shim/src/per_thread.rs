@@ -413,7 +413,6 @@ pub const DRIVER: &[(&str, c_int, c_int, Check)] = &[
     ),
 ];
 
-mod entry_points;
 #[cfg(target_arch = "x86_64")]
 mod pools;
 #[cfg(target_arch = "x86_64")]
@@ -422,6 +421,8 @@ mod stubs;
 pub use stubs::by_symbol as runtime_hook;
 #[cfg(target_arch = "x86_64")]
 pub use stubs::driver_by_symbol as driver_hook;
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) use stubs::driver_slots;
 
 /// Without stubs there are no runtime stubs to hand out.
 #[cfg(not(target_arch = "x86_64"))]

@@ -69,8 +69,8 @@
 //! functions, `zluda_dark_api`): a skip would need those tables wrapped too, and an entry
 //! nobody has identified that queues work would still be missed, so it must be checked on a
 //! real driver (every launch, copy and memset of a program seen at a hook) before a skip can
-//! be trusted there. What it would take is in README (Limitations) and BENCHMARKS.md ("Idle
-//! streams").
+//! be trusted there. What it would take is in docs/STREAMS.md ("Why idle streams are not
+//! skipped").
 //!
 //! Events are reused at once (a wait is fixed when it is issued). A non-blocking stream
 //! created later has no implicit ordering with anything, so when it appears it waits for a

@@ -1,5 +1,5 @@
 /* A library that allocates, built twice under two names (-DFN=...) so that the second can be
- * mapped where the first was after a dlclose (issue 14, item 8). */
+ * mapped where the first was after a dlclose. */
 #include <cuda_runtime.h>
 
 volatile int dlclose_lib_sink;

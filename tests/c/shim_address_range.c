@@ -1,4 +1,4 @@
-/* Address queries on cached allocations (issue 14, item 3): the same output with and without
+/* Address queries on cached allocations: the same output with and without
  * the shim. Two 4 MiB allocations (one 20 MiB segment under the shim, or one expandable
  * reservation), one of 1000 bytes; cuMemGetAddressRange on interior addresses reports each
  * allocation itself, and so do the pointer range attributes; clearing "the whole allocation" through that range leaves its neighbour

@@ -1,4 +1,4 @@
-/* fork while other threads allocate (issue 14, item 1).
+/* fork while other threads allocate.
  *
  *   shim_fork MODE N
  *

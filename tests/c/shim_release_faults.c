@@ -1,4 +1,4 @@
-/* Giving memory back while the driver fails (issue 14, item 5). With expandable segments,
+/* Giving memory back while the driver fails. With expandable segments,
  * three rounds of: allocate a mix of sizes (small and large pages), free everything,
  * cushim_empty_cache() (where SIMCUDA_FAIL may make a cuMemUnmap or cuMemRelease fail);
  * then one more cushim_empty_cache() and the device's bytes in use:

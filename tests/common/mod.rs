@@ -442,7 +442,7 @@ pub fn frames_have(frames: &serde_json::Value, c_file: &str, name: &str, line: u
         .is_some_and(|fs| fs.iter().any(|f| is_frame(f, c_file, name, line)))
 }
 
-/// Issue 5's live-dump scenario for any build of `shim_trace.c`/`driver_trace.c`: run
+/// The live-dump scenario for any build of `shim_trace.c`/`driver_trace.c`: run
 /// `exe threads 50000` (two threads allocating) with the shim and a `%n` snapshot template,
 /// wait for its "ready", send `signals` SIGUSR1 500 µs apart, and require correct results,
 /// at least one live dump besides the exit dump, and every snapshot loadable by Python.
@@ -504,7 +504,7 @@ pub fn signal_storm_keeps_results_and_snapshots(exe: &Path, name: &str, signals:
     }
 }
 
-/// Issue 3's stress scenario for any build of `shim_stress.c`: 4 threads x `ops` random
+/// The stress scenario for any build of `shim_stress.c`: 4 threads x `ops` random
 /// malloc/free on a 2-device simcuda under the shim; no block corrupted, and per device
 /// allocated bytes 0 with reserved bytes equal to what the device reports in use.
 pub fn stress_never_corrupts_and_stats_match_the_device(exe: &Path, ops: u32) {
@@ -540,7 +540,7 @@ pub fn stress_never_corrupts_and_stats_match_the_device(exe: &Path, ops: u32) {
     }
 }
 
-/// Issue 5's frames check for any build of `shim_trace.c`: with each unwinder, the exit
+/// The frames check for any build of `shim_trace.c`: with each unwinder, the exit
 /// snapshot of `exe sites` has a live block carrying `load_weights` at its `cudaMalloc` line,
 /// an alloc event from `make_activation`, and every stack starts at the program's call site
 /// (neither the shim's frames nor a linked-in runtime's come first).

@@ -244,6 +244,19 @@ pub fn hooked_symbol(base: &[u8], version: c_int, flags: u64, got: usize) -> Opt
 mod tests {
     use super::*;
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn no_per_thread_driver_stub_is_also_a_hook_of_the_table() {
+        // A name is either hooked here or watched by a per-thread stub, never both: the two
+        // would each claim the lookup of that name.
+        let slots = crate::per_thread::driver_slots();
+        assert!(slots.len() > 100);
+        for s in slots {
+            let name = s.real.name().to_bytes();
+            assert!(row(name).is_none(), "{name:?} is both");
+        }
+    }
+
     #[test]
     fn only_exact_exported_names_have_hooks() {
         for n in [
