@@ -5,7 +5,7 @@
 //! a three-level range path (the added cost is one thread-local read either way).
 //! Then the same costs in a program, through NVTX's own dispatch and the shim's injection
 //! callbacks: `examples/bench_nvtx.c`, built against NVIDIA's NVTX headers (the wheel
-//! `cargo test --test shim_nvtx` fetches into `target/nvtx-wheel/`) and run on simcuda under
+//! `cargo test --test shim -- shim_nvtx::` fetches into `target/nvtx-wheel/`) and run on simcuda under
 //! `libcushim.so` of this profile (`cargo build --release` first), in one run of this bench:
 //! push+pop with history off, and a cached cudaMalloc+cudaFree pair outside and inside a
 //! three-level range path with history on (no stacks) and off.
@@ -103,7 +103,7 @@ fn in_a_program() -> Result<(), String> {
         .join("nvtx-wheel/x/nvidia/nvtx/include");
     if !include.join("nvtx3/nvToolsExt.h").exists() {
         return Err(format!(
-            "no NVTX headers at {} (cargo test --test shim_nvtx fetches them)",
+            "no NVTX headers at {} (cargo test --test shim -- shim_nvtx:: fetches them)",
             include.display()
         ));
     }

@@ -5,8 +5,8 @@
 //! process-wide.)
 //! Covered: summary, replay, diff, report, convert.
 
-#[path = "analyze_support.rs"]
-mod support;
+mod common;
+use common::analyze_support as support;
 
 use cushim::snapshot::value::Value;
 use cushim::snapshot::{encode, pickle, Format};

@@ -1,8 +1,8 @@
 //! Snapshot files: atomic replace, mode 0600, symlinks replaced not followed, clear errors,
 //! path templates and the format choice.
 
-#[path = "snapshot_support.rs"]
-mod support;
+mod common;
+use common::snapshot_support as support;
 
 use cushim::snapshot::build::build;
 use cushim::snapshot::output::{expand, rank_from_env, write_atomic, write_snapshot, TemplateVars};

@@ -2,10 +2,9 @@
 //! Rust and C frames (a `-g -fno-omit-frame-pointer` shared object loaded with dlopen),
 //! symbolized to the right function, file and line; skipping a module's leading frames.
 
-#[path = "common/skip.rs"]
-mod skip;
-#[path = "snapshot_support.rs"]
-mod support;
+mod common;
+use common::skip;
+use common::snapshot_support as support;
 
 use cushim::config::history::Unwinder;
 use cushim::trace::stack::{capture, SkipRange};

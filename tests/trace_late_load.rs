@@ -2,8 +2,8 @@
 //! names and module (the DWARF symbolizer's module list is taken at its first use, so file
 //! and line come only from libraries loaded before that).
 
-#[path = "snapshot_support.rs"]
-mod support;
+mod common;
+use common::snapshot_support as support;
 
 use cushim::config::history::Unwinder;
 use cushim::trace::stack::{capture, SkipRange};

@@ -10,7 +10,7 @@
 //! C boundary (`ffi::guard`).
 //!
 //! Folders, top to bottom, import one way only: `lookup` → `exports` → `ipc`, `observe` →
-//! `life` → `per_thread`, `driver` → `real` → `ffi` (checked by `tests/tidy_layering.rs`).
+//! `life` → `per_thread`, `driver` → `real` → `ffi` (checked by `tests/tidy/tidy_layering.rs`).
 
 // The exports are C entry points called with CUDA's pointer contracts; marking them `unsafe fn`
 // would change nothing for their C callers. Each dereference sits in a small `unsafe` block

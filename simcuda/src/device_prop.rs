@@ -6,7 +6,7 @@
 //! each), except what is not an attribute: the name, the UUID, the total memory (the
 //! device's capacity), and the LUID fields (zero: Windows only). `reserved` is zeroed.
 //! The layout equals NVIDIA's header (1032 bytes; checked by the offsets below and, against
-//! NVIDIA's own header, by `tests/simcuda_abi.rs`).
+//! NVIDIA's own header, by `tests/simcuda/simcuda_abi.rs`).
 
 use libc::{c_char, c_int, c_uint};
 

@@ -1,5 +1,5 @@
 //! C structures of the CUDA 12 ABI that simcuda reads or writes. Invariant: layouts equal
-//! NVIDIA's (checked against NVIDIA's headers by `tests/simcuda_abi.rs`).
+//! NVIDIA's (checked against NVIDIA's headers by `tests/simcuda/simcuda_abi.rs`).
 
 use libc::{c_int, c_void};
 

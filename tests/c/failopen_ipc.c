@@ -1,5 +1,5 @@
 /* IPC handles and peer access, with results that depend only on CUDA's answers (for the
- * fault-injection sweep of tests/shim_failopen.rs). With no argument: the exporter
+ * fault-injection sweep of tests/shim/shim_failopen.rs). With no argument: the exporter
  * allocates two 2 MiB blocks (a, then b: under the shim b lies inside a's segment), fills
  * them, exports a through the runtime and b through the driver, and starts itself as
  * "import HEXA HEXB" (or "-" for a handle it could not get), which opens a through the

@@ -9,9 +9,12 @@ use std::sync::{Arc, OnceLock};
 
 pub use cushim_testsupport::artifacts;
 
+pub mod analyze_support;
 pub mod cli;
+pub mod engine_support;
 pub mod nvtx;
 pub mod skip;
+pub mod snapshot_support;
 pub mod stand_in;
 
 /// The cargo output directory with `libcushim.so` and `libsimcuda.so` in it, built on first
@@ -76,10 +79,15 @@ pub fn cushim_bin() -> PathBuf {
 /// caller meant two directories but named them alike, and saying so at once beats a test
 /// that reads another run's files once under load.
 pub fn scratch(name: &str) -> PathBuf {
+    scratch_in(&build_dir().join("test-scratch"), name)
+}
+
+/// [`scratch`] under `root` (for tests that need no build of the shim).
+pub fn scratch_in(root: &Path, name: &str) -> PathBuf {
     let test = std::thread::current().name().unwrap_or("").to_owned();
     claim_scratch_name(&test, name);
     let n = SCRATCH_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = build_dir().join("test-scratch").join(format!(
+    let dir = root.join(format!(
         "{name}-{}-{}-{n}",
         file_name_part(&test),
         std::process::id()

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The integration test targets whose tests run programs with the shim preloaded.
+/// The test modules (one per file of a test folder) whose tests run programs with the shim
+/// preloaded.
 pub const SHIM_TARGETS: &[&str] = &[
     "cli_help",
     "cli_signals",
@@ -67,7 +68,7 @@ pub const SHIM_TARGETS: &[&str] = &[
 pub const EXEMPT: &[(&str, &str)] = &[
     (
         "shim_end::crashes_and_underscore_exit_keep_their_status_under_the_shim",
-        "checks that SIGSEGV, SIGABRT and _exit keep their status: the shim writes no snapshot on those ends, so nothing but the status can be compared (the log's crash flush, tests/shim_log.rs, shows the shim ran there)",
+        "checks that SIGSEGV, SIGABRT and _exit keep their status: the shim writes no snapshot on those ends, so nothing but the status can be compared (the log's crash flush, tests/shim/shim_log.rs, shows the shim ran there)",
     ),
     (
         "cli_signals::run_forwards_each_ending_signal_to_the_program_and_ends_with_it",
@@ -188,8 +189,52 @@ pub fn library() -> &'static Path {
     })
 }
 
-/// The executables cargo built for `targets` in this test binary's profile, by target name.
-pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
+/// The test binaries of the suite: one per folder of `tests/` that has a `main.rs`, each
+/// holding a module per test file.
+pub fn test_groups() -> Vec<String> {
+    let dir = super::artifacts::source_root().join("tests");
+    let mut groups: Vec<String> = std::fs::read_dir(&dir)
+        .expect("listing tests/")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("main.rs").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    groups.sort();
+    groups
+}
+
+/// The module files of the suite: (module name, the test binary it is in).
+pub fn test_modules() -> Vec<(String, String)> {
+    let dir = super::artifacts::source_root().join("tests");
+    let mut out = Vec::new();
+    for group in test_groups() {
+        for entry in std::fs::read_dir(dir.join(&group)).expect("listing a test folder") {
+            let path = entry.expect("reading a test folder").path();
+            let Some(module) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".rs"))
+            else {
+                continue;
+            };
+            if module != "main" {
+                out.push((module.to_string(), group.clone()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The executable of the test binary holding each of `modules`, by module name, as cargo
+/// built it for this test binary's profile.
+pub fn test_executables(modules: &[&str]) -> BTreeMap<String, PathBuf> {
+    let placed = test_modules();
+    let groups: Vec<&str> = placed
+        .iter()
+        .filter(|(m, _)| modules.contains(&m.as_str()))
+        .map(|(_, g)| g.as_str())
+        .collect();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(super::artifacts::source_root()).args([
@@ -205,8 +250,8 @@ pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
     {
         cmd.arg("--release");
     }
-    for t in targets {
-        cmd.args(["--test", t]);
+    for g in &groups {
+        cmd.args(["--test", g]);
     }
     let out = cmd.output().expect("running cargo test --no-run");
     assert!(
@@ -214,7 +259,7 @@ pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
         "cargo test --no-run failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut found = BTreeMap::new();
+    let mut exes = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -223,11 +268,15 @@ pub fn test_executables(targets: &[&str]) -> BTreeMap<String, PathBuf> {
         else {
             continue;
         };
-        if msg["target"]["kind"][0] == "test" && targets.contains(&name) {
-            found.insert(name.to_string(), PathBuf::from(exe));
+        if msg["target"]["kind"][0] == "test" {
+            exes.insert(name.to_string(), PathBuf::from(exe));
         }
     }
-    found
+    placed
+        .into_iter()
+        .filter(|(m, _)| modules.contains(&m.as_str()))
+        .filter_map(|(m, g)| exes.get(&g).map(|e| (m, e.clone())))
+        .collect()
 }
 
 /// The names of the tests in a test executable (`--list`), ignored ones left out.
