@@ -758,6 +758,65 @@ fn anonymous_native(f: &Frame, class: Class) -> bool {
         && (class == Class::Program || qualified_name(base_symbol(&f.name)).starts_with("std::"))
 }
 
+/// Whether `f` is the interpreter's: a Python frame, or a frame an interpreter rule
+/// matches (CPython's C API, naming conventions, library or sources).
+fn interpreter(f: &Frame) -> bool {
+    if is_python(f) {
+        return true;
+    }
+    const FILES: [&str; 6] = [
+        "libpython",
+        "/Python/",
+        "/Objects/",
+        "/Modules/",
+        "python3",
+        "python2",
+    ];
+    rule_for(f).is_some_and(|r| match r.test {
+        CPython(_) => true,
+        SymbolPrefix(p) => p == "_Py" || p == "Py",
+        Path(p) => FILES.contains(&p),
+        _ => false,
+    })
+}
+
+/// A C function of the interpreter that no convention names (a static function of a
+/// CPython version the table does not list) sits between the interpreter's own frames:
+/// a run of plain C frames with no file and no line, the frame inside it the
+/// interpreter's and the frame outside it a Python frame or the interpreter's, is the
+/// interpreter's too. A program's C extension called from Python calls PyTorch or its own
+/// code, not the interpreter, so it stays the program's.
+fn interpreter_between(all: &mut [(&Frame, Class)]) {
+    let plain = |f: &Frame, c: Class| {
+        c == Class::Program
+            && !is_python(f)
+            && no_file(f)
+            && f.line <= 0
+            && base_symbol(&f.name)
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    let mut i = 1;
+    while i < all.len() {
+        if !plain(all[i].0, all[i].1) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j + 1 < all.len() && plain(all[j + 1].0, all[j + 1].1) {
+            j += 1;
+        }
+        let inner = interpreter(all[i - 1].0) && !is_python(all[i - 1].0);
+        let outer = all.get(j + 1).is_some_and(|(f, _)| interpreter(f));
+        if inner && outer {
+            for e in &mut all[i..=j] {
+                e.1 = Class::Machinery;
+            }
+        }
+        i = j + 1;
+    }
+}
+
 /// The frames of one part of a stack with their classes, the frames that only started
 /// the process or thread taken off or marked as a start (the policy at the head of this
 /// file): native frames outside the innermost start frame go; on a thread, the anonymous
@@ -765,6 +824,7 @@ fn anonymous_native(f: &Frame, class: Class) -> bool {
 /// its outermost anonymous native frames are.
 fn classed<'a>(part: &[&'a Frame]) -> Vec<(&'a Frame, Class)> {
     let mut all: Vec<(&Frame, Class)> = part.iter().map(|f| (*f, classify(f))).collect();
+    interpreter_between(&mut all);
     let start = all
         .iter()
         .position(|(_, c)| matches!(c, Class::Start | Class::ThreadStart));
@@ -1211,6 +1271,28 @@ mod tests {
             assert_eq!(classify(&fr(n, "", 0)), Class::Machinery, "{n}");
             assert_eq!(classify(&fr(n, "??", 0)), Class::Machinery, "{n}");
         }
+        // A CPython function no convention names, between the interpreter's frames: the
+        // interpreter's. A program's C extension called from Python stays the program's.
+        let s = stacks(vec![
+            fr(ALLOC, "", 0),
+            fr(
+                "torch::autograd::THPVariable_add(_object*, _object*, _object*)",
+                "??",
+                0,
+            ),
+            fr("slot_nb_add", "", 0),
+            fr("fast_function", "", 0),
+            fr("forward", "/home/u/model.py", 7),
+        ]);
+        assert_eq!(site(&s, 1, 1), "forward (/home/u/model.py:7)");
+        let s = stacks(vec![
+            fr(ALLOC, "", 0),
+            fr("at::_ops::empty::call(c10::ArrayRef<long>)", "??", 0),
+            fr("my_fused_op", "", 0),
+            fr("cfunction_call", "", 0),
+            fr("forward", "/home/u/model.py", 7),
+        ]);
+        assert_eq!(site(&s, 1, 1), "my_fused_op");
         // By library where the frame names it, whatever the function.
         for m in ["/usr/lib/libpython3.12.so.1.0", "/opt/conda/bin/python3.10"] {
             assert_eq!(
