@@ -1245,6 +1245,27 @@ mod tests {
         );
     }
 
+    /// A CPU backward runs the engine's loop on the calling thread: the Python frames
+    /// outside it are the program's, not a thread's start.
+    #[test]
+    fn the_engines_loop_on_the_calling_thread_keeps_the_programs_python_frames() {
+        let s = stacks(vec![
+            fr(ALLOC, "", 0),
+            fr("torch::autograd::generated::MeanBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)", "??", 0),
+            fr("torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)", "??", 0),
+            fr("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+            fr("torch::autograd::Engine::execute_with_graph_task(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+            fr("THPEngine_run_backward(_object*, _object*, _object*)", "python_engine.cpp", 0),
+            fr("cfunction_call", "", 0),
+            fr("backward", "/x/site-packages/torch/autograd/__init__.py", 266),
+            fr("_PyEval_EvalFrameDefault", "??", 0),
+            fr("train", "/home/u/train.py", 40),
+            fr("Py_BytesMain", "??", 0),
+            fr("_start", "??", 0),
+        ]);
+        assert_eq!(site(&s, 1, 1), "train (/home/u/train.py:40)");
+    }
+
     #[test]
     fn every_cpython_protocol_function_is_machinery_whatever_its_name() {
         for n in [
