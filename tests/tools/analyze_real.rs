@@ -741,3 +741,99 @@ sys.stdout.buffer.write(pickle.dumps(s, protocol=5))
     // The summary prints no file name: the round trip gives the same text.
     assert_eq!(ok(&["summary"], &[&back]), out);
 }
+
+/// Three stack shapes copied in form from public PyTorch 2.x snapshots: a backward
+/// allocation on the autograd engine's worker thread whose start inside libstdc++ and libc
+/// the symbolizer misnamed (nearest export); `a / b` on tensors in a LLaMA layer, through
+/// CPython's number protocol (`binary_op1`); and a custom autograd Function whose outer
+/// Python frames PyTorch appended past `_start`.
+const SHAPES_PY: &str = r#"
+import pickle, sys
+MIB = 1 << 20
+def native(n, f="??"):
+    return {"name": n, "filename": f, "line": 0}
+def py(n, f, l):
+    return {"name": n, "filename": f, "line": l}
+alloc = [native("torch::unwind::unwind()"),
+         native("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", "CUDACachingAllocator.cpp")]
+worker = alloc + [
+    native("at::_ops::div_Scalar::call(at::Tensor const&, c10::Scalar const&)"),
+    native("torch::autograd::generated::MeanBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+    native("torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+    native("torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*)"),
+    native("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
+    native("torch::autograd::python::PythonEngine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)", ""),
+    native("std::error_code::default_error_condition() const"),
+    native("pthread_condattr_setpshared"),
+    native("__clone")]
+llama = alloc + [
+    native("torch::autograd::THPVariable_div(_object*, _object*, _object*)", "python_variable_methods.cpp"),
+    native("method_vectorcall_VARARGS_KEYWORDS", ""),
+    native("vectorcall_maybe.constprop.0", ""),
+    native("slot_nb_true_divide", ""),
+    native("binary_op1", ""),
+    py("forward", "/w/lib/transformers/models/llama/modeling_llama.py", 330),
+    native("_PyEval_EvalFrameDefault"),
+    native("_PyObject_MakeTpCall.localalias", ""),
+    py("main", "/w/run_llama.py", 53),
+    native("Py_BytesMain"), native("__libc_start_main"), native("_start")]
+function = alloc + [
+    native("pybind11::cpp_function::dispatcher(_object*, _object*, _object*)", ""),
+    native("cfunction_call", ""),
+    py("broadcast_coalesced", "/v/site-packages/torch/nn/parallel/comm.py", 66),
+    native("_PyEval_EvalFrameDefault"),
+    native("(anonymous namespace)::THPFunction_apply(_object*, _object*)", "python_function.cpp"),
+    native("PyObject_Call"),
+    py("forward", "/v/site-packages/torch/nn/parallel/_functions.py", 23),
+    py("apply", "/v/site-packages/torch/autograd/function.py", 576),
+    native("_PyEval_EvalFrameDefault"),
+    native("Py_RunMain.localalias", ""), native("Py_BytesMain"), native("__libc_start_main"), native("_start"),
+    py("train", "/w/trainers.py", 444),
+    py("main", "/w/start_train.py", 46)]
+base = 0x7f0000000000
+blocks, trace = [], []
+for i, (frames, mib) in enumerate([(worker, 8), (llama, 4), (function, 2)]):
+    a = base + i * 16 * MIB
+    blocks.append({"address": a, "size": mib * MIB, "requested_size": mib * MIB,
+                   "state": "active_allocated", "frames": frames})
+    trace.append({"action": "alloc", "addr": a, "size": mib * MIB, "stream": 0, "frames": frames})
+segs = [{"device": 0, "address": b["address"], "total_size": 16 * MIB, "allocated_size": b["size"],
+         "active_size": b["size"], "requested_size": b["size"], "stream": 0, "segment_type": "large",
+         "is_expandable": False, "frames": b["frames"],
+         "blocks": [b, {"address": b["address"] + b["size"], "size": 16 * MIB - b["size"],
+                        "requested_size": 0, "state": "inactive", "frames": []}]} for b in blocks]
+trace = [{"action": "segment_alloc", "addr": s["address"], "size": 16 * MIB, "stream": 0,
+          "frames": s["frames"]} for s in segs] + trace
+sys.stdout.buffer.write(pickle.dumps({"segments": segs, "device_traces": [trace]}, protocol=5))
+"#;
+
+#[test]
+fn interpreter_thread_start_and_binding_frames_of_real_stack_shapes_are_never_sites() {
+    let dir = common::scratch("analyze-real-shapes");
+    let Some(p) = python(SHAPES_PY) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "shapes.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    for want in [
+        "torch::autograd::generated::MeanBackward0::apply(",
+        "forward (/w/lib/transformers/models/llama/modeling_llama.py:330)",
+        "train (/w/trainers.py:444)",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+    for machinery in [
+        "std::error_code",
+        "pthread_condattr",
+        "__clone",
+        "binary_op1",
+        "slot_nb",
+        "THPFunction_apply",
+        "broadcast_coalesced",
+        "(??:0)",
+        "(:0)",
+    ] {
+        assert!(!out.contains(machinery), "{machinery}\n{out}");
+    }
+}

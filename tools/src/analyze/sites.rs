@@ -4,7 +4,7 @@
 //! block allocated before the trace began is marked so (its site is the best stack known,
 //! see `timeline`).
 
-use crate::analyze::frames::{describe, program_frames, site};
+use crate::analyze::frames::{describe, describe_function, program_frames, site};
 use crate::analyze::model::Stacks;
 use crate::analyze::timeline::Live;
 use std::collections::HashMap;
@@ -99,7 +99,7 @@ fn tree_keyed<'a>(
             .rev()
             .map(|f| {
                 let key = if by_function {
-                    format!("{} ({})", f.name, f.file)
+                    describe_function(f)
                 } else {
                     describe(f)
                 };
