@@ -3,6 +3,9 @@
 //! `docs/LOG-FORMAT.md`).
 //!
 //! Policy:
+//! - The file is created as a snapshot's is (`cushim::trace::log::file`, `docs/EVENT-LOG.md`):
+//!   new, 0600, never through a link; a FIFO, device or directory at its path is left alone
+//!   and the program runs on without a log (one line); a previous file is kept as `PATH.N`.
 //! - The allocating thread only copies the event (plain data) into its sink's ring
 //!   (`log_ring`: one single-producer ring per sink, allocated once): no I/O, no
 //!   allocation, no lock and no read-modify-write of its own. A thread of the shim's own
@@ -319,23 +322,21 @@ fn open_and_spawn(s: &Shim, template: &str) -> Result<(), String> {
 /// writer state.
 fn open_log(template: &str, header: &serde_json::Value) -> Result<(), String> {
     use cushim::snapshot::output::{expand, TemplateVars};
+    use std::os::fd::IntoRawFd;
     let path = expand(template, &TemplateVars::current(0));
-    let cpath = std::ffi::CString::new(path.clone())
-        .map_err(|_| format!("{path}: a NUL byte in the path"))?;
-    // SAFETY: a NUL-terminated path; flags and mode as open(2) takes them.
-    let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND | libc::O_CLOEXEC,
-            0o644,
-        )
+    use cushim::trace::log::file::{create, Previous};
+    let previous = match std::env::var("CUSHIM_LOG_REPLACE").as_deref() {
+        Ok("1") => Previous::Replace,
+        _ => Previous::Keep,
     };
-    if fd < 0 {
-        return Err(format!(
-            "opening {path}: {}",
-            std::io::Error::last_os_error()
+    let created = create(std::path::Path::new(&path), previous)?;
+    if let Some(kept) = &created.kept {
+        say(&format!(
+            "cushim: event log {path}: the previous file there is kept as {}\n",
+            kept.display()
         ));
     }
+    let fd = created.file.into_raw_fd();
     FD.store(fd, Ordering::Release);
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(MAGIC);
