@@ -1,6 +1,6 @@
 //! The whole-run event log (`CUSHIM_LOG=path-template`): every recorded event, and each
-//! distinct stack once, streamed to an append-only file (format: `cushim::trace::log`,
-//! `docs/LOG-FORMAT.md`).
+//! distinct stack once, streamed to an append-only file (every chunk encoded by
+//! `cushim::trace::log::codec`; the format in `docs/LOG-FORMAT.md`).
 //!
 //! Policy:
 //! - The file is created as a snapshot's is (`cushim::trace::log::file`, `docs/EVENT-LOG.md`):
@@ -59,8 +59,11 @@ use std::time::Duration;
 use cushim::trace::annotations::Annotation;
 use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
 use cushim::trace::intern::StackTable;
-use cushim::trace::log::encode::{EventEncoder, MarkEncoder, RangeMark};
-use cushim::trace::log::format::{self, kind, put_varint, CHUNK_HEAD, MAGIC, VERSION};
+use cushim::trace::log::codec::{
+    header_payload, put_count, put_frame, put_range, put_stack, EventEncoder, MarkEncoder,
+    RangeMark,
+};
+use cushim::trace::log::format::{self, kind, CHUNK_HEAD, MAGIC, VERSION};
 use cushim::trace::module_epochs;
 use cushim::trace::range::{path as range_path, NO_RANGE};
 use cushim::trace::runtime_frames::leading_runtime_frames;
@@ -341,7 +344,7 @@ fn open_log(template: &str, header: &serde_json::Value) -> Result<(), String> {
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(MAGIC);
     let mut chunk = Vec::new();
-    format::chunk(kind::HEADER, header.to_string().as_bytes(), &mut chunk);
+    format::chunk(kind::HEADER, &header_payload(header), &mut chunk);
     out.extend_from_slice(&chunk);
     write_all(fd, &out).map_err(|e| format!("writing {path}: {e}"))?;
     let w = Box::new(Mutex::new(Writer {
@@ -480,7 +483,7 @@ impl Writer {
         let dropped = DROPPED.load(Ordering::Relaxed);
         if dropped != self.dropped_written {
             let mut b = [0u8; 10];
-            let len = put_varint(&mut b, 0, dropped);
+            let len = put_count(&mut b, dropped);
             format::chunk(kind::DROPPED, &b[..len], &mut self.out);
             let _ = write_all(fd, &self.out);
             self.dropped_written = dropped;
@@ -608,8 +611,7 @@ impl Writer {
                 self.ranges_written.resize(i + 1, false);
             }
             self.ranges_written[i] = true;
-            push_varint(&mut self.side, u64::from(id));
-            push_string(&mut self.side, &range_path(id).unwrap_or_default());
+            put_range(&mut self.side, id, &range_path(id).unwrap_or_default());
         }
         ids.clear();
         self.range_ids = ids;
@@ -643,11 +645,7 @@ impl Writer {
             let frames = self.sym.frames();
             let skip =
                 leading_runtime_frames(self.ids.iter().map(|&f| frames[f as usize].name.as_str()));
-            push_varint(&mut stacks, id as u64);
-            push_varint(&mut stacks, (self.ids.len() - skip) as u64);
-            for &f in &self.ids[skip..] {
-                push_varint(&mut stacks, f as u64);
-            }
+            put_stack(&mut stacks, id, &self.ids[skip..]);
             nstacks += 1;
         }
         if nstacks == 0 {
@@ -657,10 +655,7 @@ impl Writer {
         if frames.len() > self.frames_written {
             self.side.clear();
             for (i, f) in frames.iter().enumerate().skip(self.frames_written) {
-                push_varint(&mut self.side, i as u64);
-                push_string(&mut self.side, &f.name);
-                push_string(&mut self.side, &f.filename);
-                push_varint(&mut self.side, f.line);
+                put_frame(&mut self.side, i as u64, &f.name, &f.filename, f.line);
             }
             self.frames_written = frames.len();
             format::chunk(kind::FRAMES, &self.side, &mut self.out);
@@ -669,17 +664,6 @@ impl Writer {
         format::chunk(kind::STACKS, &stacks, &mut self.out);
         let _ = write_all(fd, &self.out);
     }
-}
-
-fn push_varint(out: &mut Vec<u8>, v: u64) {
-    let mut b = [0u8; 10];
-    let n = put_varint(&mut b, 0, v);
-    out.extend_from_slice(&b[..n]);
-}
-
-fn push_string(out: &mut Vec<u8>, s: &str) {
-    push_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
 }
 
 /// Drain the queue and close the log with an `END` chunk (at exit, on an ending signal).
@@ -701,7 +685,7 @@ pub fn finish() {
     // Events pushed between the drain and `ON` going off.
     while w.drain() > 0 {}
     let mut b = [0u8; 10];
-    let n = put_varint(&mut b, 0, w.events_written);
+    let n = put_count(&mut b, w.events_written);
     format::chunk(kind::END, &b[..n], &mut w.out);
     let fd = FD.load(Ordering::Acquire);
     let _ = write_all(fd, &w.out);
