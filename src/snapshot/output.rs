@@ -80,6 +80,18 @@ pub fn next_path(template: &str) -> PathBuf {
     PathBuf::from(expand(template, &TemplateVars::current(seq)))
 }
 
+/// Options that create a new file only: never an existing name, never through a link
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, closed on exec. Snapshots' temporary files and
+/// the event log are created with these.
+pub fn new_private_file() -> std::fs::OpenOptions {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    o
+}
+
 /// Write `bytes` to `path` atomically (see the module invariant).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     write_atomic_with(path, |w| w.write_all(bytes).map_err(|e| e.to_string()))
@@ -105,19 +117,13 @@ pub fn write_atomic_with(
         name.to_string_lossy(),
         std::process::id()
     ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(|e| {
-            format!(
-                "writing snapshot {}: creating {}: {e}",
-                path.display(),
-                tmp.display()
-            )
-        })?;
+    let mut f = new_private_file().open(&tmp).map_err(|e| {
+        format!(
+            "writing snapshot {}: creating {}: {e}",
+            path.display(),
+            tmp.display()
+        )
+    })?;
     let mut buf = std::io::BufWriter::with_capacity(1 << 20, &mut f);
     let filled = fill(&mut buf).and_then(|()| buf.flush().map_err(|e| e.to_string()));
     drop(buf);

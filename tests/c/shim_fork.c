@@ -12,6 +12,8 @@
  *   children=N ok=K hung=H failed=F
  *   pids=p1,p2,...
  *   mallocs=M (the program's own count) shim_allocs=A shim_allocated=B
+ * With SHIM_FORK_HOLD set, each child first prints "held=PID" and waits for a byte on its
+ * stdin before it does anything else.
  */
 #include "shim_util.h"
 
@@ -127,8 +129,18 @@ int main(int argc, char **argv) {
             perror("fork");
             return 1;
         }
-        if (pid == 0)
+        if (pid == 0) {
+            if (getenv("SHIM_FORK_HOLD")) {
+                /* Say the child's pid and wait for a byte on stdin before its first CUDA
+                 * call: a test puts something at the child's own file names meanwhile. */
+                char go;
+                printf("held=%d\n", (int)getpid());
+                fflush(stdout);
+                if (read(0, &go, 1) != 1)
+                    _exit(5);
+            }
             exit(alloc_in_child ? child_alloc() : 0);
+        }
         used += (size_t)snprintf(pids + used, sizeof pids - used, "%s%d", i ? "," : "", (int)pid);
         switch (wait_child(pid)) {
         case 0: ok++; break;

@@ -375,12 +375,12 @@ fn the_log_records_range_starts_and_ends_so_summary_by_range_tells_what_outlived
     let dir = common::scratch("log-nvtx-leak");
     let (log, _) = nvtx_run(&exe, &dir);
     #[derive(Default)]
-    struct Marks(Vec<cushim::trace::log::encode::RangeMark>);
+    struct Marks(Vec<cushim::trace::log::codec::RangeMark>);
     impl LogVisitor for Marks {
         fn event(&mut self, _ev: TraceEvent) {}
         fn frame(&mut self, _id: u64, _f: LogFrame) {}
         fn stack(&mut self, _id: u32, _frames: Vec<u64>) {}
-        fn range_mark(&mut self, m: cushim::trace::log::encode::RangeMark) {
+        fn range_mark(&mut self, m: cushim::trace::log::codec::RangeMark) {
             self.0.push(m);
         }
     }

@@ -3,6 +3,28 @@ use crate::common;
 
 use std::process::Command;
 
+/// `cushim demo` replaces its own log run after run, as it replaces its snapshot (a log
+/// the user names with `CUSHIM_LOG` or `--log` keeps its previous file instead).
+#[test]
+fn demo_run_twice_replaces_its_own_log_and_keeps_no_numbered_copy() {
+    let dir = common::scratch("cli-demo-twice");
+    let snap = dir.join("demo.pickle");
+    for _ in 0..2 {
+        let out = common::run(
+            Command::new(common::cushim_bin())
+                .args(["demo", "--steps", "2", "--snapshot"])
+                .arg(&snap),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("kept as"), "{stderr}");
+    }
+    let log = dir.join("demo.log");
+    let bytes = std::fs::read(&log).expect("the demo's log");
+    assert!(cushim_tools::snapshot::log_reader::is_log(&bytes));
+    assert!(!dir.join("demo.log.1").exists());
+}
+
 #[test]
 fn demo_runs_the_workload_with_and_without_the_shim_and_reports_the_cache() {
     let dir = common::scratch("cli-demo");

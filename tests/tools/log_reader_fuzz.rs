@@ -3,7 +3,7 @@
 //! panic, never an event that was not written.
 
 use cushim::trace::event::{Action, TraceEvent};
-use cushim::trace::log::encode::EventEncoder;
+use cushim::trace::log::codec::EventEncoder;
 use cushim::trace::log::format::{self, kind, put_varint, MAGIC};
 use cushim_tools::snapshot::log_reader::{read_log, LogFrame, LogVisitor};
 

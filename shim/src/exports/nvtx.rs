@@ -694,7 +694,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(get: Option<GetExportTable>) -
         // Starts and ends are kept from the first range on, even one opened before the
         // program's first CUDA call builds the shim's state.
         let conf = cushim::config::history::HistoryConf::from_env();
-        if conf.records_history() || crate::life::log_writer::requested() {
+        if conf.records_history() || crate::life::log::requested() {
             cushim::trace::annotations::enable(conf.max_entries, annotation_device);
         }
         if let Some(p) = std::env::var("CUSHIM_NVTX_FORWARD")

@@ -95,7 +95,7 @@ extern "C" fn child() {
             release(h, true);
         }
         crate::life::ending::after_fork_in_child();
-        crate::life::log_writer::after_fork_in_child();
+        crate::life::log::after_fork_in_child();
         crate::life::dump::after_fork_in_child();
     });
 }

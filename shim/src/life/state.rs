@@ -117,7 +117,7 @@ fn init() -> Option<Shim> {
     let conf = AllocConf::from_env();
     let history = History::from_env();
     // Range starts and ends are kept for snapshots with history, and for the log.
-    if history.conf.records_history() || crate::life::log_writer::requested() {
+    if history.conf.records_history() || crate::life::log::requested() {
         cushim::trace::annotations::enable(
             history.conf.max_entries,
             crate::life::shim::annotation_device,
@@ -133,7 +133,7 @@ fn init() -> Option<Shim> {
     };
     crate::life::ending::on_end(end_of_program);
     crate::life::dump::install();
-    crate::life::log_writer::start(&shim);
+    crate::life::log::start(&shim);
     crate::life::fork::install();
     Some(shim)
 }
@@ -141,14 +141,14 @@ fn init() -> Option<Shim> {
 /// The event sink for device `dev` (`-1`: pinned host memory), logging every event when
 /// `CUSHIM_LOG` is set.
 fn make_sink(history: &History, dev: i32) -> Box<dyn EventSink> {
-    crate::life::log_writer::wrap(history.ring_sink(dev))
+    crate::life::log::wrap(history.ring_sink(dev))
 }
 
 /// What the ending thread does when an ending signal ends the program (registered with
 /// `ending` at start-up): the snapshots owed, then the event log's end.
 fn end_of_program(when: &str) {
     crate::life::dump::final_dumps(when);
-    crate::life::log_writer::finish();
+    crate::life::log::finish();
 }
 
 /// After a free served by the cache while caching is off: the memory the cache no longer

@@ -26,11 +26,11 @@ pub const MAX_PAYLOAD: usize = 1 << 20;
 pub mod kind {
     /// JSON: version, pid, rank, devices and their memory, settings, clock origin.
     pub const HEADER: u8 = 1;
-    /// Events (`encode::EventEncoder`).
+    /// Events (`codec::EventEncoder`).
     pub const EVENTS: u8 = 2;
-    /// Frames: id, address, name, file, line.
+    /// Frames: id, name, file, line (`codec::put_frame`).
     pub const FRAMES: u8 = 3;
-    /// Stacks: id, frame ids (innermost first).
+    /// Stacks: id, frame ids, innermost first (`codec::put_stack`).
     pub const STACKS: u8 = 4;
     /// Events the writer could not take (varint count).
     pub const DROPPED: u8 = 5;
@@ -38,7 +38,7 @@ pub mod kind {
     pub const END: u8 = 6;
     /// NVTX range paths (version 2): range id, rendered path.
     pub const RANGES: u8 = 7;
-    /// NVTX range starts and ends (version 3; `encode::MarkEncoder`).
+    /// NVTX range starts and ends (version 3; `codec::MarkEncoder`).
     pub const MARKS: u8 = 8;
 }
 

@@ -1,6 +1,8 @@
-//! The whole-run event log (`CUSHIM_LOG`): its on-disk format (`format`, documented in
-//! `docs/LOG-FORMAT.md`) and the encoder the shim's writer thread and its fatal-signal path
-//! use (`encode`). Reading a log is offline work (`snapshot::log_reader`).
+//! The whole-run event log (`CUSHIM_LOG`): its framing and primitives (`format`), the codec
+//! of every chunk kind, which the shim's writer and the offline reader
+//! (`cushim_tools::snapshot::log_reader`) both use (`codec`; `docs/LOG-FORMAT.md` describes
+//! the same bytes), and its file, created as safely as a snapshot (`file`).
 
-pub mod encode;
+pub mod codec;
+pub mod file;
 pub mod format;

@@ -30,7 +30,7 @@
 use cushim::snapshot::value::Value;
 use cushim::trace::event::Action;
 use cushim::trace::event::TraceEvent;
-use cushim::trace::log::encode::RangeMark;
+use cushim::trace::log::codec::RangeMark;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::path::Path;

@@ -27,7 +27,7 @@ use std::time::Instant;
 use crate::analyze::model::Event;
 use crate::snapshot::log_reader::read_chunk_at;
 use cushim::trace::event::NO_STACK;
-use cushim::trace::log::encode::decode_events;
+use cushim::trace::log::codec::decode_events;
 
 /// Where one events chunk is, and how many of a device's events it holds.
 #[derive(Debug, Clone, Copy)]

@@ -28,7 +28,7 @@
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogInfo, LogVisitor};
 use cushim::snapshot::value::{Strings, Value};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
-use cushim::trace::log::encode::RangeMark;
+use cushim::trace::log::codec::RangeMark;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 

@@ -1,6 +1,7 @@
-//! Reads the whole-run event log (`CUSHIM_LOG`; format in `trace::log` and
-//! `docs/LOG-FORMAT.md`), as a stream: one chunk in memory at a time, so a log of any
-//! length reads in memory bounded by the largest chunk (plus what the visitor keeps).
+//! Reads the whole-run event log (`CUSHIM_LOG`; format in `docs/LOG-FORMAT.md`; every chunk
+//! kind is decoded by the engine's `trace::log::codec`, the codec the shim writes with), as
+//! a stream: one chunk in memory at a time, so a log of any length reads in memory bounded
+//! by the largest chunk (plus what the visitor keeps).
 //!
 //! Policy: a log is read by content (it starts with `trace::log::format::MAGIC`). Chunks are
 //! taken in order while each is whole and its checksum matches; the first that is not (a
@@ -18,16 +19,14 @@
 use std::io::Read;
 
 use cushim::trace::event::TraceEvent;
-use cushim::trace::log::encode::{decode_events, decode_marks, RangeMark};
-use cushim::trace::log::format::{crc, kind, Cursor, CHUNK_HEAD, MAGIC, MAX_PAYLOAD, VERSION};
+use cushim::trace::log::codec::{
+    decode_count, decode_events, decode_frames, decode_header, decode_marks, decode_ranges,
+    decode_stacks, RangeMark,
+};
+use cushim::trace::log::format::{crc, kind, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
 
 /// One symbolized frame of the log's frame table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogFrame {
-    pub name: String,
-    pub file: String,
-    pub line: u64,
-}
+pub use cushim::trace::log::codec::LogFrame;
 
 /// What a log says besides its events.
 #[derive(Debug, Default)]
@@ -150,15 +149,9 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
             if k != kind::HEADER {
                 return Err(format!("the first chunk is of kind {k}, not a header"));
             }
-            info.header = serde_json::from_slice(payload)
-                .map_err(|e| format!("the header is not JSON: {e}"))?;
-            let version = info.header["version"].as_u64().unwrap_or(1);
-            if version > u64::from(VERSION) {
-                return Err(format!(
-                    "format version {version}: written by a newer cushim (this one reads up to {VERSION})"
-                ));
-            }
-            info.version = version as u32;
+            let (header, version) = decode_header(payload)?;
+            info.header = header;
+            info.version = version;
             first = false;
             pos += (CHUNK_HEAD + len) as u64;
             continue;
@@ -175,45 +168,19 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
                 }
             }
             kind::FRAMES => {
-                let mut c = Cursor::new(payload);
-                while !c.at_end() {
-                    let id = c.varint().map_err(at)?;
-                    let name = c.string().map_err(at)?;
-                    let file = c.string().map_err(at)?;
-                    let line = c.varint().map_err(at)?;
-                    v.frame(id, LogFrame { name, file, line });
-                }
+                decode_frames(payload, |id, f| v.frame(id, f)).map_err(at)?;
             }
             kind::STACKS => {
-                let mut c = Cursor::new(payload);
-                while !c.at_end() {
-                    let id = c.varint().map_err(at)?;
-                    let id = u32::try_from(id).map_err(|_| at(format!("stack id {id}")))?;
-                    let n = c.varint().map_err(at)?;
-                    if n > (payload.len() - c.pos) as u64 {
-                        return Err(at(format!("stack {id} claims {n} frames")));
-                    }
-                    let mut frames = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        frames.push(c.varint().map_err(at)?);
-                    }
-                    v.stack(id, frames);
-                }
+                decode_stacks(payload, |id, frames| v.stack(id, frames)).map_err(at)?;
             }
             kind::RANGES => {
-                let mut c = Cursor::new(payload);
-                while !c.at_end() {
-                    let id = c.varint().map_err(at)?;
-                    let id = u32::try_from(id).map_err(|_| at(format!("range id {id}")))?;
-                    let path = c.string().map_err(at)?;
-                    v.range(id, path);
-                }
+                decode_ranges(payload, |id, path| v.range(id, path)).map_err(at)?;
             }
             kind::MARKS => {
                 decode_marks(payload, |m| v.range_mark(m)).map_err(at)?;
             }
             kind::DROPPED => {
-                info.dropped = Cursor::new(payload).varint().map_err(at)?;
+                info.dropped = decode_count(payload).map_err(at)?;
             }
             kind::END => info.ended = true,
             kind::HEADER => return Err(at("a second header".into())),

@@ -84,6 +84,8 @@ pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i
         expandable,
         snapshot: Some(snapshot.clone()),
         log: Some(log.clone()),
+        // The demo's log is replaced as its snapshot is, run after run.
+        log_replace: true,
         ..Launch::default()
     };
     let base = run_once(&exe, &plain, &work.join("report-plain.json"), steps)?;

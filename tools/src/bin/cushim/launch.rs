@@ -18,6 +18,8 @@ pub struct Launch {
     pub snapshot: Option<PathBuf>,
     /// `CUSHIM_LOG`: the whole-run event log's path template.
     pub log: Option<PathBuf>,
+    /// `CUSHIM_LOG_REPLACE=1`: a previous file at the log's path is replaced, not kept.
+    pub log_replace: bool,
     pub history: Option<String>,
     pub sim: bool,
     /// `CUSHIM_MODE=observe`.
@@ -91,6 +93,9 @@ impl Launch {
         }
         if let Some(log) = &self.log {
             cmd.env("CUSHIM_LOG", log);
+            if self.log_replace {
+                cmd.env("CUSHIM_LOG_REPLACE", "1");
+            }
         }
         if (self.snapshot.is_some() || self.log.is_some())
             && std::env::var_os("CUSHIM_HISTORY").is_none()

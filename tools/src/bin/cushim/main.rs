@@ -222,6 +222,7 @@ fn main() -> ExitCode {
                 expandable,
                 snapshot,
                 log,
+                log_replace: false,
                 history,
                 sim,
                 observe,

@@ -19,7 +19,7 @@
 //!   is awake costs one atomic swap; of a parked one, a futex call), so the writer works on
 //!   batches of thousands of events; the writer also wakes on its own timer, which bounds
 //!   how long an event waits when the program records few.
-//! - A full ring makes its producer wait for room (see `log_writer` for why a log must not
+//! - A full ring makes its producer wait for room (see `sink.rs` for why a log must not
 //!   have holes); memory is [`RING_EVENTS`] events per sink, allocated once at start-up and
 //!   touched only as it fills.
 //! - Rings live as long as the process (a sink dropped with events still in its ring leaves
