@@ -483,6 +483,15 @@ fn pip_install_a_git_url_and_cargo_install_give_a_cushim_that_runs_with_the_clon
     if leftover.is_dir() && !target.exists() {
         let _ = std::fs::rename(&leftover, &target);
     }
+    // maturin's build backend runs the `maturin` command: the tool environment's comes first.
+    let tool_bin = py
+        .parent()
+        .expect("the tool environment's bin/")
+        .to_path_buf();
+    let host_path = std::env::var_os("PATH").unwrap_or_default();
+    let build_path =
+        std::env::join_paths(std::iter::once(tool_bin).chain(std::env::split_paths(&host_path)))
+            .expect("a PATH");
     let pip_install = |prefix: &Path, what: &str| {
         build_step(
             Command::new(&py)
@@ -502,6 +511,7 @@ fn pip_install_a_git_url_and_cargo_install_give_a_cushim_that_runs_with_the_clon
                 .arg(prefix)
                 .arg(what)
                 .current_dir(&clone)
+                .env("PATH", &build_path)
                 .env("CARGO_TARGET_DIR", &target),
         );
     };
