@@ -5,8 +5,8 @@
 //! 1. `CUSHIM_LIB`: the shim's file, or a directory holding it (and simcuda). When set it is
 //!    the only place looked for the shim: a wrong value is an error, never silently replaced.
 //! 2. Next to the binary: a cargo build (`target/release`) or a hand-made install.
-//! 3. `../lib/cushim` from the binary: the wheel's data (`pip install` puts the binary in the
-//!    environment's `bin/` and the libraries in its `lib/cushim/`).
+//! 3. `../lib/cushim` from the binary: a hand-made install (`bin/cushim` with the libraries
+//!    in `lib/cushim/`), or a wheel of an earlier layout.
 //! 4. Embedded in the binary (a release build: `cargo install`, a wheel), unpacked into the
 //!    user's private cache and checked against the embedded bytes (embedded.rs). A binary
 //!    that carries them never falls back to a build tree, which may be gone or stale.
