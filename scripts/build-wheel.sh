@@ -1,20 +1,11 @@
 #!/bin/sh
-# Build the cushim wheel into target/wheels: the shim and simcuda first (cargo), laid out as
-# the wheel's data (installed into <prefix>/lib/cushim), then the `cushim` binary and the
-# wheel itself (maturin, bin bindings). Usage: scripts/build-wheel.sh [cargo profile]
-# (default release; `dev` reuses a debug build). MATURIN names the maturin to run.
+# Build the cushim wheel into target/wheels with maturin (bin bindings); the same wheel
+# `pip wheel .` builds. The `cushim` binary carries the shim and simcuda (tools/build.rs builds
+# them inside the build), so there is nothing to prepare first.
+# Usage: scripts/build-wheel.sh [cargo profile] (default release; `dev` is a debug build that
+# still embeds the libraries). MATURIN names the maturin to run.
 set -eu
 cd "$(dirname "$0")/.."
 profile="${1:-release}"
-case "$profile" in
-    dev) dir=debug ;;
-    *) dir="$profile" ;;
-esac
 maturin="${MATURIN:-maturin}"
-# The same package set as the tests' build, so that neither relinks the other's shim.
-cargo build --profile "$profile" -p cushim-shim -p simcuda -p cushim-tools
-data=target/wheel-data/data/lib/cushim
-rm -rf target/wheel-data
-mkdir -p "$data"
-cp "target/$dir/libcushim.so" "target/$dir/libsimcuda.so" "$data/"
-"$maturin" build --profile "$profile" --out target/wheels
+CUSHIM_EMBED_LIBS=1 "$maturin" build --profile "$profile" --out target/wheels

@@ -1,7 +1,8 @@
 //! `cushim doctor`: on one screen, what a user needs to know before a first run: which
 //! driver a program will get (a real one, or simcuda) and its version, the shim that will be
-//! preloaded, whether `membarrier` and frame pointers are available, and whether the
-//! snapshot directory is writable.
+//! preloaded and where that copy came from (with any cache directory refused on the way),
+//! whether `membarrier` and frame pointers are available, and whether the snapshot
+//! directory is writable.
 //!
 //! Policy: every check only looks (a probe syscall, a library loaded locally, a file created
 //! and removed); the exit status is 0 when `cushim run` can start a program (a shim, and a
@@ -140,7 +141,16 @@ pub fn doctor() -> Result<i32, String> {
     println!("{}", crate::version_line());
     let shim = locate::shim();
     match &shim {
-        Ok((p, o)) => println!("shim:           {} ({})", p.display(), o.describe()),
+        Ok((p, o)) => {
+            println!("shim:           {} ({})", p.display(), o.describe());
+            if *o == locate::Origin::Embedded {
+                if let Ok(u) = crate::embedded::unpacked() {
+                    for r in &u.refused {
+                        println!("cache refused:  {r}");
+                    }
+                }
+            }
+        }
         Err(e) => {
             ok = false;
             println!("shim:           MISSING: {e}");

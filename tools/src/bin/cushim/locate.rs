@@ -5,23 +5,28 @@
 //! 1. `CUSHIM_LIB`: the shim's file, or a directory holding it (and simcuda). When set it is
 //!    the only place looked for the shim: a wrong value is an error, never silently replaced.
 //! 2. Next to the binary: a cargo build (`target/release`) or a hand-made install.
-//! 3. `../lib/cushim` from the binary: the wheel's data (`pip install` puts the binary in the
-//!    environment's `bin/` and the libraries in its `lib/cushim/`).
-//! 4. The build tree the binary was built from (`target/release`, then `target/debug`):
-//!    `cargo install --path tools` from a clone after `cargo build --release`.
+//! 3. `../lib/cushim` from the binary: a hand-made install (`bin/cushim` with the libraries
+//!    in `lib/cushim/`), or a wheel of an earlier layout.
+//! 4. Embedded in the binary (a release build: `cargo install`, a wheel), unpacked into the
+//!    user's private cache and checked against the embedded bytes (embedded.rs). A binary
+//!    that carries them never falls back to a build tree, which may be gone or stale.
+//! 5. The build tree the binary was built from (`target/release`, then `target/debug`): a
+//!    dev build run from elsewhere.
 //!
 //! simcuda's layout (symlinks named `libcuda.so.1`, `libcudart.so.12`, ... to one
 //! `libsimcuda.so`, so every name a process loads gives one simcuda state) is made next to
 //! the library only in a cargo target directory; an installed copy (a wheel, possibly in a
-//! read-only site) gets it in the user's cache (`$XDG_CACHE_HOME/cushim`, `~/.cache/cushim`,
-//! else a private directory under the temporary directory), so nothing is ever written next
-//! to an installed binary. Copies would not do: two files are two simcuda states.
+//! read-only site) gets it in the user's private cache (cache_dir.rs), so nothing is ever
+//! written next to an installed binary. Copies would not do: two files are two simcuda
+//! states.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use cushim_tools::artifacts;
+
+use crate::cache_dir::{self, private_dir};
+use crate::embedded;
 
 /// Where a piece was found, for `--version` and `doctor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +34,7 @@ pub enum Origin {
     Env,
     NextToBinary,
     Prefix,
+    Embedded,
     BuildTree,
 }
 
@@ -38,13 +44,17 @@ impl Origin {
             Origin::Env => "from CUSHIM_LIB",
             Origin::NextToBinary => "next to the cushim binary",
             Origin::Prefix => "installed with cushim (lib/cushim)",
+            Origin::Embedded => {
+                "embedded in cushim, unpacked into the private cache and checked byte for byte"
+            }
             Origin::BuildTree => "in the build tree cushim was built from",
         }
     }
 }
 
-/// The directories searched, in order, with where each comes from.
-fn candidates() -> Vec<(PathBuf, Origin)> {
+/// The directories searched before the embedded copies, in order, with where each comes
+/// from.
+fn installed() -> Vec<(PathBuf, Origin)> {
     let mut dirs = Vec::new();
     if let Ok(exe) = std::env::current_exe().and_then(|e| e.canonicalize()) {
         if let Some(bin) = exe.parent() {
@@ -54,10 +64,17 @@ fn candidates() -> Vec<(PathBuf, Origin)> {
             }
         }
     }
-    let target = artifacts::source_root().join("target");
-    dirs.push((target.join("release"), Origin::BuildTree));
-    dirs.push((target.join("debug"), Origin::BuildTree));
     dirs
+}
+
+/// The build tree the binary was built from: searched last, and only by a binary that
+/// carries no libraries of its own.
+fn build_tree() -> Vec<(PathBuf, Origin)> {
+    let target = artifacts::source_root().join("target");
+    vec![
+        (target.join("release"), Origin::BuildTree),
+        (target.join("debug"), Origin::BuildTree),
+    ]
 }
 
 /// The shim to preload, and where it was found.
@@ -78,15 +95,7 @@ pub fn shim() -> Result<(PathBuf, Origin), String> {
         }
         return Ok((file, Origin::Env));
     }
-    find(artifacts::SHIM_LIB).ok_or_else(|| {
-        format!(
-            "{} not found (looked in {}); build it with `cargo build --release \
-             --manifest-path {}`, or set CUSHIM_LIB to its path",
-            artifacts::SHIM_LIB,
-            searched(),
-            artifacts::source_root().join("Cargo.toml").display()
-        )
-    })
+    find(artifacts::SHIM_LIB)
 }
 
 /// simcuda's library, and where it was found (beside `CUSHIM_LIB` first when that is set).
@@ -103,31 +112,36 @@ pub fn simcuda() -> Result<(PathBuf, Origin), String> {
             return Ok((lib, Origin::Env));
         }
     }
-    find(artifacts::SIMCUDA_LIB).ok_or_else(|| {
+    find(artifacts::SIMCUDA_LIB)
+}
+
+/// `name` in the installed places, then the embedded copies, then (for a binary without
+/// them) the build tree.
+fn find(name: &str) -> Result<(PathBuf, Origin), String> {
+    let first = |dirs: Vec<(PathBuf, Origin)>| {
+        dirs.into_iter()
+            .map(|(d, o)| (d.join(name), o))
+            .find(|(f, _)| f.is_file())
+    };
+    if let Some(found) = first(installed()) {
+        return Ok(found);
+    }
+    if embedded::present() {
+        return embedded::unpacked().map(|u| (u.dir.join(name), Origin::Embedded));
+    }
+    first(build_tree()).ok_or_else(|| {
+        let mut looked = String::from("CUSHIM_LIB");
+        for (d, _) in installed().into_iter().chain(build_tree()) {
+            looked.push_str(", ");
+            looked.push_str(&d.display().to_string());
+        }
         format!(
-            "{} not found (looked in {}); build it with `cargo build --release \
-             --manifest-path {}`",
-            artifacts::SIMCUDA_LIB,
-            searched(),
+            "{name} not found (looked in {looked}; this cushim carries no copy of its own); \
+             build it with `cargo build --release --manifest-path {}`, or set CUSHIM_LIB to \
+             its directory",
             artifacts::source_root().join("Cargo.toml").display()
         )
     })
-}
-
-fn find(name: &str) -> Option<(PathBuf, Origin)> {
-    candidates()
-        .into_iter()
-        .map(|(d, o)| (d.join(name), o))
-        .find(|(f, _)| f.is_file())
-}
-
-fn searched() -> String {
-    let mut s = String::from("CUSHIM_LIB");
-    for (d, _) in candidates() {
-        s.push_str(", ");
-        s.push_str(&d.display().to_string());
-    }
-    s
 }
 
 /// The directory to put first on `LD_LIBRARY_PATH` so that a program loads simcuda under
@@ -146,53 +160,6 @@ pub fn sim_layout() -> Result<PathBuf, String> {
     cached_layout(&lib).map_err(|e| format!("simcuda's layout for {}: {e}", lib.display()))
 }
 
-/// The user's cache directory for cushim, made private (0700) if new.
-fn cache_root() -> io::Result<PathBuf> {
-    let home_cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        });
-    if let Some(c) = home_cache {
-        let dir = c.join("cushim");
-        if private_dir(&dir).is_ok() {
-            return Ok(dir);
-        }
-    }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = std::env::temp_dir().join(format!("cushim-{uid}"));
-    private_dir(&dir)?;
-    Ok(dir)
-}
-
-/// Create `dir` (0700) or accept it if it exists, is a real directory, and is ours: in a
-/// shared temporary directory another user could have made it first.
-fn private_dir(dir: &Path) -> io::Result<()> {
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid {
-        return Err(io::Error::other(format!(
-            "{} is not a directory owned by this user",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
 /// A short stable name for a path (FNV-1a), so that each installed simcuda gets its own
 /// layout directory.
 fn path_tag(p: &Path) -> String {
@@ -207,7 +174,7 @@ fn path_tag(p: &Path) -> String {
 /// The layout in the cache: absolute symlinks to `lib`, each made under a unique name and
 /// renamed over, so concurrent runs never see a missing or half-made link.
 fn cached_layout(lib: &Path) -> io::Result<PathBuf> {
-    cached_layout_in(&cache_root()?, lib)
+    cached_layout_in(&cache_dir::root()?, lib)
 }
 
 fn cached_layout_in(root: &Path, lib: &Path) -> io::Result<PathBuf> {
@@ -230,6 +197,7 @@ fn cached_layout_in(root: &Path, lib: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("cushim-locate-{name}-{}", std::process::id()));
@@ -259,21 +227,6 @@ mod tests {
         }
         let mode = std::fs::metadata(&layout).expect("stat").mode() & 0o777;
         assert_eq!(mode, 0o700, "the layout directory is private");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_cache_directory_that_is_a_symlink_is_refused() {
-        let dir = scratch("symlink");
-        let real = dir.join("real");
-        std::fs::create_dir_all(&real).expect("creating");
-        let link = dir.join("link");
-        std::os::unix::fs::symlink(&real, &link).expect("symlink");
-        assert!(
-            private_dir(&link).is_err(),
-            "a planted symlink is not our directory"
-        );
-        assert!(private_dir(&real).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,8 +3,10 @@
 mod analyze;
 mod bench;
 mod by_range;
+mod cache_dir;
 mod demo;
 mod doctor;
+mod embedded;
 mod forward;
 mod launch;
 mod locate;
