@@ -17,7 +17,10 @@
 //! `allocated_bytes` does: a block stops being allocated when the program frees it
 //! (`free_requested`), though the cache cannot reuse it before the free completes; each
 //! block counts the size the engine rounds its request to (under the replayed settings).
-//! Recorded segment events are not replayed: the engine makes its own; the device
+//! Recorded segment events are not replayed (the engine makes its own), except the
+//! program's own cache releases: a run of segment frees that no release-and-retry and no
+//! out-of-memory explains (`torch.cuda.empty_cache()`) empties the replayed cache at the
+//! same moment, under every configuration (it is the program's call, not a setting's). The device
 //! allocations and segment frees it made while seeding are not counted, so each column
 //! compares the trace's own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]).
@@ -131,10 +134,12 @@ fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
     }
 }
 
-/// What a replay starts from: the recorded layout, and the live blocks outside it.
+/// What a replay starts from: the recorded layout, and the live blocks outside it; and the
+/// indices of the events at which the program emptied the cache.
 struct Seed {
     segments: Vec<SeedSegment>,
     outside: Vec<(u64, u64, bool)>,
+    releases: Vec<usize>,
 }
 
 /// One configuration's replay of one device, fed the trace an event at a time
@@ -150,6 +155,11 @@ struct Run {
     ooms: u64,
     /// The device allocations and frees the seeding made.
     seeded: (u64, u64),
+    /// The program's cache releases (event indices, ascending), the next one's place in
+    /// them, and the index of the next event.
+    releases: Vec<usize>,
+    next_release: usize,
+    at: usize,
 }
 
 impl Run {
@@ -189,6 +199,9 @@ impl Run {
             peak_allocated: 0,
             ooms: 0,
             seeded: (0, 0),
+            releases: seed.releases.clone(),
+            next_release: 0,
+            at: 0,
         };
         // Seeding: per segment, create it whole, give it back to the cache, then take its
         // pieces in address order (each split from the front of what is left); the free
@@ -253,6 +266,12 @@ impl Run {
     /// Replay one recorded event.
     #[inline]
     fn step(&mut self, ev: &Event) {
+        let i = self.at;
+        self.at += 1;
+        if self.releases.get(self.next_release) == Some(&i) {
+            self.next_release += 1;
+            self.a.empty_cache();
+        }
         match ev.action {
             Action::Alloc => match self.malloc(ev.size, ev.stream) {
                 Ok(p) => {
@@ -379,7 +398,11 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
 }
 
 /// [`replay`] with the user's [`Options`].
+///
+/// An input without any device trace is an error: a replay of nothing would print an
+/// empty table and succeed, which a script would take for a passing replay.
 pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
+    no_trace(snap)?;
     let walked: Vec<Walked> = snap
         .devices
         .iter()
@@ -426,8 +449,8 @@ pub fn replay_walked(
         }
         if ev.segment_frees > 0 || ev.ooms > 0 {
             dnotes.push(format!(
-                "the recording freed {} segments ({} times releasing its cache to retry a failed device allocation) and ran out of memory {} times",
-                ev.segment_frees, ev.retries, ev.ooms
+                "the recording freed {} segments ({} times releasing its cache to retry a failed device allocation, {} times releasing it at the program's request, replayed at those moments) and ran out of memory {} times",
+                ev.segment_frees, ev.retries, ev.explicit_releases, ev.ooms
             ));
         }
         if st.inconsistent > 0 {
@@ -439,7 +462,11 @@ pub fn replay_walked(
         if st.requests {
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
-        let seed = Seed { segments, outside };
+        let seed = Seed {
+            segments,
+            outside,
+            releases: w.releases.clone(),
+        };
         let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
         let recorded_conf = snap.settings.clone().unwrap_or_default();
         let mut all = vec![(
@@ -459,6 +486,18 @@ pub fn replay_walked(
         });
     }
     Ok(Replay { devices, notes })
+}
+
+/// The error for an input with no device trace, if it has none.
+pub fn no_trace(snap: &Snapshot) -> Result<(), String> {
+    if snap.devices.iter().any(|d| !d.events.is_empty()) {
+        return Ok(());
+    }
+    let segments: usize = snap.devices.iter().map(|d| d.segments.len()).sum();
+    Err(format!(
+        "no allocation trace to replay: the input has {segments} segments but no trace entries \
+         (record with torch.cuda.memory._record_memory_history(), or CUSHIM_HISTORY)"
+    ))
 }
 
 fn shown(conf: &str) -> &str {
