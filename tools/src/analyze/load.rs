@@ -408,9 +408,15 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
             ))
         }
     }
+    // An out-of-memory entry carries the driver's free memory as `device_free` in place of
+    // an address (the model keeps it in `addr`, as the engine's own events do).
+    let addr = match (action, uint(e, "device_free", at)?) {
+        (Action::Oom, Some(free)) => free,
+        _ => uint(e, "addr", at)?.unwrap_or(0),
+    };
     Ok(Some(Event {
         action,
-        addr: uint(e, "addr", at)?.unwrap_or(0),
+        addr,
         size: uint(e, "size", at)?.unwrap_or(0),
         stream: uint(e, "stream", at)?.unwrap_or(0),
         stack: i.event_stack(e, at)?,

@@ -33,13 +33,14 @@
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
+use crate::analyze::pytorch_pages::{parse_conf as parse, recorded_conf};
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
 use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::{AddrMap, CachingAllocator};
-use cushim::config::alloc::{parse, AllocConf};
+use cushim::config::alloc::AllocConf;
 use cushim::trace::event::{Action, NullSink};
 use std::sync::Arc;
 
@@ -104,6 +105,7 @@ pub fn default_confs() -> Vec<String> {
     [
         "",
         "expandable_segments:True",
+        "pytorch_expandable_segments:True",
         "max_split_size_mb:32",
         "max_split_size_mb:128",
         "max_split_size_mb:512",
@@ -118,9 +120,12 @@ pub fn default_confs() -> Vec<String> {
 pub const PEAK_ALLOCATED: &str = "peak allocated: the most bytes at once in blocks the program \
     held (PyTorch's allocated_bytes.all.peak, as summary and demo print it), over the trace";
 
-/// The note about a configuration the engine cannot replay faithfully.
-pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
-    modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
+/// The note about the two expandable-segment plans.
+pub const NO_FIXED_PAGES: &str = "expandable_segments:True is cushim's page plan (pages sized \
+    to the need, moved between holes); pytorch_expandable_segments:True is PyTorch's (fixed \
+    2 MiB small-pool and 20 MiB large-pool pages, one reservation per stream and pool, pages \
+    given back only when the cache is released); a PyTorch snapshot recorded with expandable \
+    segments replays its recorded row under PyTorch's";
 
 /// The recorded column: its peaks, and the device allocations counted in the same walk.
 fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
@@ -160,6 +165,9 @@ struct Run {
     releases: Vec<usize>,
     next_release: usize,
     at: usize,
+    /// The first request that failed: the event's index (`None`: while laying out the
+    /// blocks live when the trace began) and its size.
+    first_oom: Option<(Option<usize>, u64)>,
 }
 
 impl Run {
@@ -202,6 +210,7 @@ impl Run {
             releases: seed.releases.clone(),
             next_release: 0,
             at: 0,
+            first_oom: None,
         };
         // Seeding: per segment, create it whole, give it back to the cache, then take its
         // pieces in address order (each split from the front of what is left); the free
@@ -240,7 +249,11 @@ impl Run {
                 }
                 match run.malloc(size, seg.stream) {
                     Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
-                    Err(_) => run.ooms += u64::from(piece != Piece::Free),
+                    Err(_) if piece != Piece::Free => {
+                        run.ooms += 1;
+                        run.first_oom.get_or_insert((None, size));
+                    }
+                    Err(_) => {}
                 }
             }
         }
@@ -252,7 +265,10 @@ impl Run {
             };
             match run.malloc(size, 0) {
                 Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
-                Err(_) => run.ooms += 1,
+                Err(_) => {
+                    run.ooms += 1;
+                    run.first_oom.get_or_insert((None, size));
+                }
             }
         }
         for g in gaps {
@@ -286,7 +302,7 @@ impl Run {
                     }
                     self.peak_allocated = self.peak_allocated.max(self.allocated);
                 }
-                Err(_) => self.ooms += 1,
+                Err(_) => self.failed(i, ev.size),
             },
             // A request that failed in the recording: asked again; on a device where it
             // fits, given back at once (the program never held it).
@@ -294,7 +310,7 @@ impl Run {
                 Ok(p) => {
                     let _ = self.a.free(p, 0, 0);
                 }
-                Err(_) => self.ooms += 1,
+                Err(_) => self.failed(i, ev.size),
             },
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
@@ -314,6 +330,11 @@ impl Run {
             }
             _ => {}
         }
+    }
+
+    fn failed(&mut self, i: usize, size: u64) {
+        self.ooms += 1;
+        self.first_oom.get_or_insert((Some(i), size));
     }
 
     fn finish(self, label: String) -> Row {
@@ -342,19 +363,62 @@ fn replay_all(
     capacity: u64,
     confs: &[(String, String)],
 ) -> Result<Vec<Row>, String> {
+    let trials: Vec<Trial> = confs
+        .iter()
+        .map(|(c, l)| Trial {
+            conf: c.clone(),
+            label: l.clone(),
+            capacity,
+        })
+        .collect();
+    Ok(run_trials(dev, seed, &trials)?
+        .into_iter()
+        .map(|o| o.row)
+        .collect())
+}
+
+/// One replay to run: a configuration, its row's label, and the device size.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub conf: String,
+    pub label: String,
+    pub capacity: u64,
+}
+
+/// What one [`Trial`] gave: its row, and its first failed request (the event's index,
+/// `None` while laying out the blocks live when the trace began; and the request's size).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub row: Row,
+    pub first_oom: Option<(Option<usize>, u64)>,
+}
+
+/// The replays `trials` of `dev` from `w`'s start layout, each on its own device size,
+/// all in one pass over the trace (shared out among the cores); outcomes in order.
+pub fn trials(dev: &Device, w: &Walked, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
+    let (segments, outside) = w.start_layout.clone();
+    let seed = Seed {
+        segments,
+        outside,
+        releases: w.releases.clone(),
+    };
+    run_trials(dev, &seed, trials)
+}
+
+fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
     // Every configuration is checked first, so the error is the first bad one's.
-    for (c, _) in confs {
-        if let Some(e) = parse(c).1.first() {
-            return Err(format!("--conf {c:?}: {e}"));
+    for t in trials {
+        if let Some(e) = parse(&t.conf).1.first() {
+            return Err(format!("--conf {:?}: {e}", t.conf));
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let groups = cores.min(confs.len()).max(1);
+    let groups = cores.min(trials.len()).max(1);
     let pass = dev.events.pass(groups);
-    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Row)>, String> {
+    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Outcome)>, String> {
         let mut runs = Vec::with_capacity(mine.len());
         for &i in &mine {
-            runs.push((i, Run::new(seed, capacity, &confs[i].0)?));
+            runs.push((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?));
         }
         dev.events.for_each_slice_in(&pass, |evs| {
             for (_, r) in runs.iter_mut() {
@@ -365,11 +429,15 @@ fn replay_all(
         });
         Ok(runs
             .into_iter()
-            .map(|(i, r)| (i, r.finish(confs[i].1.clone())))
+            .map(|(i, r)| {
+                let first_oom = r.first_oom;
+                let row = r.finish(trials[i].label.clone());
+                (i, Outcome { row, first_oom })
+            })
             .collect())
     };
-    let share = |g: usize| -> Vec<usize> { (g..confs.len()).step_by(groups).collect() };
-    let results: Vec<Result<Vec<(usize, Row)>, String>> = if groups == 1 {
+    let share = |g: usize| -> Vec<usize> { (g..trials.len()).step_by(groups).collect() };
+    let results: Vec<Result<Vec<(usize, Outcome)>, String>> = if groups == 1 {
         vec![one(share(0))]
     } else {
         std::thread::scope(|s| {
@@ -383,13 +451,13 @@ fn replay_all(
             all
         })
     };
-    let mut rows: Vec<Option<Row>> = vec![None; confs.len()];
+    let mut out: Vec<Option<Outcome>> = vec![None; trials.len()];
     for r in results {
-        for (i, row) in r? {
-            rows[i] = Some(row);
+        for (i, o) in r? {
+            out[i] = Some(o);
         }
     }
-    Ok(rows.into_iter().flatten().collect())
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
@@ -468,7 +536,7 @@ pub fn replay_walked(
             releases: w.releases.clone(),
         };
         let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
-        let recorded_conf = snap.settings.clone().unwrap_or_default();
+        let recorded_conf = recorded_settings(snap);
         let mut all = vec![(
             recorded_conf.clone(),
             format!("replay: recorded ({})", shown(&recorded_conf)),
@@ -486,6 +554,13 @@ pub fn replay_walked(
         });
     }
     Ok(Replay { devices, notes })
+}
+
+/// The configuration the recorded row replays under: the recorded settings, a PyTorch
+/// snapshot's expandable segments being PyTorch's (`pytorch_pages`).
+pub fn recorded_settings(snap: &Snapshot) -> String {
+    let pytorch = snap.cushim.is_none() && snap.has_state;
+    recorded_conf(&snap.settings.clone().unwrap_or_default(), pytorch)
 }
 
 /// The error for an input with no device trace, if it has none.
@@ -570,4 +645,30 @@ pub fn render(r: &Replay) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+/// The JSON `cushim replay --json` prints (`docs/json/replay.schema.json`): the same rows
+/// and notes as the text.
+pub fn json(r: &Replay, file: &str) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "schema_version": 1,
+        "command": "replay",
+        "file": file,
+        "devices": r.devices.iter().map(|d| json!({
+            "device": d.ordinal,
+            "rows": d.rows.iter().map(|row| json!({
+                "label": row.label,
+                "recorded": row.label == "recorded",
+                "peak_reserved_bytes": row.peak_reserved,
+                "peak_allocated_bytes": row.peak_allocated,
+                "fragmentation": row.fragmentation(),
+                "device_allocs": row.device_allocs,
+                "segment_frees": row.segment_frees,
+                "ooms": row.ooms,
+            })).collect::<Vec<_>>(),
+            "notes": d.notes,
+        })).collect::<Vec<_>>(),
+        "notes": r.notes,
+    })
 }
