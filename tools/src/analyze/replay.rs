@@ -50,6 +50,9 @@ use std::sync::Arc;
 /// path overflows past its 16 TiB address span.
 const UNLIMITED: u64 = crate::analyze::device_size::UNLIMITED;
 
+/// The size of every small-pool segment (PyTorch's `kSmallBuffer`).
+const SMALL_SEGMENT: u64 = 2 << 20;
+
 /// What the user asked of a replay beyond the configurations.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
@@ -236,8 +239,27 @@ impl Run {
                 &seg.pieces
             };
             // A small-pool segment (2 MiB of blocks of 1 MiB at most) is made by its first
-            // block; a large one by a request of its size.
-            let small = pieces.iter().all(|p| p.1 <= 1 << 20) && pieces.len() > 1;
+            // block; a large one by a request of its size. No large segment is 2 MiB (a
+            // request above 1 MiB gets 20 MiB, one above 10 MiB its own size), so a 2 MiB
+            // segment is a small one, whatever its pieces: its free gaps are taken in
+            // small requests (1 MiB at most), or they would be served from the large pool.
+            let small = !seg.expandable && seg.size == SMALL_SEGMENT;
+            let split: Vec<(u64, u64, Piece)>;
+            let pieces: &[(u64, u64, Piece)] = if small {
+                split = pieces
+                    .iter()
+                    .flat_map(|&(a, n, p)| {
+                        let step = if p == Piece::Free { 1 << 20 } else { n.max(1) };
+                        (0..n.div_ceil(step)).map(move |k| {
+                            let at = k * step;
+                            (a + at, step.min(n - at), p)
+                        })
+                    })
+                    .collect();
+                &split
+            } else {
+                pieces
+            };
             if !small && pieces.len() > 1 && !seg.expandable {
                 if let Ok(p) = run.malloc(seg.size, seg.stream) {
                     let _ = run.a.free(p, 0, 0);
