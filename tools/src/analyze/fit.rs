@@ -137,6 +137,17 @@ fn search_device(
         .iter()
         .map(|o| {
             let never = o.row.ooms > 0;
+            // A trace that never reserved anything fits on any device.
+            if !never && o.row.peak_reserved == Some(0) {
+                return Search {
+                    lo: 0,
+                    hi: Some(0),
+                    next: None,
+                    guess: 0,
+                    never,
+                    replays: 1,
+                };
+            }
             let lo = down(o.row.peak_allocated.saturating_sub(1));
             let guess = up(o.row.peak_reserved.unwrap_or(0)).max(lo + STEP);
             Search {
