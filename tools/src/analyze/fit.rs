@@ -10,7 +10,8 @@
 //! fits (checked; when it does not, as `garbage_collection_threshold` makes likely, the
 //! upper size doubles its distance until it does). Between them, bisection, keeping a
 //! failing size below and a passing size above, ends with a size that passes and 2 MiB
-//! less that fails: both replayed, never assumed. Fitting is not always monotonic (a
+//! less that fails: replayed, never assumed, except below the peak allocated, where no
+//! device fits. Fitting is not always monotonic (a
 //! smaller device makes the cache release earlier, which can pack better), so a few larger
 //! sizes are replayed too and any that fails is reported, never hidden. The recorded
 //! settings are the recorded row's (`replay::recorded_settings`).
@@ -382,11 +383,12 @@ pub fn render(f: &Fit) -> String {
                 );
                 let _ = writeln!(
                     out,
-                    "  {}: first out-of-memory {at}: a request of {} at {}; the program held {} then, largest sites:",
+                    "  {}: first out-of-memory {at}: a request of {} at {}; the program held {} then{}",
                     c.name,
                     mib(e.size),
                     e.site,
-                    mib(e.live_bytes)
+                    mib(e.live_bytes),
+                    if e.live.is_empty() { "" } else { ", largest sites:" }
                 );
                 for r in &e.live {
                     let _ = writeln!(
@@ -404,7 +406,7 @@ pub fn render(f: &Fit) -> String {
         out,
         "note: the smallest device memory on which the whole trace replays without an \
          out-of-memory, searched at {} steps over the replay: it passes there and fails on {} \
-         less (both replayed){}",
+         less (replayed, or below the peak allocated, where nothing fits){}",
         mib(STEP),
         mib(STEP),
         match f.recorded_fits() {
