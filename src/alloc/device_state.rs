@@ -67,7 +67,7 @@ impl DeviceState {
             large: Pool::default(),
             live: LiveMap::default(),
             segments: BTreeMap::new(),
-            exp: Expandable::new(conf.expandable_segments),
+            exp: Expandable::new(conf.expandable_segments, conf.expandable_fixed_pages),
             pending: Pending::new(conf.free_sync),
             stats: DeviceStats::default(),
             history: sink.enabled(),

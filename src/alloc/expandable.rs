@@ -19,6 +19,12 @@
 //! fraction), after synchronizing their stream: the step before out-of-memory, not a first
 //! choice.
 //!
+//! PyTorch's own plan, which the offline replay models (`AllocConf::expandable_fixed_pages`):
+//! every page is exactly 2 MiB (small pool) or 20 MiB (large pool), at a multiple of that
+//! size from the reservation's base, so a growth maps its shortfall rounded up to whole
+//! pages; pages are never taken from another hole or reservation (PyTorch unmaps free
+//! pages only when it releases its cache, and maps new ones for every growth).
+//!
 //! A growth maps its pages one by one, then sets access (read-write for this device and
 //! its peers) with one call per run of pages side by side, not one per page: the access
 //! call is the dearest of the three, and CUDA takes a range holding several mappings (as
@@ -60,6 +66,8 @@ pub(crate) struct Reservation {
 /// The expandable-segment state of one device.
 pub struct Expandable {
     wanted: bool,
+    /// PyTorch's page plan (`AllocConf::expandable_fixed_pages`).
+    fixed: bool,
     off: bool,
     pub(crate) list: Vec<Reservation>,
     gran: u64,
@@ -68,9 +76,10 @@ pub struct Expandable {
 }
 
 impl Expandable {
-    pub fn new(wanted: bool) -> Expandable {
+    pub fn new(wanted: bool, fixed: bool) -> Expandable {
         Expandable {
             wanted,
+            fixed,
             off: false,
             list: Vec::new(),
             gran: 0,
@@ -368,12 +377,20 @@ impl DeviceState {
                 if start < lo || end > hi {
                     continue;
                 }
+                // Cushim's pages start at any granule; PyTorch's at whole pages from the
+                // reservation's base.
+                let (unit, base) = if self.exp.fixed {
+                    (max_page, self.exp.list[r as usize].base)
+                } else {
+                    (gran, 0)
+                };
                 let ranges: Vec<MapRange> = run
                     .iter()
                     .filter(|&&(a, e, s)| s == State::Unmapped && a < end && e > start)
                     .map(|&(a, e, _)| {
-                        let from = start.max(a) / gran * gran;
-                        (from, round_up(end.min(e), gran) - from, e)
+                        let from = (base + (start.max(a) - base) / unit * unit).max(a);
+                        let to = (base + round_up(end.min(e) - base, unit)).min(e);
+                        (from, to - from, e)
                     })
                     .collect();
                 let usable: Vec<(u32, DevPtr, u64)> = donors
@@ -418,6 +435,9 @@ impl DeviceState {
         // synchronized a stream: BENCHMARKS.md, "Measurements behind design choices"). So
         // those are taken only when the growth fails without them (creating memory failed
         // or would exceed the allowed fraction), own stream's first.
+        if self.exp.fixed {
+            return self.grow_with(ctx, r, rounded, stack, &[], false);
+        }
         let stream = self.exp.list[r as usize].stream;
         let same = |d: u32| self.exp.list[d as usize].stream == stream;
         let mut all: Vec<(u32, DevPtr, u64)> = Vec::new();

@@ -71,6 +71,11 @@ pub struct AllocConf {
     /// a single load and branch instead of a test of both fields (BENCHMARKS.md,
     /// "Measurements behind design choices").
     pub cache_cap_on: bool,
+    /// Expandable segments grow as PyTorch's do: pages of exactly 2 MiB (small pool) or
+    /// 20 MiB (large pool), aligned on the reservation's base, never moved from one
+    /// reservation to another. Not a key of the configuration string: the offline replay
+    /// sets it to model PyTorch's allocator; the shim always uses its own page plan.
+    pub expandable_fixed_pages: bool,
 }
 
 impl Default for AllocConf {
@@ -91,6 +96,7 @@ impl Default for AllocConf {
             max_cached: u64::MAX,
             max_cached_fraction: 0.0,
             cache_cap_on: false,
+            expandable_fixed_pages: false,
         }
     }
 }

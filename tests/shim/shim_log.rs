@@ -303,6 +303,21 @@ fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
         assert_eq!(traced, events, "{args:?}");
     }
     assert_eq!(allocs, 3);
+    // A moment after the log's last event is refused in one line, not answered with the end.
+    let out = Command::new(common::cushim_bin())
+        .arg("snapshot")
+        .arg(&log)
+        .args(["--at", "100000", "-o"])
+        .arg(dir.join("late.pickle"))
+        .output()
+        .expect("running cushim snapshot");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--at 100000: past the log's end") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!dir.join("late.pickle").exists());
 }
 
 #[test]

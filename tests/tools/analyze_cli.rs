@@ -49,7 +49,15 @@ fn replay_of_the_seed_scenario_reproduces_its_peaks_and_shows_expandable_halving
     let dir = common::scratch("analyze-replay-seed");
     let snap = record(&dir, "shim_frag", &["forward"], false, "seed.pickle");
     let out = ok(
-        &["replay", "--conf", "", "--conf", "expandable_segments:True"],
+        &[
+            "replay",
+            "--conf",
+            "",
+            "--conf",
+            "expandable_segments:True",
+            "--conf",
+            "pytorch_expandable_segments:True",
+        ],
         &[&snap],
     );
     // peak reserved, peak allocated, frag, device allocs, OOMs
@@ -67,9 +75,12 @@ fn replay_of_the_seed_scenario_reproduces_its_peaks_and_shows_expandable_halving
     assert_eq!(ordinary[0], "256.0", "{out}");
     assert_eq!(expandable[0], "128.0", "{out}");
     assert!(
-        out.contains("fixed 2/20 MiB pages"),
-        "says what it cannot model\n{out}"
+        out.contains("pytorch_expandable_segments:True is PyTorch's (fixed 2 MiB small-pool"),
+        "says which page plan each expandable row is\n{out}"
     );
+    // PyTorch's page plan is a row of its own, holding the same blocks.
+    let pytorch = last_cols(&row(&out, "replay: pytorch_expandable_segments:True"), 5);
+    assert_eq!(pytorch[1], ordinary[1], "{out}");
 
     // The same recording made with expandable segments replays to its own peaks.
     let exp = record(&dir, "shim_frag", &["forward"], true, "seed-exp.json");

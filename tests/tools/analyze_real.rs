@@ -835,5 +835,209 @@ fn interpreter_thread_start_and_binding_frames_of_real_stack_shapes_are_never_si
         "(:0)",
     ] {
         assert!(!out.contains(machinery), "{machinery}\n{out}");
+
+/// Whether `v` conforms to the JSON Schema `schema` (the keywords cushim's schemas use:
+/// `type`, `const`, `required`, `properties`, `items`; each applies to the instances of its
+/// type only, as JSON Schema says). The path of the first mismatch otherwise.
+fn conforms(schema: &serde_json::Value, v: &serde_json::Value, at: &str) -> Result<(), String> {
+    use serde_json::Value;
+    let type_ok = |t: &str| match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "integer" => v.is_u64() || v.is_i64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        _ => false,
+    };
+    match schema.get("type") {
+        Some(Value::String(t)) if !type_ok(t) => return Err(format!("{at}: not {t}: {v}")),
+        Some(Value::Array(ts)) if !ts.iter().any(|t| t.as_str().is_some_and(type_ok)) => {
+            return Err(format!("{at}: none of {ts:?}: {v}"))
+        }
+        _ => {}
+    }
+    if let Some(c) = schema.get("const") {
+        if c != v {
+            return Err(format!("{at}: {v} is not {c}"));
+        }
+    }
+    if let Some(o) = v.as_object() {
+        for k in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let k = k.as_str().unwrap();
+            if !o.contains_key(k) {
+                return Err(format!("{at}: no {k:?}"));
+            }
+        }
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (k, s) in props {
+                if let Some(x) = o.get(k) {
+                    conforms(s, x, &format!("{at}.{k}"))?;
+                }
+            }
+        }
+    }
+    if let (Some(a), Some(s)) = (v.as_array(), schema.get("items")) {
+        for (i, x) in a.iter().enumerate() {
+            conforms(s, x, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
+fn schema(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/json")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+#[test]
+fn the_schema_check_rejects_what_the_schema_does_not_allow() {
+    let s = schema("fit.schema.json");
+    let good = serde_json::json!({"schema_version": 1, "command": "fit", "file": "f",
+        "step_bytes": 2, "device_memory_bytes": null, "recorded_fits": null,
+        "configurations": [{"name": "x", "recorded": true, "min_device_bytes": 4, "fits": null}],
+        "devices": []});
+    conforms(&s, &good, "$").unwrap();
+    let mut bad = good.clone();
+    bad["configurations"][0]["min_device_bytes"] = serde_json::json!("4");
+    assert!(conforms(&s, &bad, "$").is_err());
+    let mut bad = good;
+    bad["schema_version"] = serde_json::json!(2);
+    assert!(conforms(&s, &bad, "$").is_err());
+}
+
+/// `cushim fit` on real full training steps (tests/data/real/README.md): under the recorded
+/// settings the smallest device lies between the peak allocated and the recorded peak
+/// reserved, the trace fits on it (exit status 0) and not on 2 MiB less (exit status 1,
+/// naming the first failing request); the JSON holds to its schema, and `replay --json` too.
+#[test]
+fn fit_on_real_snapshots_passes_at_its_smallest_device_and_fails_2_mib_below() {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/real");
+    for name in [
+        "cs336-assignment2-memory_snapshot.pickle.gz",
+        "cs336-medium-128-training-memory_snapshot.pickle.gz",
+    ] {
+        let f = real.join(name);
+        let out = ok(&["fit", "--json", "--conf", ""], &[&f]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        conforms(&schema("fit.schema.json"), &v, "$").unwrap();
+        let dev = &v["devices"][0];
+        let rec = &dev["configurations"][0];
+        assert_eq!(rec["recorded"], true, "{out}");
+        let min = rec["min_device_bytes"].as_u64().unwrap();
+        let (alloc, reserved) = (
+            dev["peak_allocated_bytes"].as_u64().unwrap(),
+            dev["recorded_peak_reserved_bytes"].as_u64().unwrap(),
+        );
+        assert!(
+            alloc <= min && min <= reserved,
+            "{name}: {alloc} <= {min} <= {reserved}\n{out}"
+        );
+        assert_eq!(v["configurations"][0]["min_device_bytes"], min);
+        let at = |b: u64| {
+            cushim(
+                &["fit", "--conf", "", "--device-memory", &b.to_string()],
+                &[&f],
+            )
+        };
+        let pass = at(min);
+        assert_eq!(pass.status.code(), Some(0), "{name} on {min}");
+        let fail = at(min - (2 << 20));
+        let text = String::from_utf8_lossy(&fail.stdout);
+        assert_eq!(fail.status.code(), Some(1), "{name} on 2 MiB less\n{text}");
+        // The first failure is named: an event, or the layout the trace began with.
+        assert!(text.contains("first out-of-memory "), "{text}");
+        let r: serde_json::Value =
+            serde_json::from_str(&ok(&["replay", "--json", "--conf", ""], &[&f])).unwrap();
+        conforms(&schema("replay.schema.json"), &r, "$").unwrap();
+        assert_eq!(r["devices"][0]["rows"][0]["recorded"], true);
+    }
+}
+
+/// A program that empties the cache itself (`torch.cuda.empty_cache()`: segment frees that
+/// no failed allocation explains) has the replayed cache emptied at the same moment: the
+/// 20 MiB request after it gets a new segment, as it did, instead of a piece of the cached
+/// 40 MiB one.
+#[test]
+fn replay_empties_the_cache_where_the_program_did() {
+    let dir = common::scratch("analyze-real-empty-cache");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+a, b, c = 0x7f0000000000, 0x7f0010000000, 0x7f0020000000
+def e(action, x, n): return {{"action": action, "addr": x, "size": n, "stream": 0, "frames": bert}}
+# The program's empty_cache frees the cached 40 MiB segment (the small one holds a block
+# from before the trace, so it stays); an allocation in the small segment follows (no failed device allocation: nothing was retried), then 20 MiB.
+trace = [e("segment_alloc", a, 40 * MIB), e("alloc", a, 40 * MIB),
+         e("free_requested", a, 40 * MIB), e("free_completed", a, 40 * MIB),
+         e("segment_free", a, 40 * MIB), e("alloc", c + 512, 512),
+         e("segment_alloc", b, 20 * MIB), e("alloc", b, 20 * MIB)]
+def blk(x, n, st): return {{"address": x, "size": n, "requested_size": n, "state": st, "frames": bert}}
+def seg(x, n, blocks, kind): return {{"device": 0, "address": x, "total_size": n, "stream": 0,
+    "segment_type": kind, "is_expandable": False, "frames": bert, "blocks": blocks}}
+segs = [seg(b, 20 * MIB, [blk(b, 20 * MIB, "active_allocated")], "large"),
+        seg(c, 2 * MIB, [blk(c, 512, "active_allocated"), blk(c + 512, 512, "active_allocated"),
+                         blk(c + 1024, 2 * MIB - 1024, "inactive")], "small")]
+sys.stdout.buffer.write(pickle.dumps({{"segments": segs, "device_traces": [trace]}}, protocol=4))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "empty-cache.pickle", &p);
+    let out = ok(&["replay", "--conf", ""], &[&f]);
+    let replayed = replay_row(&out, "replay: recorded");
+    assert_eq!(
+        (replayed[0].as_str(), replayed[4].as_str()),
+        ("1", "2"),
+        "one segment freed, two made\n{out}"
+    );
+    assert!(
+        out.contains("1 times releasing it at the program's request"),
+        "{out}"
+    );
+}
+
+/// Bad input to `fit` and `replay`: one line saying what and where, exit status 2.
+#[test]
+fn fit_and_replay_refuse_bad_input_in_one_line() {
+    let dir = common::scratch("analyze-real-fit-bad");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-assignment2-memory_snapshot.pickle.gz");
+    let r = cushim(&["fit", "--device-memory", "lots"], &[&real]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--device-memory \"lots\"") && err.lines().count() == 1,
+        "{err}"
+    );
+    // Segments without a trace: nothing to replay is an error, not an empty table.
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+seg = {{"device": 0, "address": 1 << 40, "total_size": 2 * MIB, "stream": 0,
+       "segment_type": "small", "is_expandable": False, "frames": bert,
+       "blocks": [{{"address": 1 << 40, "size": 2 * MIB, "requested_size": 2 * MIB,
+                   "state": "inactive", "frames": bert}}]}}
+sys.stdout.buffer.write(pickle.dumps({{"segments": [seg], "device_traces": [[]]}}, protocol=4))
+"#
+    )) else {
+        return;
+    };
+    let f = write(&dir, "no-trace.pickle", &p);
+    for cmd in ["replay", "fit"] {
+        let r = cushim(&[cmd], &[&f]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("no allocation trace to replay") && err.lines().count() == 1,
+            "{cmd}: {err}"
+        );
     }
 }

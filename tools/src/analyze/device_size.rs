@@ -8,6 +8,8 @@
 //! 3. A recorded out-of-memory: PyTorch's `oom` entry carries the free memory the driver
 //!    reported (`device_free`); with the bytes reserved at that moment it is the memory the
 //!    process could use.
+//!    A recorded out-of-memory also says the device was full then, whatever the other
+//!    evidence, so it wins over release-and-retry; `device_free` 0 is such a report.
 //! 4. PyTorch's release-and-retry: when a device allocation fails, the allocator frees its
 //!    cached segments (`segment_free` entries) and allocates again (`segment_alloc`). The
 //!    failed attempt bounds the usable memory from above (reserved before the release plus
@@ -45,6 +47,18 @@ pub struct Evidence {
     /// Recorded out-of-memory entries, and the largest reserved + reported free among them.
     pub ooms: u64,
     pub oom_capacity: Option<u64>,
+    /// Runs of segment frees that no release-and-retry and no out-of-memory explains: the
+    /// program's own cache releases (`torch.cuda.empty_cache()`), replayed at their moments.
+    pub explicit_releases: u64,
+}
+
+/// One run of segment frees: where it began, what it bounds when an allocation followed,
+/// and whether an out-of-memory ended it.
+#[derive(Debug, Clone, Copy)]
+struct FreeRun {
+    at: usize,
+    bound: Option<u64>,
+    oom: bool,
 }
 
 /// The walk of [`evidence`], fed an event at a time (so that it shares one walk of the
@@ -55,7 +69,9 @@ pub struct EvidenceWalk {
     reserved: u64,
     /// Reserved before the current run of segment frees, if one is running.
     run_start: Option<u64>,
-    bounds: Vec<u64>,
+    /// The index of the event being walked.
+    i: usize,
+    runs: Vec<FreeRun>,
 }
 
 impl EvidenceWalk {
@@ -68,48 +84,82 @@ impl EvidenceWalk {
             },
             reserved,
             run_start: None,
-            bounds: Vec::new(),
+            i: 0,
+            runs: Vec::new(),
         }
     }
 
     #[inline]
     pub fn step(&mut self, ev: &Event) {
         let e = &mut self.e;
+        let i = self.i;
+        self.i += 1;
         match ev.action {
             Action::SegmentFree | Action::SegmentUnmap => {
                 e.segment_frees += u64::from(ev.action == Action::SegmentFree);
-                self.run_start.get_or_insert(self.reserved);
+                if self.run_start.is_none() {
+                    self.run_start = Some(self.reserved);
+                    self.runs.push(FreeRun {
+                        at: i,
+                        bound: None,
+                        oom: false,
+                    });
+                }
                 self.reserved = self.reserved.saturating_sub(ev.size);
             }
             Action::SegmentAlloc | Action::SegmentMap => {
                 if let Some(r) = self.run_start.take() {
-                    self.bounds.push(r.saturating_add(ev.size));
+                    if let Some(run) = self.runs.last_mut() {
+                        run.bound = Some(r.saturating_add(ev.size));
+                    }
                 }
                 self.reserved = self.reserved.saturating_add(ev.size);
                 e.peak_reserved = e.peak_reserved.max(self.reserved);
             }
             Action::Oom => {
-                self.run_start = None;
-                e.ooms += 1;
-                if ev.addr > 0 {
-                    let c = self.reserved.saturating_add(ev.addr);
-                    e.oom_capacity = Some(e.oom_capacity.map_or(c, |o: u64| o.max(c)));
+                if self.run_start.take().is_some() {
+                    if let Some(run) = self.runs.last_mut() {
+                        run.oom = true;
+                    }
                 }
+                e.ooms += 1;
+                // `addr` carries the free memory the driver reported (0: none left).
+                let c = self.reserved.saturating_add(ev.addr);
+                e.oom_capacity = Some(e.oom_capacity.map_or(c, |o: u64| o.max(c)));
             }
             _ => self.run_start = None,
         }
     }
 
     pub fn finish(self) -> Evidence {
+        self.finish_with_releases().0
+    }
+
+    /// The evidence, and the indices of the events at which the program released the
+    /// cache itself (the first segment free of each such run).
+    pub fn finish_with_releases(self) -> (Evidence, Vec<usize>) {
         let mut e = self.e;
+        let peak = e.peak_reserved;
+        // A release-and-retry allocates past everything held before it (the device
+        // refused the allocation): its bound is above the peak. Any other run of frees
+        // not ending in an out-of-memory is the program's.
+        let retry = |r: &FreeRun| r.bound.is_some_and(|b| b > peak);
         let valid: Vec<u64> = self
-            .bounds
-            .into_iter()
-            .filter(|&b| b > e.peak_reserved)
+            .runs
+            .iter()
+            .filter(|r| retry(r))
+            .filter_map(|r| r.bound)
+            .collect();
+        let releases: Vec<usize> = self
+            .runs
+            .iter()
+            .filter(|r| !retry(r) && !r.oom)
+            .map(|r| r.at)
             .collect();
         e.retries = valid.len() as u64;
         e.retry_bound = valid.into_iter().min();
-        e
+        e.explicit_releases = releases.len() as u64;
+        (e, releases)
     }
 }
 

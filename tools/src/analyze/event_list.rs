@@ -341,7 +341,12 @@ impl<'a> ChunkDecoder<'a> {
                 if e.device == dev {
                     out.push(Event {
                         action: e.action,
-                        addr: e.addr,
+                        // An out-of-memory's address is the driver's free memory.
+                        addr: if e.action == cushim::trace::event::Action::Oom {
+                            e.device_free
+                        } else {
+                            e.addr
+                        },
                         size: e.size,
                         stream: e.stream,
                         stack: stacks.get(e.stack).unwrap_or(0),

@@ -408,9 +408,15 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
             ))
         }
     }
+    // An out-of-memory entry carries the driver's free memory as `device_free` in place of
+    // an address (the model keeps it in `addr`, as the engine's own events do).
+    let addr = match (action, uint(e, "device_free", at)?) {
+        (Action::Oom, Some(free)) => free,
+        _ => uint(e, "addr", at)?.unwrap_or(0),
+    };
     Ok(Some(Event {
         action,
-        addr: uint(e, "addr", at)?.unwrap_or(0),
+        addr,
         size: uint(e, "size", at)?.unwrap_or(0),
         stream: uint(e, "stream", at)?.unwrap_or(0),
         stack: i.event_stack(e, at)?,
@@ -456,7 +462,35 @@ fn settings(v: &Value) -> R<Option<String>> {
             if b { "True" } else { "False" }
         ));
     }
-    Ok(Some(parts.join(",")))
+    Ok(Some(merged(&parts)))
+}
+
+/// `parts` (each `key:value[,key:value...]`) as one configuration in which each key appears
+/// once, at its first place, with its last value: the effective values PyTorch records
+/// beside the environment's string restate keys the string already set.
+fn merged(parts: &[String]) -> String {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for kv in parts.iter().flat_map(|p| top_level(p)) {
+        let kv = kv.trim();
+        if kv.is_empty() {
+            continue;
+        }
+        let (k, v) = kv.split_once(':').unwrap_or((kv, ""));
+        match keys.iter_mut().find(|(key, _)| key == k.trim()) {
+            Some(e) => e.1 = v.trim().to_string(),
+            None => keys.push((k.trim().to_string(), v.trim().to_string())),
+        }
+    }
+    keys.iter()
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k.clone()
+            } else {
+                format!("{k}:{v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The devices' total memory as the shim recorded it (`cushim.memory[].total`, asked of the
@@ -469,6 +503,26 @@ fn device_total(v: &Value) -> Option<u64> {
         .filter_map(|m| m.get("total")?.as_i64())
         .filter_map(|t| u64::try_from(t).ok())
         .max()
+}
+
+/// `s` split at its commas outside brackets (`roundup_power2_divisions:[256:1,512:2]` is one
+/// key).
+fn top_level(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut from) = (0i32, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth <= 0 => {
+                out.push(&s[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[from..]);
+    out
 }
 
 /// Bytes of pickle one entry (segment, block, trace entry) takes at least: a dict with a

@@ -17,7 +17,10 @@
 //! `allocated_bytes` does: a block stops being allocated when the program frees it
 //! (`free_requested`), though the cache cannot reuse it before the free completes; each
 //! block counts the size the engine rounds its request to (under the replayed settings).
-//! Recorded segment events are not replayed: the engine makes its own; the device
+//! Recorded segment events are not replayed (the engine makes its own), except the
+//! program's own cache releases: a run of segment frees that no release-and-retry and no
+//! out-of-memory explains (`torch.cuda.empty_cache()`) empties the replayed cache at the
+//! same moment, under every configuration (it is the program's call, not a setting's). The device
 //! allocations and segment frees it made while seeding are not counted, so each column
 //! compares the trace's own. What the replay cannot know is listed with the table
 //! ([`Replay::notes`]).
@@ -30,13 +33,14 @@
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
+use crate::analyze::pytorch_pages::{parse_conf as parse, recorded_conf};
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
 use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
 use cushim::alloc::{AddrMap, CachingAllocator};
-use cushim::config::alloc::{parse, AllocConf};
+use cushim::config::alloc::AllocConf;
 use cushim::trace::event::{Action, NullSink};
 use std::sync::Arc;
 
@@ -45,6 +49,9 @@ use std::sync::Arc;
 /// page of expandable segments (tens of MB for a TiB), and the fake device's expandable
 /// path overflows past its 16 TiB address span.
 const UNLIMITED: u64 = crate::analyze::device_size::UNLIMITED;
+
+/// The size of every small-pool segment (PyTorch's `kSmallBuffer`).
+const SMALL_SEGMENT: u64 = 2 << 20;
 
 /// What the user asked of a replay beyond the configurations.
 #[derive(Debug, Clone, Copy, Default)]
@@ -101,6 +108,7 @@ pub fn default_confs() -> Vec<String> {
     [
         "",
         "expandable_segments:True",
+        "pytorch_expandable_segments:True",
         "max_split_size_mb:32",
         "max_split_size_mb:128",
         "max_split_size_mb:512",
@@ -115,9 +123,12 @@ pub fn default_confs() -> Vec<String> {
 pub const PEAK_ALLOCATED: &str = "peak allocated: the most bytes at once in blocks the program \
     held (PyTorch's allocated_bytes.all.peak, as summary and demo print it), over the trace";
 
-/// The note about a configuration the engine cannot replay faithfully.
-pub const NO_FIXED_PAGES: &str = "PyTorch's expandable segments (fixed 2/20 MiB pages) are not \
-    modelled: the engine maps cushim's own page plan; the expandable_segments row is cushim's";
+/// The note about the two expandable-segment plans.
+pub const NO_FIXED_PAGES: &str = "expandable_segments:True is cushim's page plan (pages sized \
+    to the need, moved between holes); pytorch_expandable_segments:True is PyTorch's (fixed \
+    2 MiB small-pool and 20 MiB large-pool pages, one reservation per stream and pool, pages \
+    given back only when the cache is released); a PyTorch snapshot recorded with expandable \
+    segments replays its recorded row under PyTorch's";
 
 /// The recorded column: its peaks, and the device allocations counted in the same walk.
 fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
@@ -131,10 +142,12 @@ fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
     }
 }
 
-/// What a replay starts from: the recorded layout, and the live blocks outside it.
+/// What a replay starts from: the recorded layout, and the live blocks outside it; and the
+/// indices of the events at which the program emptied the cache.
 struct Seed {
     segments: Vec<SeedSegment>,
     outside: Vec<(u64, u64, bool)>,
+    releases: Vec<usize>,
 }
 
 /// One configuration's replay of one device, fed the trace an event at a time
@@ -150,6 +163,14 @@ struct Run {
     ooms: u64,
     /// The device allocations and frees the seeding made.
     seeded: (u64, u64),
+    /// The program's cache releases (event indices, ascending), the next one's place in
+    /// them, and the index of the next event.
+    releases: Vec<usize>,
+    next_release: usize,
+    at: usize,
+    /// The first request that failed: the event's index (`None`: while laying out the
+    /// blocks live when the trace began) and its size.
+    first_oom: Option<(Option<usize>, u64)>,
 }
 
 impl Run {
@@ -189,6 +210,10 @@ impl Run {
             peak_allocated: 0,
             ooms: 0,
             seeded: (0, 0),
+            releases: seed.releases.clone(),
+            next_release: 0,
+            at: 0,
+            first_oom: None,
         };
         // Seeding: per segment, create it whole, give it back to the cache, then take its
         // pieces in address order (each split from the front of what is left); the free
@@ -214,8 +239,27 @@ impl Run {
                 &seg.pieces
             };
             // A small-pool segment (2 MiB of blocks of 1 MiB at most) is made by its first
-            // block; a large one by a request of its size.
-            let small = pieces.iter().all(|p| p.1 <= 1 << 20) && pieces.len() > 1;
+            // block; a large one by a request of its size. No large segment is 2 MiB (a
+            // request above 1 MiB gets 20 MiB, one above 10 MiB its own size), so a 2 MiB
+            // segment is a small one, whatever its pieces: its free gaps are taken in
+            // small requests (1 MiB at most), or they would be served from the large pool.
+            let small = !seg.expandable && seg.size == SMALL_SEGMENT;
+            let split: Vec<(u64, u64, Piece)>;
+            let pieces: &[(u64, u64, Piece)] = if small {
+                split = pieces
+                    .iter()
+                    .flat_map(|&(a, n, p)| {
+                        let step = if p == Piece::Free { 1 << 20 } else { n.max(1) };
+                        (0..n.div_ceil(step)).map(move |k| {
+                            let at = k * step;
+                            (a + at, step.min(n - at), p)
+                        })
+                    })
+                    .collect();
+                &split
+            } else {
+                pieces
+            };
             if !small && pieces.len() > 1 && !seg.expandable {
                 if let Ok(p) = run.malloc(seg.size, seg.stream) {
                     let _ = run.a.free(p, 0, 0);
@@ -227,7 +271,11 @@ impl Run {
                 }
                 match run.malloc(size, seg.stream) {
                     Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
-                    Err(_) => run.ooms += u64::from(piece != Piece::Free),
+                    Err(_) if piece != Piece::Free => {
+                        run.ooms += 1;
+                        run.first_oom.get_or_insert((None, size));
+                    }
+                    Err(_) => {}
                 }
             }
         }
@@ -239,7 +287,10 @@ impl Run {
             };
             match run.malloc(size, 0) {
                 Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
-                Err(_) => run.ooms += 1,
+                Err(_) => {
+                    run.ooms += 1;
+                    run.first_oom.get_or_insert((None, size));
+                }
             }
         }
         for g in gaps {
@@ -253,6 +304,12 @@ impl Run {
     /// Replay one recorded event.
     #[inline]
     fn step(&mut self, ev: &Event) {
+        let i = self.at;
+        self.at += 1;
+        if self.releases.get(self.next_release) == Some(&i) {
+            self.next_release += 1;
+            self.a.empty_cache();
+        }
         match ev.action {
             Action::Alloc => match self.malloc(ev.size, ev.stream) {
                 Ok(p) => {
@@ -267,7 +324,7 @@ impl Run {
                     }
                     self.peak_allocated = self.peak_allocated.max(self.allocated);
                 }
-                Err(_) => self.ooms += 1,
+                Err(_) => self.failed(i, ev.size),
             },
             // A request that failed in the recording: asked again; on a device where it
             // fits, given back at once (the program never held it).
@@ -275,7 +332,7 @@ impl Run {
                 Ok(p) => {
                     let _ = self.a.free(p, 0, 0);
                 }
-                Err(_) => self.ooms += 1,
+                Err(_) => self.failed(i, ev.size),
             },
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
@@ -295,6 +352,11 @@ impl Run {
             }
             _ => {}
         }
+    }
+
+    fn failed(&mut self, i: usize, size: u64) {
+        self.ooms += 1;
+        self.first_oom.get_or_insert((Some(i), size));
     }
 
     fn finish(self, label: String) -> Row {
@@ -323,19 +385,62 @@ fn replay_all(
     capacity: u64,
     confs: &[(String, String)],
 ) -> Result<Vec<Row>, String> {
+    let trials: Vec<Trial> = confs
+        .iter()
+        .map(|(c, l)| Trial {
+            conf: c.clone(),
+            label: l.clone(),
+            capacity,
+        })
+        .collect();
+    Ok(run_trials(dev, seed, &trials)?
+        .into_iter()
+        .map(|o| o.row)
+        .collect())
+}
+
+/// One replay to run: a configuration, its row's label, and the device size.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub conf: String,
+    pub label: String,
+    pub capacity: u64,
+}
+
+/// What one [`Trial`] gave: its row, and its first failed request (the event's index,
+/// `None` while laying out the blocks live when the trace began; and the request's size).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub row: Row,
+    pub first_oom: Option<(Option<usize>, u64)>,
+}
+
+/// The replays `trials` of `dev` from `w`'s start layout, each on its own device size,
+/// all in one pass over the trace (shared out among the cores); outcomes in order.
+pub fn trials(dev: &Device, w: &Walked, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
+    let (segments, outside) = w.start_layout.clone();
+    let seed = Seed {
+        segments,
+        outside,
+        releases: w.releases.clone(),
+    };
+    run_trials(dev, &seed, trials)
+}
+
+fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
     // Every configuration is checked first, so the error is the first bad one's.
-    for (c, _) in confs {
-        if let Some(e) = parse(c).1.first() {
-            return Err(format!("--conf {c:?}: {e}"));
+    for t in trials {
+        if let Some(e) = parse(&t.conf).1.first() {
+            return Err(format!("--conf {:?}: {e}", t.conf));
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let groups = cores.min(confs.len()).max(1);
+    let groups = cores.min(trials.len()).max(1);
     let pass = dev.events.pass(groups);
-    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Row)>, String> {
+    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Outcome)>, String> {
         let mut runs = Vec::with_capacity(mine.len());
         for &i in &mine {
-            runs.push((i, Run::new(seed, capacity, &confs[i].0)?));
+            runs.push((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?));
         }
         dev.events.for_each_slice_in(&pass, |evs| {
             for (_, r) in runs.iter_mut() {
@@ -346,11 +451,15 @@ fn replay_all(
         });
         Ok(runs
             .into_iter()
-            .map(|(i, r)| (i, r.finish(confs[i].1.clone())))
+            .map(|(i, r)| {
+                let first_oom = r.first_oom;
+                let row = r.finish(trials[i].label.clone());
+                (i, Outcome { row, first_oom })
+            })
             .collect())
     };
-    let share = |g: usize| -> Vec<usize> { (g..confs.len()).step_by(groups).collect() };
-    let results: Vec<Result<Vec<(usize, Row)>, String>> = if groups == 1 {
+    let share = |g: usize| -> Vec<usize> { (g..trials.len()).step_by(groups).collect() };
+    let results: Vec<Result<Vec<(usize, Outcome)>, String>> = if groups == 1 {
         vec![one(share(0))]
     } else {
         std::thread::scope(|s| {
@@ -364,13 +473,13 @@ fn replay_all(
             all
         })
     };
-    let mut rows: Vec<Option<Row>> = vec![None; confs.len()];
+    let mut out: Vec<Option<Outcome>> = vec![None; trials.len()];
     for r in results {
-        for (i, row) in r? {
-            rows[i] = Some(row);
+        for (i, o) in r? {
+            out[i] = Some(o);
         }
     }
-    Ok(rows.into_iter().flatten().collect())
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
@@ -379,7 +488,11 @@ pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
 }
 
 /// [`replay`] with the user's [`Options`].
+///
+/// An input without any device trace is an error: a replay of nothing would print an
+/// empty table and succeed, which a script would take for a passing replay.
 pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
+    no_trace(snap)?;
     let walked: Vec<Walked> = snap
         .devices
         .iter()
@@ -426,8 +539,8 @@ pub fn replay_walked(
         }
         if ev.segment_frees > 0 || ev.ooms > 0 {
             dnotes.push(format!(
-                "the recording freed {} segments ({} times releasing its cache to retry a failed device allocation) and ran out of memory {} times",
-                ev.segment_frees, ev.retries, ev.ooms
+                "the recording freed {} segments ({} times releasing its cache to retry a failed device allocation, {} times releasing it at the program's request, replayed at those moments) and ran out of memory {} times",
+                ev.segment_frees, ev.retries, ev.explicit_releases, ev.ooms
             ));
         }
         if st.inconsistent > 0 {
@@ -439,9 +552,13 @@ pub fn replay_walked(
         if st.requests {
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
-        let seed = Seed { segments, outside };
+        let seed = Seed {
+            segments,
+            outside,
+            releases: w.releases.clone(),
+        };
         let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
-        let recorded_conf = snap.settings.clone().unwrap_or_default();
+        let recorded_conf = recorded_settings(snap);
         let mut all = vec![(
             recorded_conf.clone(),
             format!("replay: recorded ({})", shown(&recorded_conf)),
@@ -459,6 +576,25 @@ pub fn replay_walked(
         });
     }
     Ok(Replay { devices, notes })
+}
+
+/// The configuration the recorded row replays under: the recorded settings, a PyTorch
+/// snapshot's expandable segments being PyTorch's (`pytorch_pages`).
+pub fn recorded_settings(snap: &Snapshot) -> String {
+    let pytorch = snap.cushim.is_none() && snap.has_state;
+    recorded_conf(&snap.settings.clone().unwrap_or_default(), pytorch)
+}
+
+/// The error for an input with no device trace, if it has none.
+pub fn no_trace(snap: &Snapshot) -> Result<(), String> {
+    if snap.devices.iter().any(|d| !d.events.is_empty()) {
+        return Ok(());
+    }
+    let segments: usize = snap.devices.iter().map(|d| d.segments.len()).sum();
+    Err(format!(
+        "no allocation trace to replay: the input has {segments} segments but no trace entries \
+         (record with torch.cuda.memory._record_memory_history(), or CUSHIM_HISTORY)"
+    ))
 }
 
 fn shown(conf: &str) -> &str {
@@ -531,4 +667,30 @@ pub fn render(r: &Replay) -> String {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+/// The JSON `cushim replay --json` prints (`docs/json/replay.schema.json`): the same rows
+/// and notes as the text.
+pub fn json(r: &Replay, file: &str) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "schema_version": 1,
+        "command": "replay",
+        "file": file,
+        "devices": r.devices.iter().map(|d| json!({
+            "device": d.ordinal,
+            "rows": d.rows.iter().map(|row| json!({
+                "label": row.label,
+                "recorded": row.label == "recorded",
+                "peak_reserved_bytes": row.peak_reserved,
+                "peak_allocated_bytes": row.peak_allocated,
+                "fragmentation": row.fragmentation(),
+                "device_allocs": row.device_allocs,
+                "segment_frees": row.segment_frees,
+                "ooms": row.ooms,
+            })).collect::<Vec<_>>(),
+            "notes": d.notes,
+        })).collect::<Vec<_>>(),
+        "notes": r.notes,
+    })
 }

@@ -36,6 +36,9 @@ pub struct Walked {
     pub timeline: Vec<(u64, u64)>,
     /// Indices of the out-of-memory events.
     pub ooms: Vec<usize>,
+    /// Indices of the events at which the program released the cache itself
+    /// (`device_size::EvidenceWalk::finish_with_releases`).
+    pub releases: Vec<usize>,
 }
 
 impl Walked {
@@ -78,10 +81,12 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
         }
     });
     let start_layout = sw.finish(dev, &start);
+    let (evidence, releases) = ew.finish_with_releases();
     Walked {
         peaks: pw.peaks,
         end: pw.state,
-        evidence: ew.finish(),
+        evidence,
+        releases,
         start_layout,
         segment_allocs,
         timeline,

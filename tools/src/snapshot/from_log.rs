@@ -286,6 +286,18 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
     };
     let (all, info) = walk(path, Walk::new(stop, events))?;
     let origin = info.header["clock_origin_us"].as_i64().unwrap_or(0);
+    // A moment after the last event is not in the log: refused rather than answered with
+    // the state at its end (the user asked for another moment than they would get).
+    if let Moment::At(secs) = moment {
+        let last = all.time_us.unwrap_or(origin).saturating_sub(origin) as f64 / 1e6;
+        if !all.stopped || secs < 0.0 {
+            return Err(format!(
+                "{}: --at {secs}: past the log's end (its events run from 0 to {last:.6} s \
+                 after the run's start)",
+                path.display()
+            ));
+        }
+    }
     let n = all.applied as usize;
     let st = &all.st;
     let mut s = Strings::default();

@@ -141,6 +141,13 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
             items.push((k, v));
         }
         let v = Value::dict(items);
+        // Shared first (a trace entry never is): the hook then meets each distinct frame
+        // list once by identity, as it does in a pickle, instead of comparing the frames
+        // every entry spells out again.
+        let v = match (self.ctx.hook.is_some(), self.ctx.share.as_mut()) {
+            (true, Some(share)) => share.node(v),
+            _ => v,
+        };
         let (v, taken) = match self.ctx.hook.as_mut() {
             Some(h) => {
                 let r = h.dict(v);
@@ -159,7 +166,11 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
 
 /// Read one JSON value from `r`, dicts handed to `hook` as they complete.
 pub fn read_json(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    json(r, Ctx::new(hook, None))
+    // With a hook, repeated strings, frames and frame lists are shared as they are read
+    // (`snapshot::share`): a JSON snapshot spells out every entry's stack, which the
+    // hook would otherwise compare frame by frame (JSON read at 7x a pickle's time).
+    let share = hook.is_some().then(Share::default);
+    json(r, Ctx::new(hook, share))
 }
 
 /// Read one JSON value from `r` whole, repeated strings, frames and frame lists shared
@@ -170,7 +181,8 @@ pub fn read_json_shared(r: impl Read) -> Result<Value, String> {
 
 /// Read one msgpack value from `r`, which it must fill, dicts handed to `hook`.
 pub fn read_msgpack(r: impl Read, hook: Option<DictHook<'_>>) -> Result<Value, String> {
-    msgpack(r, Ctx::new(hook, None))
+    let share = hook.is_some().then(Share::default);
+    msgpack(r, Ctx::new(hook, share))
 }
 
 /// [`read_json_shared`] for msgpack.

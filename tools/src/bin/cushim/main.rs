@@ -7,6 +7,7 @@ mod cache_dir;
 mod demo;
 mod doctor;
 mod embedded;
+mod fit_cmd;
 mod forward;
 mod launch;
 mod locate;
@@ -116,6 +117,27 @@ enum Cmd {
         /// else 256 GiB; the output says which and why.
         #[arg(long)]
         device_memory: Option<String>,
+        /// Print JSON (docs/JSON.md) instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The smallest device memory on which a recorded trace replays without running out
+    /// of memory, under the recorded settings and other configurations; given a size,
+    /// which configurations fit it (exit status 0 when the recorded settings do, 1 when not).
+    Fit {
+        /// The snapshot whose trace to replay (recorded with allocation history).
+        file: PathBuf,
+        /// A configuration to try besides the recorded settings (PYTORCH_CUDA_ALLOC_CONF
+        /// syntax; pytorch_expandable_segments:True is PyTorch's expandable segments);
+        /// repeatable. Default: replay's.
+        #[arg(long = "conf")]
+        confs: Vec<String>,
+        /// The device memory to check (80GiB, 40960MiB, bytes).
+        #[arg(long)]
+        device_memory: Option<String>,
+        /// Print JSON (docs/JSON.md) instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a self-contained HTML report (timeline, top sites and flame graph at the peak,
     /// segments, replay table).
@@ -248,7 +270,20 @@ fn main() -> ExitCode {
             file,
             confs,
             device_memory,
+            json: true,
+        } => fit_cmd::replay_json(&file, &confs, device_memory.as_deref()),
+        Cmd::Replay {
+            file,
+            confs,
+            device_memory,
+            ..
         } => analyze::replay(&file, &confs, device_memory.as_deref()),
+        Cmd::Fit {
+            file,
+            confs,
+            device_memory,
+            json,
+        } => fit_cmd::fit(&file, &confs, device_memory.as_deref(), json),
         Cmd::Report { file, output } => analyze::report(&file, &output),
         Cmd::Diff {
             a,
