@@ -835,6 +835,8 @@ fn interpreter_thread_start_and_binding_frames_of_real_stack_shapes_are_never_si
         "(:0)",
     ] {
         assert!(!out.contains(machinery), "{machinery}\n{out}");
+    }
+}
 
 /// Whether `v` conforms to the JSON Schema `schema` (the keywords cushim's schemas use:
 /// `type`, `const`, `required`, `properties`, `items`; each applies to the instances of its
