@@ -12,12 +12,15 @@
 //! of the input's size.
 
 pub mod by_range;
+pub mod category;
+pub mod category_rules;
 pub mod device_size;
 pub mod diff;
 pub mod entry_marks;
 pub mod event_list;
 pub mod frames;
 pub mod input;
+pub mod json;
 pub mod kinds;
 pub mod load;
 pub mod log_model;
@@ -28,6 +31,7 @@ pub mod report;
 pub mod seed;
 pub mod segments_at;
 pub mod sites;
+pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod walk;
