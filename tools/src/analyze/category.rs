@@ -193,6 +193,8 @@ pub struct Walker {
     pending: AddrMap<Block>,
     pub bytes: u64,
     pub totals: Vec<u64>,
+    /// Bytes of the allocated blocks live since before the trace began.
+    pub before: u64,
     requests: bool,
 }
 
@@ -204,6 +206,7 @@ impl Walker {
             pending: AddrMap::default(),
             bytes: 0,
             totals: vec![0; n_cats],
+            before: 0,
             requests: start.requests,
         };
         for (a, l) in &start.state.allocated {
@@ -235,6 +238,9 @@ impl Walker {
             self.drop_bytes(&o);
         }
         self.bytes += b.size;
+        if b.id == BEFORE {
+            self.before += b.size;
+        }
         if let Some(t) = self.totals.get_mut(b.cat as usize) {
             *t += b.size;
         }
@@ -243,6 +249,9 @@ impl Walker {
 
     fn drop_bytes(&mut self, b: &Block) {
         self.bytes = self.bytes.saturating_sub(b.size);
+        if b.id == BEFORE {
+            self.before = self.before.saturating_sub(b.size);
+        }
         if let Some(t) = self.totals.get_mut(b.cat as usize) {
             *t = t.saturating_sub(b.size);
         }
@@ -388,7 +397,8 @@ pub struct DeviceCategories {
     pub allocated: u64,
     /// `(name, bytes)` of every category, in table order (user rules last).
     pub rows: Vec<(String, u64)>,
-    /// Of "before the recording / no stack": bytes live when the trace began.
+    /// Of "before the recording / no stack": the bytes of blocks live since before the
+    /// trace began (the rest were allocated in the trace without a stack).
     pub before_start: u64,
     /// Why everything is in "no stack", when it is.
     pub note: Option<String>,
@@ -423,9 +433,8 @@ pub fn categorize(
     let names = names(user);
     let start = c.start.clone();
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let before_start = w.bytes;
     // The moment's totals.
-    let mut best = (w.bytes, 0usize, w.totals.clone());
+    let mut best = (w.bytes, 0usize, w.totals.clone(), w.before);
     let mut i = 0usize;
     let stop = match moment {
         Moment::After(k) => k,
@@ -440,15 +449,15 @@ pub fn categorize(
                 w.step(ev, i, |b, s| c.category(b, s));
                 i += 1;
                 if moment == Moment::Peak && w.bytes > best.0 {
-                    best = (w.bytes, i, w.totals.clone());
+                    best = (w.bytes, i, w.totals.clone(), w.before);
                 }
             }
         });
     }
     if moment != Moment::Peak {
-        best = (w.bytes, i, w.totals.clone());
+        best = (w.bytes, i, w.totals.clone(), w.before);
     }
-    let (allocated, after, totals) = best;
+    let (allocated, after, totals, before_start) = best;
     let note = (!c.any_stack && n > 0).then(|| {
         "the trace records no frames and no range paths (history without stacks, or a log \
          of another tool): nothing tells what its allocations are, so they are all under \
@@ -537,8 +546,9 @@ pub fn render(devs: &[DeviceCategories], moment: Moment) -> String {
             if cat == Category::BeforeOrNoStack.name() {
                 let _ = write!(
                     s,
-                    " ({} live when the trace began, {} allocated in it without a stack)",
-                    mib(d.before_start.min(*bytes)),
+                    " ({} live since before the trace began, {} allocated in it without a \
+                     stack)",
+                    mib(d.before_start),
                     mib(bytes.saturating_sub(d.before_start))
                 );
             }

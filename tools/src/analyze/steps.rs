@@ -8,9 +8,12 @@
 //!    (`iteration 3`, `step_12`, `batch#4`): a step is the events of one number;
 //! 2. from the phases (`analyze::category`, from frames and range paths): a step ends where
 //!    an optimizer phase ends; without one, where a backward phase ends; without either, a
-//!    step starts where each forward phase starts (an inference loop);
-//! 3. from the repetition of the allocation pattern: the shortest period with which the
-//!    sequence of allocations (size and stack) repeats, 90% of them alike, at least twice.
+//!    step starts where each forward phase starts (an inference loop; one forward pass is
+//!    one step);
+//! 3. only when nothing gives a phase: from the repetition of the allocation pattern: the
+//!    shortest period with which the sequence of allocations (size and stack) repeats, 90%
+//!    of them alike, at least twice (in a single pass over a model that is the period of
+//!    its layers, which is why phases come first).
 //!
 //! Two instances of one range path with no number between them cannot be told apart from
 //! the paths alone (the model keeps no times), so rule 2 or 3 decides them. The events after
@@ -138,7 +141,7 @@ fn from_phases(c: &Classifier, n: usize) -> Option<(String, Vec<(usize, usize)>)
         .filter(|r| r.0 == Phase::Forward)
         .map(|r| r.1)
         .collect();
-    if starts.len() >= 2 {
+    if !starts.is_empty() {
         let bounds = starts
             .iter()
             .enumerate()
