@@ -630,3 +630,164 @@ pub fn render_diff(cats: &[DiffRows]) -> String {
     }
     s
 }
+
+/// The categories over the trace: per column (`columns` runs of events, the last ending
+/// with the trace), the bytes of each category after the column's last event; the first
+/// column is the start. Empty without a trace.
+pub fn over_time(
+    snap: &Snapshot,
+    dev: &Device,
+    user: &[UserRule],
+    columns: usize,
+) -> Vec<Vec<u64>> {
+    let n = dev.events.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut c = classifier(snap, dev, user);
+    let names = names(user);
+    let start = c.start.clone();
+    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
+    let per = n.div_ceil(columns.max(1)).max(1);
+    let mut out = vec![w.totals.clone()];
+    let mut i = 0usize;
+    dev.events.for_each_slice(|evs| {
+        for ev in evs {
+            w.step(ev, i, |b, s| c.category(b, s));
+            i += 1;
+            if i % per == 0 || i == n {
+                out.push(w.totals.clone());
+            }
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::model::Event;
+    use std::sync::Arc;
+
+    const M: u64 = 1 << 20;
+
+    fn frame(name: &str, file: &str) -> Frame {
+        Frame {
+            name: Arc::from(name),
+            file: Arc::from(file),
+            line: 1,
+        }
+    }
+
+    /// A model whose stacks 1, 2, 3 are a forward, a backward and an optimizer frame.
+    fn model(events: Vec<Event>) -> Snapshot {
+        let mut snap = Snapshot::default();
+        snap.stacks.frames = vec![
+            frame("_call_impl", "/py/torch/nn/modules/module.py"),
+            frame(
+                "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+                "??",
+            ),
+            frame("step", "/py/torch/optim/adamw.py"),
+        ];
+        snap.stacks.lists.extend([
+            vec![0u32].into_boxed_slice(),
+            vec![1u32].into_boxed_slice(),
+            vec![2u32].into_boxed_slice(),
+        ]);
+        snap.devices.push(Device {
+            ordinal: 0,
+            events: events.into(),
+            ..Default::default()
+        });
+        snap
+    }
+
+    fn ev(action: Action, addr: u64, mib: u64, stack: u32) -> Event {
+        Event {
+            action,
+            addr,
+            size: mib * M,
+            stream: 0,
+            stack,
+        }
+    }
+
+    fn step_events() -> Vec<Event> {
+        use Action::{Alloc, FreeCompleted as Free};
+        vec![
+            ev(Alloc, 0x1000, 10, 1), // activation
+            ev(Alloc, 0x2000, 5, 1),  // forward temporary
+            ev(Free, 0x2000, 5, 1),
+            ev(Alloc, 0x3000, 4, 2), // gradient
+            ev(Alloc, 0x4000, 3, 2), // backward temporary
+            ev(Free, 0x4000, 3, 2),
+            ev(Free, 0x1000, 10, 2),
+            ev(Alloc, 0x5000, 4, 3), // exp_avg
+            ev(Alloc, 0x6000, 4, 3), // exp_avg_sq
+            ev(Alloc, 0x7000, 1, 3), // optimizer temporary
+            ev(Free, 0x7000, 1, 3),
+        ]
+    }
+
+    #[test]
+    fn a_training_steps_memory_is_split_by_the_phase_it_was_made_and_freed_in() {
+        let snap = model(step_events());
+        let dev = &snap.devices[0];
+        let peak = categorize(&snap, dev, &[], Moment::Peak).expect("categories");
+        // The peak: activation 10 + gradient 4 + backward temporary 3, after 5 events.
+        assert_eq!((peak.allocated, peak.after), (17 * M, 5));
+        assert_eq!(peak.bytes("activations kept for backward"), 10 * M);
+        assert_eq!(peak.bytes("gradients"), 4 * M);
+        assert_eq!(peak.bytes("backward temporaries"), 3 * M);
+        let sum: u64 = peak.rows.iter().map(|r| r.1).sum();
+        assert_eq!(sum, peak.allocated);
+        // After the optimizer: Adam's two moments are twice the gradients.
+        let end = categorize(&snap, dev, &[], Moment::End).expect("categories");
+        assert_eq!(end.bytes("optimizer state"), 2 * end.bytes("gradients"));
+        assert_eq!(end.allocated, 12 * M);
+        // Every moment sums to its allocated bytes.
+        for k in 0..=dev.events.len() {
+            let c = categorize(&snap, dev, &[], Moment::After(k)).expect("categories");
+            assert_eq!(
+                c.rows.iter().map(|r| r.1).sum::<u64>(),
+                c.allocated,
+                "after {k}"
+            );
+        }
+        assert!(categorize(&snap, dev, &[], Moment::After(99)).is_err());
+    }
+
+    #[test]
+    fn a_trace_without_frames_is_all_no_stack_with_a_note() {
+        let evs = step_events()
+            .into_iter()
+            .map(|mut e| {
+                e.stack = 0;
+                e
+            })
+            .collect();
+        let snap = model(evs);
+        let c = categorize(&snap, &snap.devices[0], &[], Moment::End).expect("categories");
+        assert_eq!(c.bytes("before the recording / no stack"), c.allocated);
+        assert!(c.note.as_deref().is_some_and(|n| n.contains("no frames")));
+    }
+
+    #[test]
+    fn a_users_rule_comes_before_the_built_in_ones() {
+        let snap = model(step_events());
+        let rule =
+            crate::analyze::category_rules::parse_user_rule("moments=adamw\\.py").expect("a rule");
+        let c = categorize(&snap, &snap.devices[0], &[rule], Moment::End).expect("categories");
+        assert_eq!(c.bytes("moments"), 8 * M);
+        assert_eq!(c.bytes("optimizer state"), 0);
+    }
+
+    #[test]
+    fn at_parses_peak_end_and_event_counts_and_nothing_else() {
+        assert_eq!(parse_moment("peak"), Ok(Moment::Peak));
+        assert_eq!(parse_moment("end"), Ok(Moment::End));
+        assert_eq!(parse_moment("12"), Ok(Moment::After(12)));
+        assert!(parse_moment("1.5s").is_err());
+    }
+}
