@@ -16,7 +16,8 @@
 //! never freed), so a block made in the forward pass is known to be freed in it (a
 //! temporary) or not (kept for backward). (3) The moment walks themselves, which know each
 //! block's category when it is allocated. Each walk holds only the live blocks plus a few
-//! bytes per event (phase runs and lifetimes: 8 bytes an event).
+//! bytes per event (lifetimes: 4 bytes an event; the phase clues, 2 bytes an event, only
+//! while the phases are found).
 
 use std::collections::HashMap;
 
@@ -105,8 +106,6 @@ pub struct Classifier<'a> {
     stacks: &'a Stacks,
     user: &'a [UserRule],
     facts: HashMap<u32, StackFacts>,
-    /// Per event: its phase run.
-    pub runs: Vec<u32>,
     /// Per phase run: its phase and first event.
     pub run_phase: Vec<(Phase, usize)>,
     /// Per event: for an allocation, the phase run of the event that took it out of the
@@ -150,6 +149,13 @@ impl<'a> Classifier<'a> {
         f
     }
 
+    /// The phase run event `i` belongs to.
+    pub fn run_of(&self, i: usize) -> u32 {
+        self.run_phase
+            .partition_point(|r| r.1 <= i)
+            .saturating_sub(1) as u32
+    }
+
     /// The category of block `block` (an event index, or [`BEFORE`]) with stack `stack`.
     pub fn category(&mut self, block: u32, stack: u32) -> CatId {
         if self.host {
@@ -162,7 +168,7 @@ impl<'a> Classifier<'a> {
         if let Some(c) = f.fixed {
             return c;
         }
-        let run = self.runs.get(block as usize).copied().unwrap_or(0);
+        let run = self.run_of(block as usize);
         let phase = self
             .run_phase
             .get(run as usize)
@@ -314,7 +320,6 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
         stacks: &snap.stacks,
         user,
         facts: HashMap::new(),
-        runs: Vec::new(),
         run_phase: Vec::new(),
         free_run: Vec::new(),
         start,
@@ -343,7 +348,6 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
         }
     }
     let mut before: Option<Phase> = None;
-    let mut runs = Vec::with_capacity(clue.len());
     let mut run_phase: Vec<(Phase, usize)> = Vec::new();
     for i in 0..clue.len() {
         let p = match clue[i] {
@@ -360,11 +364,9 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
         if run_phase.last().map_or(true, |r| r.0 != p) {
             run_phase.push((p, i));
         }
-        runs.push((run_phase.len() - 1) as u32);
     }
     drop(next);
     drop(clue);
-    c.runs = runs;
     c.run_phase = run_phase;
     // (2) Lifetimes.
     let mut free_run = vec![u32::MAX; n];
@@ -375,7 +377,7 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
             if let Some(b) = w.step(ev, i, |_, _| 0) {
                 if b.id != BEFORE {
                     if let Some(f) = free_run.get_mut(b.id as usize) {
-                        *f = c.runs.get(i).copied().unwrap_or(u32::MAX);
+                        *f = c.run_of(i);
                     }
                 }
             }

@@ -431,6 +431,15 @@ const CATEGORY_COLOURS: [&str; 14] = [
 /// run of events), and the loop's steps.
 fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
     use crate::analyze::category::{categorize, over_time, Moment};
+    if dev.events.len() > crate::analyze::steps::SUMMARY_MAX_EVENTS {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">categories and steps: not computed for a trace of {} events \
+             (`cushim summary --by category` computes them)</p>",
+            dev.events.len()
+        );
+        return;
+    }
     let Ok(at) = categorize(snap, dev, &[], Moment::Peak) else {
         return;
     };

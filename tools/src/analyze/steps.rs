@@ -26,6 +26,11 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::by_site;
 use crate::analyze::timeline::Live;
 
+/// The longest trace plain `summary` looks for steps in: finding them costs six walks and
+/// 4 bytes an event (a whole-run log of 100 million events would take 400 MB, where the
+/// summary itself stays under 10 MiB); `summary --by category` finds them in any trace.
+pub const SUMMARY_MAX_EVENTS: usize = 20_000_000;
+
 /// One step.
 #[derive(Debug, Clone, Default)]
 pub struct Step {

@@ -19,7 +19,7 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
         let st: Vec<steps::Steps> = snap
             .devices
             .iter()
-            .filter(|d| !d.events.is_empty())
+            .filter(|d| !d.events.is_empty() && d.events.len() <= steps::SUMMARY_MAX_EVENTS)
             .map(|d| steps::steps(&snap, d, &[], opts.depth))
             .collect();
         all.push((f.display().to_string(), snap, devs, st));
