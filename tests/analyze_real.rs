@@ -879,3 +879,27 @@ fn every_json_output_holds_to_its_schema() {
         }
     }
 }
+
+#[test]
+fn diff_shows_the_categories_at_each_runs_peak() {
+    let dir = common::scratch("diff-categories");
+    let a = write(&dir, "a.json", one_device(0, 64, "a.py").as_bytes());
+    let b = write(&dir, "b.json", one_device(0, 96, "b.py").as_bytes());
+    let out = ok(&["diff"], &[&a, &b]);
+    // No trace: every block's allocation is before the recording, on both sides.
+    assert!(
+        out.contains("device 0: bytes per category at each run's peak:"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.ends_with("before the recording / no stack"))
+        .unwrap_or_else(|| panic!("no category row:\n{out}"));
+    assert!(
+        row.contains("64.00 MiB ->      96.00 MiB") && row.contains("+32.00 MiB"),
+        "{row}"
+    );
+    // --at and --category without --by category: one line, exit status 2.
+    let bad = common::cli::cushim(&["summary", "--at", "end"], &[&a]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}

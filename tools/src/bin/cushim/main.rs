@@ -261,6 +261,9 @@ fn main() -> ExitCode {
             depth,
             ..
         } if by == "category" => by_category::summary(&files, &at, &categories, depth, json),
+        Cmd::Summary { at, categories, .. } if at != "peak" || !categories.is_empty() => {
+            Err("--at and --category go with --by category".to_string())
+        }
         Cmd::Summary {
             files,
             by: Some(_),
