@@ -903,3 +903,41 @@ fn diff_shows_the_categories_at_each_runs_peak() {
     let bad = common::cli::cushim(&["summary", "--at", "end"], &[&a]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
+
+#[test]
+fn categories_at_seconds_after_the_first_trace_event() {
+    let dir = common::scratch("categories-seconds");
+    let m = 1u64 << 20;
+    let base = 1u64 << 40;
+    let frames = serde_json::json!([{"name": "load", "filename": "/w/train.py", "line": 3}]);
+    let snap = serde_json::json!({
+        "segments": [{"device": 0, "address": base, "total_size": 4 * m, "stream": 0,
+            "segment_type": "large",
+            "blocks": [
+                {"address": base, "size": m, "requested_size": m, "state": "active_allocated",
+                 "frames": frames},
+                {"address": base + m, "size": 2 * m, "requested_size": 2 * m,
+                 "state": "active_allocated", "frames": frames},
+                {"address": base + 3 * m, "size": m, "requested_size": m, "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "alloc", "addr": base, "size": m, "stream": 0,
+             "time_us": 1_000_000, "frames": frames},
+            {"action": "alloc", "addr": base + m, "size": 2 * m, "stream": 0,
+             "time_us": 3_000_000, "frames": frames}]],
+    });
+    let f = write(&dir, "t.json", snap.to_string().as_bytes());
+    let at = |s: &str| -> serde_json::Value {
+        json_of(&["summary", "--by", "category", "--json", "--at", s], &[&f])
+    };
+    assert_eq!(
+        at("1.5s")["devices"][0]["allocated_bytes"],
+        m,
+        "1.5 s: the first only"
+    );
+    assert_eq!(
+        at("2s")["devices"][0]["allocated_bytes"],
+        3 * m,
+        "2 s: both"
+    );
+    assert_eq!(at("2s")["devices"][0]["after_event"], 2);
+}

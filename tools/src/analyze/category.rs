@@ -49,8 +49,8 @@ pub fn parse_moment(s: &str) -> Result<Moment, String> {
         "end" => Ok(Moment::End),
         t => t.parse::<usize>().map(Moment::After).map_err(|_| {
             format!(
-                "--at {s:?}: expected peak, end or an event index (the moment after that many \
-                 trace events)"
+                "--at {s:?}: expected peak, end, an event index (the moment after that many \
+                 trace events) or seconds after the trace's first event (12.5s)"
             )
         }),
     }

@@ -25,6 +25,7 @@ pub mod kinds;
 pub mod load;
 pub mod log_model;
 pub mod model;
+pub mod moment_time;
 pub mod recorded_stats;
 pub mod replay;
 pub mod report;

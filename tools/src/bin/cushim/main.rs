@@ -101,8 +101,9 @@ enum Cmd {
         /// gradients, optimizer state, activations, ...; docs/ANALYSES-CATEGORIES.md).
         #[arg(long, value_parser = ["range", "category"])]
         by: Option<String>,
-        /// With --by category: the moment, `peak` (the trace's peak allocated), `end`, or an
-        /// event index (after that many trace events).
+        /// With --by category: the moment, `peak` (the trace's peak allocated), `end`, an
+        /// event index (after that many trace events), or `SECONDSs` after the trace's first
+        /// event (`12.5s`, from a snapshot's times).
         #[arg(long, default_value = "peak")]
         at: String,
         /// With --by category: a category of your own, NAME=REGEX over frames (`name
