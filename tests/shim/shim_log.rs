@@ -804,4 +804,27 @@ fn report_of_a_log_agrees_with_report_of_the_snapshot_of_the_same_run() {
         "{from_log}"
     );
     assert_eq!(a, b, "the log's page against the snapshot's");
+    // A log records every segment from the run's start: the page shows the segments at the
+    // peak and the recorded row's peak reserved, as the summary below it does, and as the
+    // snapshot's page shows them.
+    let section = |page: &str| -> String {
+        let from = page
+            .find("<h3>segments at the peak")
+            .unwrap_or_else(|| panic!("no segments at the peak:\n{page}"));
+        let rest = &page[from..];
+        rest[..rest.find("<h3>what kind").unwrap_or(rest.len())].to_string()
+    };
+    assert_eq!(section(&from_log), section(&from_snap));
+    let recorded = |page: &str| -> String {
+        page.lines()
+            .find(|l| l.starts_with("<tr><td>recorded</td>"))
+            .unwrap_or_else(|| panic!("no recorded row:\n{page}"))
+            .to_string()
+    };
+    assert!(
+        !recorded(&from_log).starts_with("<tr><td>recorded</td><td>-</td>"),
+        "{}",
+        recorded(&from_log)
+    );
+    assert_eq!(recorded(&from_log), recorded(&from_snap));
 }

@@ -277,3 +277,142 @@ fn cushim_run_points_nvtx_at_the_shim_and_keeps_the_users_injection() {
     );
     assert!(out.contains("step/forward/layer"), "{out}");
 }
+
+/// `cushim summary --by category --json` of `snap` at `at`.
+fn categories_json(snap: &Path, at: &str) -> serde_json::Value {
+    let out = common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "category", "--json", "--at", at])
+            .arg(snap),
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+fn bytes_of(dev: &serde_json::Value, category: &str) -> i64 {
+    dev["categories"]
+        .as_array()
+        .expect("categories")
+        .iter()
+        .find(|c| c["category"] == category)
+        .map_or(0, |c| c["bytes"].as_i64().expect("bytes"))
+}
+
+#[test]
+fn a_c_loop_with_numbered_nvtx_steps_is_split_into_its_steps_and_categorised_by_its_ranges() {
+    let Some(exe) = common::nvtx::program_named("nvtx_steps") else {
+        return;
+    };
+    let dir = common::scratch("nvtx-steps");
+    let snap = run_to(&exe, &dir, "snap.pickle");
+    let v = categories_json(&snap, "end");
+    let dev = &v["devices"][0];
+    // At the end: the gradient and the optimizer state kept, four 6 MiB leaks outside
+    // every phase; every temporary and activation freed.
+    assert_eq!(bytes_of(dev, "gradients"), 2 * MIB, "{v}");
+    assert_eq!(bytes_of(dev, "optimizer state"), 4 * MIB, "{v}");
+    assert_eq!(bytes_of(dev, "unclassified"), 24 * MIB, "{v}");
+    assert_eq!(bytes_of(dev, "activations kept for backward"), 0, "{v}");
+    assert_eq!(dev["allocated_bytes"], 30 * MIB, "{v}");
+    // Four steps from the numbered ranges; each after the first grows by its leak.
+    assert!(
+        dev["steps_source"]
+            .as_str()
+            .is_some_and(|s| s.contains("numbered ranges")),
+        "{v}"
+    );
+    let steps = dev["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 4, "{v}");
+    assert_eq!(steps[0]["growth_bytes"], 12 * MIB, "{v}");
+    for s in &steps[1..] {
+        assert_eq!(s["growth_bytes"], 6 * MIB, "{v}");
+    }
+    // The last step peaks highest (three leaks before it), inside its backward pass:
+    // 18 (leaks) + 2 + 4 (kept) + 4 (the activation) + 3 (backward temporary) = 31 MiB,
+    // the activation kept for backward while the backward pass runs.
+    assert_eq!(dev["peak_step"], 4, "{v}");
+    assert_eq!(steps[3]["peak_allocated_bytes"], 31 * MIB, "{v}");
+    let at_peak = |name: &str| {
+        steps[3]["categories"]
+            .as_array()
+            .expect("categories")
+            .iter()
+            .find(|c| c["category"] == name)
+            .map_or(0, |c| c["bytes"].as_i64().expect("bytes"))
+    };
+    assert_eq!(at_peak("activations kept for backward"), 4 * MIB, "{v}");
+    assert_eq!(at_peak("backward temporaries"), 3 * MIB, "{v}");
+    let peak = categories_json(&snap, "peak");
+    let p = &peak["devices"][0];
+    let sum: i64 = p["categories"]
+        .as_array()
+        .expect("categories")
+        .iter()
+        .map(|c| c["bytes"].as_i64().expect("bytes"))
+        .sum();
+    assert_eq!(
+        sum,
+        p["allocated_bytes"].as_i64().expect("allocated"),
+        "{peak}"
+    );
+    // The summary names the step that peaked.
+    let out = common::run_ok(Command::new(common::cushim_bin()).arg("summary").arg(&snap));
+    assert!(out.contains("the peak was in step 4 of 4"), "{out}");
+}
+
+#[test]
+fn a_c_loop_without_any_range_is_split_into_steps_by_its_repeating_allocations() {
+    let exe = common::compile("steps_plain", &[]);
+    let dir = common::scratch("plain-steps");
+    let snap = dir.join("snap.pickle");
+    let out = common::run_ok(
+        common::shim_cmd(&exe)
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_HISTORY", "enabled=all,context=all,stacks=native"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    let v = categories_json(&snap, "end");
+    let dev = &v["devices"][0];
+    assert!(
+        dev["steps_source"]
+            .as_str()
+            .is_some_and(|s| s.contains("repeats every 2 allocations")),
+        "{v}"
+    );
+    let steps = dev["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 4, "{v}");
+    for s in steps {
+        assert_eq!(s["growth_bytes"], 2 * MIB, "{v}");
+    }
+    // No phase and no rule: the kept buffers are unclassified, all 8 MiB of them.
+    assert_eq!(bytes_of(dev, "unclassified"), 8 * MIB, "{v}");
+    assert_eq!(dev["allocated_bytes"], 8 * MIB, "{v}");
+}
+
+#[test]
+fn a_users_rule_over_range_paths_names_the_memory_first() {
+    let Some(exe) = common::nvtx::program_named("nvtx_steps") else {
+        return;
+    };
+    let dir = common::scratch("nvtx-user-rule");
+    let snap = run_to(&exe, &dir, "snap.pickle");
+    let out = common::run_ok(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "category", "--at", "end"])
+            .args(["--category", "kept buffers=^step [0-9]+$"])
+            .arg(&snap),
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_end().ends_with("kept buffers"))
+        .unwrap_or_else(|| panic!("no row for the user's category:\n{out}"));
+    assert!(row.contains("24.00 MiB"), "{out}");
+    let bad = common::run(
+        Command::new(common::cushim_bin())
+            .args(["summary", "--by", "category", "--category", "x=("])
+            .arg(&snap),
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--category \"x=(\""), "{err}");
+}

@@ -1043,3 +1043,202 @@ sys.stdout.buffer.write(pickle.dumps({{"segments": [seg], "device_traces": [[]]}
         );
     }
 }
+
+/// The committed real PyTorch snapshot.
+fn real_snapshot() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-assignment2-memory_snapshot.pickle.gz")
+}
+
+fn json_of(args: &[&str], files: &[&Path]) -> serde_json::Value {
+    let out = ok(args, files);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+#[test]
+fn the_categories_of_a_real_snapshots_peak_sum_to_its_allocated_bytes() {
+    let real = real_snapshot();
+    let v = json_of(&["summary", "--by", "category", "--json"], &[&real]);
+    let s = json_of(&["summary", "--json"], &[&real]);
+    let dev = &v["devices"][0];
+    let cats = dev["categories"].as_array().expect("categories");
+    let sum: i64 = cats
+        .iter()
+        .map(|c| c["bytes"].as_i64().expect("bytes"))
+        .sum();
+    assert_eq!(Some(sum), dev["allocated_bytes"].as_i64(), "{v}");
+    // The moment is the trace's peak the summary names, with the same bytes as its sites.
+    let sd = &s["devices"][0];
+    assert_eq!(dev["after_event"], sd["trace_peak_after_event"], "{v}\n{s}");
+    let sites: i64 = sd["sites_at_peak"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .map(|x| x["bytes"].as_i64().expect("bytes"))
+        .sum();
+    assert_eq!(sum, sites, "{v}\n{s}");
+    // The blocks live when the trace began are their own line, whole.
+    let before = cats
+        .iter()
+        .find(|c| c["category"] == "before the recording / no stack")
+        .expect("a before-the-recording line");
+    assert_eq!(before["bytes"], dev["before_recording_bytes"], "{v}");
+    // The peak of this forward-and-backward run is activations kept for backward, most of it.
+    let acts = cats
+        .iter()
+        .find(|c| c["category"] == "activations kept for backward")
+        .and_then(|c| c["bytes"].as_i64())
+        .expect("activations");
+    assert!(acts * 2 > sum, "{v}");
+    // The text and the JSON give the same figures: the activations' row in MiB.
+    let text = ok(&["summary", "--by", "category"], &[&real]);
+    let mib = format!("{:.2} MiB", acts as f64 / (1u64 << 20) as f64);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&mib) && l.ends_with("activations kept for backward")),
+        "{mib}:\n{text}"
+    );
+}
+
+/// Validate `value` against `docs/json/<schema>.schema.json` with python3's jsonschema;
+/// false (after a skip line) where that cannot run here.
+fn valid_against(schema: &str, value: &serde_json::Value, dir: &Path) -> bool {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/json")
+        .join(format!("{schema}.schema.json"));
+    assert!(path.exists(), "no schema {}", path.display());
+    let doc = write(dir, &format!("{schema}.json"), value.to_string().as_bytes());
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import json, sys\n\
+             try:\n    import jsonschema\nexcept ImportError:\n    sys.exit(77)\n\
+             s = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))\n\
+             jsonschema.Draft202012Validator.check_schema(s)\n\
+             jsonschema.Draft202012Validator(s).validate(d)\n",
+        )
+        .arg(&path)
+        .arg(&doc)
+        .output();
+    match out {
+        Ok(o) if o.status.code() == Some(77) => {
+            common::skip::skip("--json against its schema", "python3 has no jsonschema");
+            false
+        }
+        Err(e) => {
+            common::skip::skip("--json against its schema", &format!("no python3: {e}"));
+            false
+        }
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "{schema}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            true
+        }
+    }
+}
+
+#[test]
+fn every_json_output_holds_to_its_schema() {
+    let dir = common::scratch("json-schemas");
+    let real = real_snapshot();
+    let other = write(&dir, "other.json", one_device(0, 64, "other.py").as_bytes());
+    for (schema, args, files) in [
+        ("summary", vec!["summary", "--json"], vec![real.as_path()]),
+        (
+            "summary",
+            vec!["summary", "--json"],
+            vec![real.as_path(), other.as_path()],
+        ),
+        (
+            "summary-by-category",
+            vec!["summary", "--by", "category", "--json"],
+            vec![real.as_path()],
+        ),
+        (
+            "summary-by-category",
+            vec!["summary", "--by", "category", "--json", "--at", "end"],
+            vec![other.as_path()],
+        ),
+        (
+            "summary-by-range",
+            vec!["summary", "--by", "range", "--json"],
+            vec![real.as_path()],
+        ),
+        (
+            "diff",
+            vec!["diff", "--json"],
+            vec![real.as_path(), other.as_path()],
+        ),
+    ] {
+        let v = json_of(&args, &files);
+        assert_eq!(v["schema_version"], 1, "{v}");
+        if !valid_against(schema, &v, &dir) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn diff_shows_the_categories_at_each_runs_peak() {
+    let dir = common::scratch("diff-categories");
+    let a = write(&dir, "a.json", one_device(0, 64, "a.py").as_bytes());
+    let b = write(&dir, "b.json", one_device(0, 96, "b.py").as_bytes());
+    let out = ok(&["diff"], &[&a, &b]);
+    // No trace: every block's allocation is before the recording, on both sides.
+    assert!(
+        out.contains("device 0: bytes per category at each run's peak:"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.ends_with("before the recording / no stack"))
+        .unwrap_or_else(|| panic!("no category row:\n{out}"));
+    assert!(
+        row.contains("64.00 MiB ->      96.00 MiB") && row.contains("+32.00 MiB"),
+        "{row}"
+    );
+    // --at and --category without --by category: one line, exit status 2.
+    let bad = common::cli::cushim(&["summary", "--at", "end"], &[&a]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
+
+#[test]
+fn categories_at_seconds_after_the_first_trace_event() {
+    let dir = common::scratch("categories-seconds");
+    let m = 1u64 << 20;
+    let base = 1u64 << 40;
+    let frames = serde_json::json!([{"name": "load", "filename": "/w/train.py", "line": 3}]);
+    let snap = serde_json::json!({
+        "segments": [{"device": 0, "address": base, "total_size": 4 * m, "stream": 0,
+            "segment_type": "large",
+            "blocks": [
+                {"address": base, "size": m, "requested_size": m, "state": "active_allocated",
+                 "frames": frames},
+                {"address": base + m, "size": 2 * m, "requested_size": 2 * m,
+                 "state": "active_allocated", "frames": frames},
+                {"address": base + 3 * m, "size": m, "requested_size": m, "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "alloc", "addr": base, "size": m, "stream": 0,
+             "time_us": 1_000_000, "frames": frames},
+            {"action": "alloc", "addr": base + m, "size": 2 * m, "stream": 0,
+             "time_us": 3_000_000, "frames": frames}]],
+    });
+    let f = write(&dir, "t.json", snap.to_string().as_bytes());
+    let at = |s: &str| -> serde_json::Value {
+        json_of(&["summary", "--by", "category", "--json", "--at", s], &[&f])
+    };
+    assert_eq!(
+        at("1.5s")["devices"][0]["allocated_bytes"],
+        m,
+        "1.5 s: the first only"
+    );
+    assert_eq!(
+        at("2s")["devices"][0]["allocated_bytes"],
+        3 * m,
+        "2 s: both"
+    );
+    assert_eq!(at("2s")["devices"][0]["after_event"], 2);
+}

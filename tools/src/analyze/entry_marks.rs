@@ -10,6 +10,9 @@
 //! frame (`analyze::frames` leaves them out). What is not shown, and why:
 //! - the default pool `(0, 0)`: every allocation outside a private pool is in it;
 //! - an empty `compile_context` or PyTorch's `N/A` (no compiled region was running);
+//! - a trace entry's range path (`user_metadata`): kept as a mark too
+//!   (`analyze::category_rules::RANGE_MARK`) for the categories and steps, but not shown in
+//!   a site (`summary --by range` groups by it);
 //! - a trace entry's `internal_metadata`: PyTorch's own bookkeeping for the entry (it
 //!   writes the key only when its allocator filled it), not something the program named;
 //!   `convert` carries it, nothing here reads it.
@@ -24,7 +27,7 @@ pub const POOL_MARK: &str = "(private memory pool)";
 /// Whether `f` is a mark frame (not a frame of the program's stack).
 pub fn is_mark(f: &Frame) -> bool {
     let n = &*f.name;
-    n == COMPILE_MARK || n == POOL_MARK
+    n == COMPILE_MARK || n == POOL_MARK || n == crate::analyze::category_rules::RANGE_MARK
 }
 
 /// The compiled region a trace entry names, if any (`None` for empty or `N/A`).
@@ -46,7 +49,7 @@ pub fn suffix(stacks: &Stacks, id: u32) -> String {
     for f in stacks.frames_of(id).filter(|f| is_mark(f)) {
         if &*f.name == COMPILE_MARK {
             s.push_str(&format!(" [compiled region {}]", f.file));
-        } else {
+        } else if &*f.name == POOL_MARK {
             s.push_str(&format!(" [private pool {}]", f.file));
         }
     }

@@ -9,6 +9,7 @@
 //! many bytes can hold, so a crafted file that references one large list many times over
 //! (cheap in pickle's memo) is refused instead of multiplied.
 
+use crate::analyze::category_rules::RANGE_MARK;
 use crate::analyze::entry_marks::{compile_region, private_pool, COMPILE_MARK, POOL_MARK};
 use crate::analyze::frames::FORWARD_MARK;
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
@@ -160,7 +161,13 @@ impl Interner {
             Some([Value::Int(a), Value::Int(b)]) => private_pool((*a, *b)),
             _ => None,
         };
-        if fwd.is_none() && region.is_none() && pool.is_none() {
+        let range = e
+            .get("user_metadata")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if fwd.is_none() && region.is_none() && pool.is_none() && range.is_none() {
             return Ok(own);
         }
         let mut ids: Vec<u32> = self
@@ -181,6 +188,15 @@ impl Interner {
             }
         }
         self.push_marks(&mut ids, region.as_deref(), pool.as_deref());
+        if let Some(r) = range {
+            // The range path (or PyTorch's `user_metadata`) the categories and steps read.
+            let mark = Frame {
+                name: self.string(RANGE_MARK),
+                file: self.string(&r),
+                line: 0,
+            };
+            ids.push(self.frame_id(mark));
+        }
         Ok(self.list_id(ids))
     }
 

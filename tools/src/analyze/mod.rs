@@ -12,6 +12,8 @@
 //! of the input's size.
 
 pub mod by_range;
+pub mod category;
+pub mod category_rules;
 pub mod device_size;
 pub mod diff;
 pub mod entry_marks;
@@ -19,10 +21,12 @@ pub mod event_list;
 pub mod fit;
 pub mod frames;
 pub mod input;
+pub mod json;
 pub mod kinds;
 pub mod load;
 pub mod log_model;
 pub mod model;
+pub mod moment_time;
 pub mod pytorch_pages;
 pub mod recorded_stats;
 pub mod replay;
@@ -30,6 +34,7 @@ pub mod report;
 pub mod seed;
 pub mod segments_at;
 pub mod sites;
+pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod walk;

@@ -14,7 +14,7 @@
 use crate::analyze::by_range::{self, DeviceRanges};
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
-use crate::analyze::segments_at::{segments_at, SegFill};
+use crate::analyze::segments_at::{segments_at, segments_at_forward, SegFill};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
 use crate::analyze::timeline::State;
 use crate::analyze::walk::{walk, Walked};
@@ -57,6 +57,31 @@ fn short_bytes(b: u64) -> String {
     }
 }
 
+/// The round step (1, 2, 2.5 or 5 times a power of ten) at or above `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * p)
+}
+
+/// A tick's label: `v` units, with the decimals the step needs.
+fn tick_label(v: f64, step: f64, unit: &str) -> String {
+    let decimals = if step.fract().abs() < 1e-9 {
+        0
+    } else if (step * 10.0).fract().abs() < 1e-9 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$} {unit}")
+}
+
 /// Where to mark the timeline: the peak's event index and every OOM's.
 struct Marks {
     events: usize,
@@ -70,7 +95,16 @@ fn svg_timeline(out: &mut String, pts: &[(u64, u64)], marks: &Marks) {
     let (left, bottom, h) = (70.0, 30.0, 230.0);
     let plot_w = WIDTH - left - 10.0;
     let plot_h = h - bottom - 10.0;
-    let top = pts.iter().map(|p| p.0.max(p.1)).max().unwrap_or(0).max(1) as f64;
+    let highest = pts.iter().map(|p| p.0.max(p.1)).max().unwrap_or(0).max(1) as f64;
+    // The memory axis in round steps (1, 2, 2.5 or 5 times a power of ten, in MiB or GiB),
+    // its top the first step at or above the highest value.
+    let (unit, unit_name) = if highest >= 4.0 * (1u64 << 30) as f64 {
+        ((1u64 << 30) as f64, "GiB")
+    } else {
+        ((1u64 << 20) as f64, "MiB")
+    };
+    let ystep = nice_step(highest / unit / 4.0) * unit;
+    let top = (highest / ystep).ceil().max(1.0) * ystep;
     let x = |i: usize| left + i as f64 * plot_w / (pts.len().max(2) - 1) as f64;
     let y = |v: f64| 10.0 + plot_h - v * plot_h / top;
     // Event index -> x (bucket i holds events up to i * per).
@@ -84,9 +118,10 @@ fn svg_timeline(out: &mut String, pts: &[(u64, u64)], marks: &Marks) {
             .join(" ")
     };
     let mut axes = String::new();
-    // Y axis: memory, five ticks.
-    for k in 0..=4 {
-        let v = top * k as f64 / 4.0;
+    // Y axis: memory, at round steps.
+    let yticks = (top / ystep).round() as usize;
+    for k in 0..=yticks {
+        let v = ystep * k as f64;
         let _ = write!(
             axes,
             "<line x1=\"{left}\" x2=\"{:.1}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\
@@ -94,16 +129,22 @@ fn svg_timeline(out: &mut String, pts: &[(u64, u64)], marks: &Marks) {
             left + plot_w,
             left - 4.0,
             y(v) + 4.0,
-            esc(&short_bytes(v as u64)),
+            esc(&tick_label(v / unit, ystep / unit, unit_name)),
             yy = y(v)
         );
     }
-    // X axis: trace events, five ticks.
-    for k in 0..=4 {
-        let e = marks.events * k / 4;
+    // X axis: trace events, at round steps; a label near the right edge ends there (one
+    // centred on it would be clipped).
+    let xstep = (nice_step(marks.events as f64 / 4.0).max(1.0)) as usize;
+    for e in (0..=marks.events).step_by(xstep) {
+        let anchor = if ex(e) > left + plot_w - 30.0 {
+            "end"
+        } else {
+            "middle"
+        };
         let _ = write!(
             axes,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{e}</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{e}</text>",
             ex(e),
             h - bottom + 14.0
         );
@@ -338,7 +379,15 @@ fn range_section(out: &mut String, dev: &DeviceRanges) {
     }
 }
 
-fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
+/// What a whole-run log's segment events say of the recorded run (its replay row has no
+/// segments list to say it from).
+struct Recorded {
+    peak_reserved: u64,
+    device_allocs: u64,
+    segment_frees: u64,
+}
+
+fn replay_table(out: &mut String, r: &Replay, ordinal: i64, recorded: Option<&Recorded>) {
     let Some(d) = r.devices.iter().find(|d| d.ordinal == ordinal) else {
         return;
     };
@@ -347,6 +396,12 @@ fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
          <th>fragmentation</th><th>device allocs</th><th>segment frees</th><th>OOMs</th></tr>\n",
     );
     for row in &d.rows {
+        let mut row = row.clone();
+        if let Some(rec) = recorded.filter(|_| row.label == "recorded") {
+            row.peak_reserved = row.peak_reserved.or(Some(rec.peak_reserved));
+            row.device_allocs = row.device_allocs.or(Some(rec.device_allocs));
+            row.segment_frees = row.segment_frees.or(Some(rec.segment_frees));
+        }
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -363,6 +418,96 @@ fn replay_table(out: &mut String, r: &Replay, ordinal: i64) {
     out.push_str("</table>\n");
     for n in &d.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
+    }
+}
+
+/// A colour per category (table order), for the chart and its legend.
+const CATEGORY_COLOURS: [&str; 14] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#cccccc", "#555555",
+];
+
+/// What kind of memory: the categories at the peak, over the trace (stacked, one bar per
+/// run of events), and the loop's steps.
+fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
+    use crate::analyze::category::{categorize, over_time, Moment};
+    if dev.events.len() > crate::analyze::steps::SUMMARY_MAX_EVENTS {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">categories and steps: not computed for a trace of {} events \
+             (`cushim summary --by category` computes them)</p>",
+            dev.events.len()
+        );
+        return;
+    }
+    let Ok(at) = categorize(snap, dev, &[], Moment::Peak) else {
+        return;
+    };
+    out.push_str(
+        "<h3>what kind of memory, at the peak (docs/ANALYSES-CATEGORIES.md)</h3>\n\
+         <table><tr><th></th><th>bytes</th><th>share</th><th>category</th></tr>\n",
+    );
+    for (k, (name, bytes)) in at.rows.iter().enumerate() {
+        if *bytes == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "<tr><td><span style=\"display:inline-block;width:10px;height:10px;\
+             background:{}\"></span></td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
+            CATEGORY_COLOURS[k % CATEGORY_COLOURS.len()],
+            mib(*bytes),
+            *bytes as f64 * 100.0 / at.allocated.max(1) as f64,
+            esc(name)
+        );
+    }
+    out.push_str("</table>\n");
+    if let Some(n) = &at.note {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
+    }
+    let cols = over_time(snap, dev, &[], 200);
+    let top = cols
+        .iter()
+        .map(|c| c.iter().sum::<u64>())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    if cols.len() > 1 {
+        let (h, bw) = (160.0, WIDTH / cols.len() as f64);
+        let _ = write!(
+            out,
+            "<svg width=\"{WIDTH}\" height=\"{h}\" viewBox=\"0 0 {WIDTH} {h}\">"
+        );
+        for (x, col) in cols.iter().enumerate() {
+            let mut y = h;
+            for (k, b) in col.iter().enumerate() {
+                if *b == 0 {
+                    continue;
+                }
+                let bh = *b as f64 * (h - 10.0) / top;
+                y -= bh;
+                let _ = write!(
+                    out,
+                    "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{bh:.1}\" \
+                     fill=\"{}\"/>",
+                    x as f64 * bw,
+                    bw.max(1.0),
+                    CATEGORY_COLOURS[k % CATEGORY_COLOURS.len()]
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "</svg>\n<p class=\"note\">categories over the trace (oldest left, highest {}), \
+             each bar the moment after its run of events</p>",
+            mib(top as u64)
+        );
+    }
+    let st = crate::analyze::steps::steps(snap, dev, &[], 1);
+    if !st.steps.is_empty() {
+        out.push_str("<h3>steps</h3>\n<pre>");
+        out.push_str(&esc(&crate::analyze::steps::render(&st)));
+        out.push_str("</pre>\n");
     }
 }
 
@@ -467,9 +612,33 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
             segments(&mut out, &segments_at(dev, at_peak, p.allocated_at));
+        } else if snap.reserved_known(dev) {
+            // A whole-run log: its segment events, applied from the run's start.
+            out.push_str(
+                "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
+            );
+            segments(&mut out, &segments_at_forward(dev, at_peak, p.allocated_at));
         }
+        categories_section(&mut out, snap, dev);
         out.push_str("<h3>replay under other settings</h3>\n");
-        replay_table(&mut out, &r, dev.ordinal);
+        // The recorded row of a log has no segments list; its segment events give the
+        // peak reserved the summary shows.
+        let recorded = snap.reserved_known(dev).then(|| Recorded {
+            peak_reserved: p.reserved,
+            device_allocs: walked.segment_allocs,
+            segment_frees: dev
+                .events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e.action,
+                        cushim::trace::event::Action::SegmentFree
+                            | cushim::trace::event::Action::SegmentUnmap
+                    )
+                })
+                .count() as u64,
+        });
+        replay_table(&mut out, &r, dev.ordinal, recorded.as_ref());
     }
     for n in &r.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
@@ -490,4 +659,39 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
     );
     out.push_str("</body></html>\n");
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_steps_are_round_numbers() {
+        // 476 MiB over four ticks: 119 -> 200 MiB steps (0, 200, 400, 600), not 0/119/238.
+        assert_eq!(nice_step(119.0), 200.0);
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(2.2), 2.5);
+        assert_eq!(nice_step(1000.0), 1000.0);
+        assert_eq!(nice_step(4835.5), 5000.0);
+        assert_eq!(tick_label(2.5, 2.5, "GiB"), "2.5 GiB");
+        assert_eq!(tick_label(400.0, 200.0, "MiB"), "400 MiB");
+    }
+
+    #[test]
+    fn the_last_event_label_ends_at_the_plot_edge_instead_of_being_clipped() {
+        // 1000 events in columns of 2 (BUCKETS): 501 points, the first the start.
+        let pts = vec![(1u64 << 20, 2u64 << 20); 501];
+        let marks = Marks {
+            events: 1000,
+            peak_at: 10,
+            peak: 1 << 20,
+            ooms: Vec::new(),
+        };
+        let mut out = String::new();
+        svg_timeline(&mut out, &pts, &marks);
+        assert!(out.contains("text-anchor=\"end\">1000</text>"), "{out}");
+        assert!(out.contains(">0.0 MiB</text>"), "{out}");
+        assert!(out.contains(">2.0 MiB</text>"), "{out}");
+        assert!(out.contains("text-anchor=\"middle\">500</text>"), "{out}");
+    }
 }

@@ -60,6 +60,52 @@ pub fn segments_at(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
             _ => {}
         }
     }
+    fill(&segs, state)
+}
+
+/// The segments of a log's device after its first `n` events: a whole-run log records
+/// every segment from the run's start, so they are its segment events applied forward
+/// from none (`segment_map` grows the segment holding the address, or starts one).
+pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
+    let mut segs: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for ev in dev.events.iter().take(n) {
+        let holder =
+            |segs: &BTreeMap<u64, (u64, bool)>| segs.range(..=ev.addr).next_back().map(|(&a, _)| a);
+        match ev.action {
+            Action::SegmentAlloc => {
+                segs.insert(ev.addr, (ev.size, false));
+            }
+            Action::SegmentFree => {
+                segs.remove(&ev.addr);
+            }
+            Action::SegmentMap => match holder(&segs) {
+                Some(a) if segs.get(&a).is_some_and(|s| s.1 && a + s.0 == ev.addr) => {
+                    if let Some(s) = segs.get_mut(&a) {
+                        s.0 = s.0.saturating_add(ev.size);
+                    }
+                }
+                _ => {
+                    segs.insert(ev.addr, (ev.size, true));
+                }
+            },
+            Action::SegmentUnmap => {
+                if let Some(a) = holder(&segs) {
+                    if let Some(s) = segs.get_mut(&a) {
+                        s.0 = s.0.saturating_sub(ev.size);
+                        if s.0 == 0 {
+                            segs.remove(&a);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    fill(&segs, state)
+}
+
+/// The segments `segs` (address -> size, expandable), filled by the blocks of `state`.
+fn fill(segs: &BTreeMap<u64, (u64, bool)>, state: &State) -> Vec<SegFill> {
     let mut out: Vec<SegFill> = segs
         .iter()
         .map(|(&address, &(size, expandable))| SegFill {

@@ -2,33 +2,57 @@
 
 use std::path::{Path, PathBuf};
 
-use cushim_tools::analyze::summary::{ranks, render, render_summaries, summaries, Options};
-use cushim_tools::analyze::{by_range, diff, input, replay, report};
+use cushim_tools::analyze::summary::{ranks, render_summaries, summaries, Options};
+use cushim_tools::analyze::{by_range, category, diff, input, json, replay, report, steps};
 
-pub fn summary(files: &[PathBuf], depth: usize, tree: bool) -> Result<i32, String> {
+pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Result<i32, String> {
     let opts = Options {
         depth: depth.max(1),
         tree,
         ..Options::default()
     };
-    if let [one] = files {
-        print!("{}", render(&input::read(one)?, &opts));
-        return Ok(0);
-    }
     let mut all = Vec::new();
     for f in files {
         let snap = input::read(f)?;
         let devs = summaries(&snap, &opts);
-        all.push((f.display().to_string(), snap, devs));
+        // The loop's steps, so the summary names the step that peaked.
+        let st: Vec<steps::Steps> = snap
+            .devices
+            .iter()
+            .filter(|d| !d.events.is_empty() && d.events.len() <= steps::SUMMARY_MAX_EVENTS)
+            .map(|d| steps::steps(&snap, d, &[], opts.depth))
+            .collect();
+        all.push((f.display().to_string(), snap, devs, st));
+    }
+    if as_json {
+        let rows: Vec<_> = all
+            .into_iter()
+            .map(|(name, _, devs, st)| (name, devs, st))
+            .collect();
+        println!("{}", json::summary(&rows));
+        return Ok(0);
+    }
+    let step_lines = |st: &[steps::Steps]| {
+        for s in st {
+            if let Some(line) = steps::peak_line(s) {
+                println!("device {} {line}", s.device);
+            }
+        }
+    };
+    if let [(_, snap, devs, st)] = &all[..] {
+        print!("{}", render_summaries(snap, devs, &opts));
+        step_lines(st);
+        return Ok(0);
     }
     let table: Vec<(&str, &[_])> = all
         .iter()
-        .map(|(name, _, devs)| (name.as_str(), devs.as_slice()))
+        .map(|(name, _, devs, _)| (name.as_str(), devs.as_slice()))
         .collect();
     print!("{}", ranks(&table));
-    for (name, snap, devs) in &all {
+    for (name, snap, devs, st) in &all {
         println!("\n== {name}");
         print!("{}", render_summaries(snap, devs, &opts));
+        step_lines(st);
     }
     Ok(0)
 }
@@ -51,7 +75,14 @@ pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Res
     Ok(0)
 }
 
-pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Result<i32, String> {
+pub fn diff(
+    a: &Path,
+    b: &Path,
+    depth: usize,
+    top: usize,
+    by_number: bool,
+    as_json: bool,
+) -> Result<i32, String> {
     // The two files are independent: read them on two threads (a 1M-event pickle takes
     // about as long to read as the whole diff takes after it).
     let (ra, rb) = std::thread::scope(|s| {
@@ -68,13 +99,14 @@ pub fn diff(a: &Path, b: &Path, depth: usize, top: usize, by_number: bool) -> Re
     } else {
         diff::Pairing::Auto
     };
-    print!(
-        "{}",
-        diff::render(
-            &diff::diff_paired(&sa, &sb, depth.max(1), pairing),
-            top.max(1)
-        )
-    );
+    let diffs = diff::diff_paired(&sa, &sb, depth.max(1), pairing);
+    let cats = category::diff_categories(&sa, &sb, &diffs);
+    if as_json {
+        println!("{}", json::diff(&diffs, &cats));
+        return Ok(0);
+    }
+    print!("{}", diff::render(&diffs, top.max(1)));
+    print!("{}", category::render_diff(&cats));
     Ok(0)
 }
 

@@ -2,6 +2,7 @@
 
 mod analyze;
 mod bench;
+mod by_category;
 mod by_range;
 mod cache_dir;
 mod demo;
@@ -99,9 +100,23 @@ enum Cmd {
         #[arg(long)]
         tree: bool,
         /// Group bytes by something else than allocation site: `range` (the NVTX range path
-        /// each allocation was made in).
-        #[arg(long, value_parser = ["range"])]
+        /// each allocation was made in), `category` (what kind of memory: parameters,
+        /// gradients, optimizer state, activations, ...; docs/ANALYSES-CATEGORIES.md).
+        #[arg(long, value_parser = ["range", "category"])]
         by: Option<String>,
+        /// With --by category: the moment, `peak` (the trace's peak allocated), `end`, an
+        /// event index (after that many trace events), or `SECONDSs` after the trace's first
+        /// event (`12.5s`, from a snapshot's times).
+        #[arg(long, default_value = "peak")]
+        at: String,
+        /// With --by category: a category of your own, NAME=REGEX over frames (`name
+        /// file:line`), NVTX range paths and user_metadata; repeatable, first match wins,
+        /// before the built-in rules.
+        #[arg(long = "category")]
+        categories: Vec<String>,
+        /// Print one JSON object (docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Replay a recorded trace through the engine under the recorded settings and others,
     /// and print peaks, fragmentation, device allocations and OOMs side by side.
@@ -165,6 +180,9 @@ enum Cmd {
         /// single-device files are compared device to device, whatever their numbers).
         #[arg(long)]
         by_number: bool,
+        /// Print one JSON object (docs/JSON.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a snapshot (memory_viz opens it) of one moment of a whole-run event log
     /// (`CUSHIM_LOG`, `cushim run --log`).
@@ -261,11 +279,30 @@ fn main() -> ExitCode {
         } => demo::demo(expandable, snapshot, steps),
         Cmd::Bench { full, out } => bench::bench(!full, out.as_deref()),
         Cmd::Summary {
-            files, by: Some(_), ..
-        } => by_range::summary(&files),
+            files,
+            by: Some(by),
+            at,
+            categories,
+            json,
+            depth,
+            ..
+        } if by == "category" => by_category::summary(&files, &at, &categories, depth, json),
+        Cmd::Summary { at, categories, .. } if at != "peak" || !categories.is_empty() => {
+            Err("--at and --category go with --by category".to_string())
+        }
         Cmd::Summary {
-            files, depth, tree, ..
-        } => analyze::summary(&files, depth, tree),
+            files,
+            by: Some(_),
+            json,
+            ..
+        } => by_range::summary(&files, json),
+        Cmd::Summary {
+            files,
+            depth,
+            tree,
+            json,
+            ..
+        } => analyze::summary(&files, depth, tree, json),
         Cmd::Replay {
             file,
             confs,
@@ -291,7 +328,8 @@ fn main() -> ExitCode {
             depth,
             top,
             by_number,
-        } => analyze::diff(&a, &b, depth, top, by_number),
+            json,
+        } => analyze::diff(&a, &b, depth, top, by_number, json),
         Cmd::Snapshot {
             log,
             at,
