@@ -27,6 +27,8 @@
 #  3. allocation pair cost (bench_alloc) and fragmentation (bench_frag: reserved from
 #     cudaMemGetInfo over allocated; seed, reverse and a serving trace) without the shim,
 #     with it, and with CUSHIM_ALLOC_CONF=expandable_segments:True;
+#     and the calls simcuda's `cuda` latency profile models (examples/latency_probe.c: on a
+#     GPU, CUDA's own costs; with --sim, the profile through the same probe);
 #  4. PyTorch (scripts/gpu_train.py): caching allocator; PYTORCH_NO_CUDA_MEMORY_CACHING=1;
 #     the same with the shim preloaded: ms per step and peak device memory;
 #  5. snapshots with native stacks (demo, and the torch loop) loaded with the installed
@@ -340,6 +342,40 @@ for v in "${VARIANTS[@]}"; do
     done
   done
 done
+
+# ---- 3c. latency profile check --------------------------------------------------------------
+# The calls simcuda's `cuda` latency profile models (simcuda/src/profile.rs), timed on this
+# machine by examples/latency_probe.c (median of 200; the device idle): on a GPU these are
+# CUDA's own costs to hold the profile's figures against; with --sim, simcuda under
+# SIMCUDA_LATENCY=cuda, i.e. the profile seen through the same probe.
+row ""
+row "== latency profile check (latency_probe: median ns per call; profile: simcuda/src/profile.rs)"
+if over_budget; then
+  note "budget spent: skipping the latency probe"
+else
+  if [ "$SIM" = 1 ]; then
+    timeout -k 5 "$STEP_TIMEOUT" "$CC" -O2 -Wall -I "$REPO/simcuda/include" "$REPO/examples/latency_probe.c"       -o "$R/bin/latency_probe" -L "$SIMLIB" -lcudart -lcuda >"$R/logs/cc-latency_probe.log" 2>&1
+  else
+    timeout -k 5 "$STEP_TIMEOUT" "$NVCC" -O2 -cudart shared "$REPO/examples/latency_probe.c"       -o "$R/bin/latency_probe" -lcuda >"$R/logs/cc-latency_probe.log" 2>&1
+  fi
+  if [ $? != 0 ]; then
+    row "FAILED    latency_probe (see logs/cc-latency_probe.log)"
+  else
+    if [ "$SIM" = 1 ]; then
+      run latency_probe 0 SIMCUDA_LATENCY=cuda -- "$R/bin/latency_probe" 200
+    else
+      run latency_probe 0 -- "$R/bin/latency_probe" 200
+    fi
+    if [ "$RC" = 0 ]; then
+      while read -r _ call size med; do
+        row "$(printf '%-38s %-10s %s' "${call#call=}" "${size#size=}" "${med#median_ns=}")"
+        tsv latency "${call#call=}" "${size#size=}" "${med#median_ns=}"
+      done <"$R/logs/latency_probe.out"
+    else
+      row "latency_probe failed rc=$RC (logs/latency_probe.err)"
+    fi
+  fi
+fi
 
 # ---- 4. PyTorch -----------------------------------------------------------------------------
 row ""

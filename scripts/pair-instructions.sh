@@ -2,16 +2,20 @@
 # Instructions per cached cudaMalloc+cudaFree pair through the preloaded shim on simcuda,
 # counted by callgrind: the difference between runs of 200,000 and 100,000 pairs, divided
 # by 100,000 (so start-up and exit cancel out). Needs valgrind and a release build
-# (`cargo build --release`).
+# (`cargo build --release -p cushim-shim -p simcuda`).
 #
 # usage: scripts/pair-instructions.sh [SIZE...]     (default: 512 1048576 67108864)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel="$root/target/release"
 lib="$rel/simcuda-lib"
-[ -x "$rel/cushim" ] || { echo "run 'cargo build --release' first" >&2; exit 1; }
-# `cushim run --sim` lays simcuda out as a CUDA installation in $lib.
-[ -e "$lib/libcudart.so.12" ] || "$rel/cushim" run --sim true || { echo "could not lay out simcuda in $lib" >&2; exit 1; }
+[ -e "$rel/libcushim.so" ] && [ -e "$rel/libsimcuda.so" ] ||
+    { echo "run 'cargo build --release -p cushim-shim -p simcuda' first" >&2; exit 1; }
+# simcuda laid out as a CUDA installation in $lib (as `cushim run --sim` does).
+mkdir -p "$lib"
+for n in libcuda.so libcuda.so.1 libcudart.so libcudart.so.12; do
+    [ -e "$lib/$n" ] || ln -s ../libsimcuda.so "$lib/$n"
+done
 command -v valgrind >/dev/null || { echo "valgrind not found" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -113,6 +113,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CUresult 
         if dptr.is_null() {
             return Err(INVALID_VALUE);
         }
+        crate::latency::sized(Api::cuMemAlloc_v2, size, false);
         out(dptr, mem_alloc(d, size)? as u64)
     })
 }
@@ -121,6 +122,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CUresult 
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
     driver(Api::cuMemFree_v2, || {
         current_device()?;
+        crate::latency::free_of(Api::cuMemFree_v2, dptr as usize);
         mem_free(dptr as usize)
     })
 }

@@ -11,7 +11,8 @@
 //! - `SIMCUDA_VMM=0`: no virtual memory management (attribute 102 is 0, `cuMemCreate` and
 //!   `cuMemAddressReserve` return `CUDA_ERROR_NOT_SUPPORTED`).
 //! - `SIMCUDA_FAIL=name@N|name@every:K|name@after:K[=CODE],...` (see `fault`).
-//! - `SIMCUDA_LATENCY=name:50us,...`: a latency model, not a measurement (see `latency`).
+//! - `SIMCUDA_LATENCY=cuda,virtual,name:50us,...`: a latency model (a named profile, per-call
+//!   figures, a virtual clock), not a measurement (see `latency`, `profile`).
 //! - `SIMCUDA_REPORT=path`: JSON ledger written at exit (see `report`).
 //!
 //! Known simplifications: captured work is recorded, not run, and graphs cannot be launched;
@@ -44,6 +45,7 @@ pub mod memory;
 pub mod peer;
 pub mod pointer_api;
 pub mod procaddr;
+pub mod profile;
 pub mod report;
 pub mod runtime_api;
 pub mod runtime_mem_api;

@@ -118,6 +118,7 @@ pub fn render() -> Value {
             "live_allocations": load(&h.live_allocations),
         },
         "calls": calls,
+        "modelled_ns": crate::latency::modelled_ns(),
     })
 }
 

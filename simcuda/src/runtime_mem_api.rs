@@ -31,13 +31,17 @@ fn malloc(p: *mut *mut c_void, size: usize) -> Result<(), CUresult> {
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaMalloc(p: *mut *mut c_void, size: usize) -> CUresult {
-    runtime(Api::cudaMalloc, || malloc(p, size))
+    runtime(Api::cudaMalloc, || {
+        crate::latency::sized(Api::cudaMalloc, size, false);
+        malloc(p, size)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn cudaFree(p: *mut c_void) -> CUresult {
     runtime(Api::cudaFree, || {
         runtime_device()?;
+        crate::latency::free_of(Api::cudaFree, p as usize);
         mem_free(p as usize)
     })
 }

@@ -184,6 +184,7 @@ impl CachingAllocator {
             device: &*self.device,
             conf: &self.conf,
             solo: &self.solo,
+            per_thread: &self.per_thread,
         }
     }
 
@@ -311,6 +312,8 @@ impl CachingAllocator {
             g.pending.stream_born(stream);
             if non_blocking {
                 g.pending.stream_created(&*self.device, dev, stream);
+            } else {
+                g.pending.blocking_stream_created(stream);
             }
         }
     }
@@ -333,6 +336,13 @@ impl CachingAllocator {
                 (g.pending.barrier.issued, g.pending.barrier.calls)
             })
             .unwrap_or((0, 0))
+    }
+
+    /// Reuses on device `dev` that needed no barrier because every stream's queue was empty
+    /// (`quiet.rs`).
+    pub fn quiet_checks(&self, dev: i32) -> u64 {
+        self.state(dev)
+            .map_or(0, |st| st.lock().pending.barrier.quiet)
     }
 
     /// Wait for pending frees and release every free segment and page of every device, and

@@ -27,6 +27,10 @@
 //!
 //! # Idle streams: every live non-blocking stream is ordered, idle or not
 //!
+//! Unless no stream has work left at all: then no barrier is issued (`quiet.rs`, the queues
+//! asked after the free, which needs no hook). What follows is about a barrier that is
+//! issued because some stream is busy.
+//!
 //! For each non-blocking stream `s` a barrier needs (1) `s`'s past work to precede the reuse
 //! (steps 1 and 2) and (2) `s`'s *future* work to follow the freed blocks' past uses on every
 //! other stream (step 3). Whether `s` is idle on the GPU answers neither: (2) is about work
@@ -111,6 +115,10 @@ pub struct Barrier {
     pub issued: u64,
     /// Driver calls made by barriers so far (records and waits).
     pub calls: u64,
+    /// Barriers not needed because every stream's queue was empty (`quiet.rs`).
+    pub quiet: u64,
+    /// Device synchronizations made instead of a barrier over many streams (`quiet.rs`).
+    pub synced: u64,
 }
 
 impl Barrier {

@@ -89,6 +89,9 @@ pub(crate) struct Ctx<'a> {
     /// each thread may then work on its own per-thread default stream). Read under the
     /// device lock ([`Ctx::streams_seen`]).
     pub solo: &'a std::sync::atomic::AtomicUsize,
+    /// `CachingAllocator::per_thread`: whether a per-thread default stream was used (then
+    /// a quiet check cannot ask every stream, `quiet.rs`).
+    pub per_thread: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -541,7 +544,9 @@ impl DeviceState {
 
     fn cover_pending(&mut self, ctx: &Ctx) {
         let mut done = std::mem::take(&mut self.scratch);
-        self.pending.cover(ctx.device, self.dev, &mut done);
+        let all_streams_known = !ctx.per_thread.load(std::sync::atomic::Ordering::SeqCst);
+        self.pending
+            .cover(ctx.device, self.dev, &mut done, all_streams_known);
         if self.pending.mode() == FreeSync::Device && !done.is_empty() {
             self.stats.num_sync_all_streams += 1;
         }

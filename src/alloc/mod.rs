@@ -20,6 +20,7 @@ mod live;
 pub mod observed;
 pub mod pending;
 pub mod pool;
+mod quiet;
 mod release;
 mod release_retry;
 mod request;

@@ -2,7 +2,9 @@
 //! them) by one of three mechanisms, chosen by `free_sync`:
 //!
 //! - `auto` (once streams exist) and `barrier`: a GPU-side ordering barrier (`barrier.rs`);
-//!   the blocks are reusable as soon as it is issued.
+//!   the blocks are reusable as soon as it is issued. None when every stream's queue is
+//!   empty, and under `auto` a device synchronization instead over many streams
+//!   (`quiet.rs`).
 //! - `event`: a batch of events, one per live stream, polled on the CPU.
 //! - `device`: a device synchronization.
 //!
@@ -16,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::barrier::Barrier;
+use super::barrier::{self, Barrier};
 use super::block::BlockId;
 use crate::config::alloc::FreeSync;
 use crate::device::{Device, Event, Stream, LEGACY_STREAM};
@@ -48,6 +50,8 @@ pub struct Pending {
     spare: Vec<Vec<BlockId>>,
     /// Tracked live non-blocking streams of this device.
     streams: Vec<Stream>,
+    /// Tracked live blocking streams of this device (a quiet check must query them too).
+    blocking: Vec<Stream>,
     /// Streams the program destroyed, newest last, at most [`DEAD_STREAMS`] (a handle the
     /// driver hands out again is removed when it is created).
     dead: VecDeque<Stream>,
@@ -67,6 +71,7 @@ impl Pending {
             event_pool: Vec::new(),
             spare: Vec::new(),
             streams: Vec::new(),
+            blocking: Vec::new(),
             dead: VecDeque::new(),
             events_recorded: 0,
             barrier: Barrier::default(),
@@ -86,6 +91,14 @@ impl Pending {
     pub fn stream_born(&mut self, s: Stream) {
         if !self.dead.is_empty() {
             self.dead.retain(|&x| x != s);
+        }
+    }
+
+    /// A blocking stream was created: the legacy record covers it in a barrier, but a quiet
+    /// check (`quiet.rs`) must find it idle too.
+    pub fn blocking_stream_created(&mut self, s: Stream) {
+        if !barrier::covered_by_legacy(s) && !self.blocking.contains(&s) {
+            self.blocking.push(s);
         }
     }
 
@@ -149,6 +162,7 @@ impl Pending {
             let _ = device.synchronize_stream(dev, s);
         }
         self.streams.retain(|&x| x != s);
+        self.blocking.retain(|&x| x != s);
         self.extra.retain(|&x| x != s);
         if !super::barrier::covered_by_legacy(s) {
             if self.dead.len() >= DEAD_STREAMS {
@@ -218,13 +232,21 @@ impl Pending {
 
     /// Cover every unbatched block: record a batch of events (`event`/`auto`), or
     /// synchronize the device and release them into `out` (`device`). Does nothing while a
-    /// live stream is capturing. A failing event call falls back to synchronizing.
-    pub fn cover(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+    /// live stream is capturing. A failing event call falls back to synchronizing. Under
+    /// barriers, `all_streams_known` (no per-thread default stream was used) lets a quiet
+    /// check stand in for the barrier (`quiet.rs`).
+    pub fn cover(
+        &mut self,
+        device: &dyn Device,
+        dev: i32,
+        out: &mut Vec<BlockId>,
+        all_streams_known: bool,
+    ) {
         if self.unbatched.is_empty() {
             return;
         }
         if self.barriers() {
-            self.cover_by_barrier(device, dev, out);
+            self.cover_by_barrier(device, dev, out, all_streams_known);
             return;
         }
         if self.any_capturing(device, dev) {
@@ -273,7 +295,13 @@ impl Pending {
 
     /// [`Self::cover`] under barriers: unless a live stream captures, issue one barrier (the
     /// capture checks and the barrier in one driver scope) and release every unbatched block.
-    fn cover_by_barrier(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
+    fn cover_by_barrier(
+        &mut self,
+        device: &dyn Device,
+        dev: i32,
+        out: &mut Vec<BlockId>,
+        all_streams_known: bool,
+    ) {
         // The tracked non-blocking streams, then the ones frees named; the barrier skips the
         // default streams the legacy record covers.
         let tracked = self.streams.len();
@@ -282,9 +310,28 @@ impl Pending {
         let mut capturing = false;
         device.batched(dev, &mut || {
             capturing = self::capturing(device, dev, &self.streams);
-            if !capturing {
-                r = self.barrier.issue(device, dev, &self.streams);
+            if capturing {
+                return;
             }
+            if all_streams_known
+                && super::quiet::all_idle(device, dev, &self.streams, &self.blocking)
+            {
+                self.barrier.quiet += 1;
+                r = Ok(());
+                return;
+            }
+            let ordered = self
+                .streams
+                .iter()
+                .filter(|&&s| !barrier::covered_by_legacy(s))
+                .count();
+            if self.mode == FreeSync::Auto && ordered > super::quiet::BARRIER_STREAMS {
+                // As CUDA's own free would: see `quiet.rs`.
+                self.barrier.synced += 1;
+                r = device.synchronize_device(dev);
+                return;
+            }
+            r = self.barrier.issue(device, dev, &self.streams);
         });
         self.streams.truncate(tracked);
         if capturing {
@@ -302,7 +349,7 @@ impl Pending {
     /// Wait for everything: cover the unbatched blocks, then synchronize every batch's
     /// events; all blocks go to `out` (unless a stream is capturing).
     pub fn sync_all(&mut self, device: &dyn Device, dev: i32, out: &mut Vec<BlockId>) {
-        self.cover(device, dev, out);
+        self.cover(device, dev, out, false);
         while let Some(front) = self.batches.front() {
             if front
                 .events

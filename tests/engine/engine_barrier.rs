@@ -50,7 +50,8 @@ fn auto_with_a_stream_reuses_a_freed_block_at_once_behind_a_barrier_without_cpu_
 #[test]
 fn a_barrier_costs_three_calls_per_non_blocking_stream_plus_one() {
     for n in [0u64, 1, 4, 16] {
-        let (dev, a) = setup("", GIB);
+        // `barrier` always issues one; `auto` synchronizes over more than two busy streams.
+        let (dev, a) = setup("free_sync:barrier", GIB);
         dev.set_auto_complete(false);
         a.stream_created(0, 0x500, false); // blocking: the legacy record covers it
         for i in 0..n {
@@ -287,4 +288,84 @@ fn a_per_thread_default_stream_used_after_a_second_thread_came_orders_at_once() 
     );
     a.free(p, 0, 0).unwrap();
     assert_eq!(pending_blocks(&a), 1, "from now on frees wait");
+}
+
+#[test]
+fn a_reuse_needs_no_barrier_when_every_stream_reports_an_empty_queue() {
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 0x77, true);
+    a.stream_created(0, 0x78, false);
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    let base = dev.counters();
+    let (issued, _) = a.barriers(0);
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p, "reused at once");
+    let c = dev.counters();
+    assert_eq!(
+        (
+            c.record_event - base.record_event,
+            c.stream_wait_event - base.stream_wait_event
+        ),
+        (0, 0),
+        "nothing queued on any stream"
+    );
+    assert_eq!(
+        c.stream_query - base.stream_query,
+        3,
+        "the legacy stream, the non-blocking one and the blocking one were asked"
+    );
+    assert_eq!(a.barriers(0).0, issued, "no barrier issued");
+    assert_eq!(a.quiet_checks(0), 1);
+}
+
+#[test]
+fn a_busy_stream_still_gets_the_barrier() {
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 0x77, true);
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    dev.set_auto_complete(false);
+    let before = ordering_calls(&dev);
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
+    let after = ordering_calls(&dev);
+    assert_eq!((after.0 - before.0, after.1 - before.1), (2, 2));
+    assert_eq!(a.quiet_checks(0), 0);
+}
+
+#[test]
+fn no_quiet_check_once_a_per_thread_default_stream_was_used() {
+    let (dev, a) = setup("", GIB);
+    a.stream_created(0, 0x77, true);
+    a.per_thread_streams_used();
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    let before = ordering_calls(&dev);
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p);
+    let after = ordering_calls(&dev);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (2, 2),
+        "another thread's per-thread stream cannot be asked: the barrier orders it"
+    );
+    assert_eq!(a.quiet_checks(0), 0);
+}
+
+#[test]
+fn auto_synchronizes_like_cudas_free_instead_of_a_barrier_over_more_than_two_busy_streams() {
+    let (dev, a) = setup("", GIB);
+    for i in 0..3 {
+        a.stream_created(0, 0x1000 + i, true);
+    }
+    let p = a.malloc(0, 12 * MIB, 0, 0).unwrap();
+    a.free(p, 0, 0).unwrap();
+    dev.set_auto_complete(false);
+    let before = ordering_calls(&dev);
+    let syncs = dev.counters().sync_device;
+    assert_eq!(a.malloc(0, 12 * MIB, 0, 0).unwrap(), p, "reused");
+    assert_eq!(ordering_calls(&dev), before, "no barrier queued");
+    assert_eq!(
+        dev.counters().sync_device - syncs,
+        1,
+        "one device synchronization"
+    );
 }

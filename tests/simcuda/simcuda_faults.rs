@@ -116,6 +116,35 @@ fn report_has_the_device_host_and_call_ledger() {
 }
 
 #[test]
+fn the_cuda_profile_on_a_virtual_clock_charges_each_call_its_figure() {
+    let dir = common::scratch("simcuda-virtual-clock");
+    let path = dir.join("report.json");
+    run(
+        "report_workload",
+        &[
+            ("SIMCUDA_REPORT", path.to_str().unwrap()),
+            ("SIMCUDA_LATENCY", "cuda,virtual"),
+        ],
+    );
+    let r = common::read_report(&path);
+    // cudaMalloc 3 MiB (50 us) and 1000 B (1 us); cudaFree of the 3 MiB block (50 us and
+    // the device synchronization it makes, 1 us); cudaMallocHost (2,300 us); a free of an
+    // unknown pointer frees nothing and costs nothing; cuMemAlloc of 512 B (1 us).
+    assert_eq!(r["modelled_ns"], 2_403_000u64, "{r}");
+}
+
+#[test]
+fn without_a_latency_model_the_clock_stays_at_zero() {
+    let dir = common::scratch("simcuda-no-clock");
+    let path = dir.join("report.json");
+    run(
+        "report_workload",
+        &[("SIMCUDA_REPORT", path.to_str().unwrap())],
+    );
+    assert_eq!(common::read_report(&path)["modelled_ns"], 0u64);
+}
+
+#[test]
 fn report_is_written_when_another_thread_calls_exit() {
     let dir = common::scratch("simcuda-report-exit");
     let path = dir.join("report.json");

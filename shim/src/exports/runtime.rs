@@ -74,6 +74,10 @@ fn forbidden_free() -> Option<c_int> {
     )
 }
 
+/// The cached allocation of every runtime allocating export. Inlined into each: a call of
+/// its own cost about 20 instructions a pair in saved and restored registers (callgrind,
+/// BENCHMARKS.md "Instructions per cached pair").
+#[inline(always)]
 fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> Option<c_int> {
     let s = crate::life::state::runtime_state()?;
     if failopen::pass_through(Point::Runtime) {

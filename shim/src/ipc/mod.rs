@@ -291,12 +291,17 @@ pub fn export_gone() {
 }
 
 /// The program freed the block at `ptr` (any free entry point, after the cache took it):
-/// its export, if any, is forgotten and its record removed. One relaxed load when nothing
-/// was exported.
+/// its export, if any, is forgotten and its record removed. One relaxed load, inlined into
+/// the free, when nothing was exported.
+#[inline(always)]
 pub fn freed(ptr: u64) {
-    if EXPORTED.load(Ordering::Relaxed) == 0 {
-        return;
+    if EXPORTED.load(Ordering::Relaxed) != 0 {
+        forget_export(ptr);
     }
+}
+
+#[cold]
+fn forget_export(ptr: u64) {
     if let Some(e) = Lazy::get(&EXPORTS) {
         e.lock().forget(ptr);
     }
