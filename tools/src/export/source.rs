@@ -176,20 +176,12 @@ impl Tracker {
         (s.device == device && addr < s.address.saturating_add(s.size)).then_some(s)
     }
 
-    /// Track `ev`; a segment it releases is handed back.
-    fn apply(
-        &mut self,
-        device: i32,
-        action: Action,
-        addr: u64,
-        size: u64,
-        stream: u64,
-        time: Option<i64>,
-        site: Option<&ByteArray>,
-    ) -> Option<SegRow> {
-        match action {
+    /// Track `r` (its site is the block's); a segment it releases is handed back.
+    fn apply(&mut self, r: &Row) -> Option<SegRow> {
+        let (device, addr, size, stream, time) = (r.device, r.addr, r.size, r.stream, r.time_us);
+        match r.action {
             Action::Alloc => {
-                self.blocks.insert((device, addr), site.cloned());
+                self.blocks.insert((device, addr), r.site.cloned());
             }
             Action::FreeCompleted => {
                 self.blocks.remove(&(device, addr));
@@ -312,17 +304,10 @@ impl LogVisitor for LogWalk<'_> {
             device_free: (ev.action == Action::Oom).then_some(ev.device_free),
         };
         let r = self.sink.event(&row);
+        let released = self.tracker.apply(&row);
         self.fail(r);
         self.seq += 1;
-        if let Some(s) = self.tracker.apply(
-            ev.device,
-            ev.action,
-            ev.addr,
-            ev.size,
-            ev.stream,
-            Some(ev.time_us),
-            site.as_ref(),
-        ) {
+        if let Some(s) = released {
             let r = self.sink.segment(&s);
             self.fail(r);
         }
@@ -488,15 +473,7 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     return;
                 }
                 seq += 1;
-                let freed_seg = tracker.apply(
-                    device,
-                    e.action,
-                    e.addr,
-                    e.size,
-                    e.stream,
-                    None,
-                    site.as_ref(),
-                );
+                let freed_seg = tracker.apply(&row);
                 if let Some(s) = freed_seg {
                     if let Err(x) = sink.segment(&s) {
                         failed = Some(x);

@@ -230,3 +230,59 @@ impl Drop for Table {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::RowAccessor;
+
+    #[test]
+    fn a_long_table_is_written_in_row_groups_and_reads_back_with_its_nulls() {
+        let dir = std::env::temp_dir().join(format!("cushim-table-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        let path = dir.join("t.parquet");
+        let cols: [Spec; 3] = [
+            ("n", Kind::I64, false),
+            ("half", Kind::I64, true),
+            ("name", Kind::Str, true),
+        ];
+        let mut t = Table::create(&path, "t", &cols).expect("create");
+        let rows = GROUP_ROWS * 2 + 7;
+        let word = ByteArray::from("w".as_bytes().to_vec());
+        for i in 0..rows {
+            t.i64(0, i as i64);
+            t.opt_i64(1, (i % 2 == 0).then_some(i as i64 / 2));
+            t.opt_str(2, (i % 3 == 0).then(|| word.clone()));
+            t.end_row().expect("row");
+        }
+        // Nothing is at the final name until the table is whole.
+        assert!(!path.exists());
+        t.finish().expect("finish");
+        let r = SerializedFileReader::new(std::fs::File::open(&path).expect("open"))
+            .expect("a Parquet file");
+        let meta = r.metadata();
+        assert_eq!(meta.num_row_groups(), 3);
+        assert_eq!(meta.file_metadata().num_rows(), rows as i64);
+        let mut seen = 0usize;
+        for (i, row) in r.get_row_iter(None).expect("rows").enumerate() {
+            let row = row.expect("row");
+            assert_eq!(row.get_long(0).expect("n"), i as i64);
+            assert_eq!(row.get_long(1).ok(), (i % 2 == 0).then_some(i as i64 / 2));
+            assert_eq!(
+                row.get_string(2).ok().map(String::as_str),
+                (i % 3 == 0).then_some("w")
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, rows);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("read_dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
