@@ -157,7 +157,7 @@ peaks = dict(con.sql("""select rank, max(allocated) from (
     from deltas where device = 0) group by rank""").fetchall())
 tops = dict(con.sql("""select rank, arg_max(site, struct_pack(live := live, neg := -rank_in))
   from (select rank, site, sum(delta) as live,
-               row_number() over (partition by rank order by site desc) as rank_in
+               row_number() over (partition by rank order by site) as rank_in
         from deltas where device = 0 and site is not null group by rank, site)
   group by rank""").fetchall())
 print(json.dumps({str(r): {"events": counts[r], "peak": int(peaks[r]), "top": tops[r]} for r in counts}))
