@@ -19,6 +19,7 @@ pub mod msgpack;
 pub mod output;
 pub mod pickle;
 pub mod target;
+pub mod temp_file;
 pub mod value;
 
 use std::path::Path;

@@ -1,7 +1,8 @@
 //! Snapshot files: output path templates and crash-safe, symlink-safe writing.
 //!
 //! Invariant: a snapshot file appears complete or not at all: bytes go to a new temporary
-//! file in the target's directory (created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600),
+//! file in the target's directory (`temp_file`: a random name, created with
+//! O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, another name tried on a clash),
 //! are fsynced, then renamed over the target. Only a new name, a regular file or a symlink
 //! to one may be replaced (`target.rs`: devices, FIFOs, directories are refused); a symlink
 //! is replaced, never followed. Every error names the path and the step that failed; nothing panics.
@@ -9,7 +10,6 @@
 use crate::snapshot::value::Value;
 use crate::snapshot::{encode_to, Format};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,7 +71,6 @@ pub fn expand(template: &str, vars: &TemplateVars) -> String {
     out
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 static DUMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The path of the next dump from `template`: `%n` counts dumps of this process from 0.
@@ -104,26 +103,12 @@ pub fn write_atomic_with(
 ) -> Result<(), String> {
     crate::snapshot::target::check_replaceable(path)
         .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("snapshot path {} has no file name", path.display()))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{}.{}.{n}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut f = new_private_file().open(&tmp).map_err(|e| {
-        format!(
-            "writing snapshot {}: creating {}: {e}",
-            path.display(),
-            tmp.display()
-        )
-    })?;
+    let (mut f, tmp) = crate::snapshot::temp_file::create_beside(path)
+        .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
     let mut buf = std::io::BufWriter::with_capacity(1 << 20, &mut f);
     let filled = fill(&mut buf).and_then(|()| buf.flush().map_err(|e| e.to_string()));
     drop(buf);

@@ -11,6 +11,7 @@
 
 pub mod analyze;
 pub mod artifacts;
+pub mod export;
 pub mod replay_device;
 pub mod snapshot;
 pub mod workloads;

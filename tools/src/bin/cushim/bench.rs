@@ -75,7 +75,7 @@ pub fn bench(quick: bool, out: Option<&Path>) -> Result<i32, String> {
     println!("{machine}\ncommand: `{command}`\n\n{table}");
     if let Some(path) = out {
         let doc = format!("Machine: {machine}\n\nCommand: `{command}`\n\n{table}");
-        std::fs::write(path, doc).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        cushim::snapshot::output::write_atomic(path, doc.as_bytes())?;
         eprintln!("cushim: wrote {}", path.display());
     }
     let skipped = rows.iter().filter(|r| r.value.is_err()).count();

@@ -9,6 +9,7 @@ mod demo;
 mod doctor;
 mod embedded;
 mod fit_cmd;
+mod export_cmd;
 mod forward;
 mod launch;
 mod locate;
@@ -206,6 +207,26 @@ enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Export snapshots and whole-run logs for other tools: Parquet tables partitioned by
+    /// rank (DuckDB, Spark, pyarrow) and a Chrome trace (Perfetto); see docs/EXPORT.md.
+    Export {
+        /// Snapshots or whole-run logs (one per rank, for example run-%r.log's files).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the events, stacks and segments tables under this directory.
+        #[arg(long)]
+        parquet: Option<PathBuf>,
+        /// Write one log's timeline (memory counters, NVTX ranges, OOMs) as a Chrome trace.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Replace the tables in a directory that holds files, or an existing trace file.
+        #[arg(long)]
+        replace: bool,
+        /// The trace's baseTimeNanoseconds (default: the first event's whole second); give a
+        /// PyTorch profiler trace's to line the two up.
+        #[arg(long)]
+        base_ns: Option<i64>,
+    },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert {
         /// The snapshot to read (any supported format).
@@ -345,6 +366,19 @@ fn main() -> ExitCode {
             };
             snapshot_cmd::snapshot(&log, moment, events, &output)
         }
+        Cmd::Export {
+            files,
+            parquet,
+            trace,
+            replace,
+            base_ns,
+        } => export_cmd::export(
+            &files,
+            parquet.as_deref(),
+            trace.as_deref(),
+            replace,
+            base_ns,
+        ),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
         Cmd::Doctor => doctor::doctor(),
