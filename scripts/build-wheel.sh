@@ -17,4 +17,7 @@ data=target/wheel-data/data/lib/cushim
 rm -rf target/wheel-data
 mkdir -p "$data"
 cp "target/$dir/libcushim.so" "target/$dir/libsimcuda.so" "$data/"
+# The Python module (`import cushim`: sleep mode through ctypes), installed as pure Python.
+mkdir -p target/wheel-data/purelib
+cp -r python/cushim target/wheel-data/purelib/
 "$maturin" build --profile "$profile" --out target/wheels

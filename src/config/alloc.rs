@@ -71,6 +71,9 @@ pub struct AllocConf {
     /// a single load and branch instead of a test of both fields (BENCHMARKS.md,
     /// "Measurements behind design choices").
     pub cache_cap_on: bool,
+    /// Sleep mode (`sleep_mode:True`): `cudaMalloc`/`cuMemAlloc` are served on
+    /// virtual-memory mappings that can be paused and resumed by tag (`crate::sleep`).
+    pub sleep_mode: bool,
 }
 
 impl Default for AllocConf {
@@ -91,6 +94,7 @@ impl Default for AllocConf {
             max_cached: u64::MAX,
             max_cached_fraction: 0.0,
             cache_cap_on: false,
+            sleep_mode: false,
         }
     }
 }
@@ -301,6 +305,7 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                 )
             }),
             "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
+            "sleep_mode" => parse_bool(key, value).map(|b| conf.sleep_mode = b),
             // ND4J-style cap on what the cache keeps (see `alloc::cap`).
             "max_cached_mb" => match value.parse::<u64>() {
                 Ok(mb) => {
@@ -320,7 +325,7 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                  expandable_segments, roundup_power2_divisions, per_process_memory_fraction, \
                  pinned_use_cuda_host_register, pinned_num_register_threads, \
                  release_lock_on_cudamalloc, backend, free_sync, free_includes_cache, \
-                 max_cached_mb, max_cached_fraction)"
+                 max_cached_mb, max_cached_fraction, sleep_mode)"
             )),
         };
         if let Err(e) = r {
@@ -397,6 +402,7 @@ impl AllocConf {
                 i64::try_from(self.max_cached).unwrap_or(i64::MAX)
             },
             "max_cached_fraction": self.max_cached_fraction,
+            "sleep_mode": self.sleep_mode,
         })
     }
 }

@@ -14,6 +14,7 @@ pub mod nvtx_handles;
 pub mod quiet_thread;
 pub mod shim;
 pub mod sigchain;
+pub mod sleep;
 pub mod snapshot;
 pub mod state;
 pub mod stats;
