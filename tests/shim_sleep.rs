@@ -61,7 +61,12 @@ impl Worker {
         assert_eq!(self.ask("quit"), "bye");
         drop(self.input);
         let out = self.child.wait_with_output().expect("worker exit");
-        assert!(out.status.success(), "worker {} failed: {:?}", self.role, out.status);
+        assert!(
+            out.status.success(),
+            "worker {} failed: {:?}",
+            self.role,
+            out.status
+        );
     }
 }
 
@@ -100,7 +105,10 @@ fn two_processes_on_one_gpu_alternate_by_pausing_and_keep_their_backed_up_bytes(
     assert_eq!(b.line(), "ready 0 0");
     for round in 0..20 {
         let r = a.ask("resume");
-        assert!(r.starts_with("resumed weights_identical=1 paused 0"), "round {round}: {r}");
+        assert!(
+            r.starts_with("resumed weights_identical=1 paused 0"),
+            "round {round}: {r}"
+        );
         if round == 0 {
             // The trainer holds the GPU: the rollout's resume fails, and its tags stay
             // paused, whole, resumable later.
@@ -113,7 +121,10 @@ fn two_processes_on_one_gpu_alternate_by_pausing_and_keep_their_backed_up_bytes(
         assert!(p.starts_with("paused 0 0 bytes "), "{p}");
         assert!(p.ends_with("use_after_pause=700"), "{p}");
         let r = b.ask("resume");
-        assert!(r.starts_with("resumed weights_identical=1 paused 0"), "round {round}: {r}");
+        assert!(
+            r.starts_with("resumed weights_identical=1 paused 0"),
+            "round {round}: {r}"
+        );
         assert_eq!(b.ask("work"), "worked");
         let p = b.ask("pause");
         assert!(p.starts_with("paused 0 0 bytes "), "{p}");
@@ -187,7 +198,8 @@ fn pause_and_resume_under_injected_vmm_faults_leave_the_tag_whole_and_release_ev
 #[test]
 fn unknown_tags_double_pauses_and_resuming_what_is_live_change_nothing() {
     let mut cmd = common::shim_cmd(exe());
-    cmd.arg("bad_input").env("CUSHIM_ALLOC_CONF", "sleep_mode:True");
+    cmd.arg("bad_input")
+        .env("CUSHIM_ALLOC_CONF", "sleep_mode:True");
     let out = common::run_ok(&mut cmd);
     assert!(out.contains("bad_input ok"), "{out}");
 }
@@ -205,4 +217,68 @@ fn pause_without_sleep_mode_is_one_clear_error() {
         stderr.contains("sleep mode is off (set sleep_mode:True in CUSHIM_ALLOC_CONF)"),
         "{stderr}"
     );
+}
+
+#[test]
+fn cushim_pause_and_resume_reach_an_unmodified_running_program_and_answer_with_bytes() {
+    let dir = common::scratch("sleep-cli");
+    let mut w = Worker::start("trainer", &[SLEEP], &dir.join("a.json"));
+    assert_eq!(w.line(), "ready 0 0");
+    let r = w.ask("resume");
+    assert!(r.starts_with("resumed weights_identical=1 paused 0"), "{r}");
+    let pid = w.child.id().to_string();
+    let out = common::run_ok(
+        std::process::Command::new(common::cushim_bin())
+            .args(["pause", &pid, "weights", "--backup"]),
+    );
+    // 24 MiB of weights, a multiple of the 2 MiB granularity.
+    assert_eq!(
+        out.trim(),
+        format!(
+            "paused {} bytes of tag 'weights' in process {pid} (backup)",
+            24 << 20
+        )
+    );
+    // Pausing again releases nothing more.
+    let out = common::run_ok(
+        std::process::Command::new(common::cushim_bin()).args(["pause", &pid, "weights"]),
+    );
+    assert!(out.starts_with("paused 0 bytes"), "{out}");
+    let out =
+        common::run_ok(std::process::Command::new(common::cushim_bin()).args(["resume", &pid]));
+    assert_eq!(
+        out.trim(),
+        format!("resumed {} bytes of every tag in process {pid}", 24 << 20)
+    );
+    // The program finds its bytes where it left them.
+    let r = w.ask("resume");
+    assert!(r.starts_with("resumed weights_identical=1 paused 0"), "{r}");
+    w.finish();
+}
+
+#[test]
+fn cushim_pause_refuses_a_process_without_sleep_mode_and_one_without_the_shim() {
+    let dir = common::scratch("sleep-cli-refuse");
+    let mut w = Worker::start("trainer", &[], &dir.join("a.json"));
+    assert_eq!(w.line(), "ready 801 801");
+    let pid = w.child.id().to_string();
+    let out = common::run(
+        std::process::Command::new(common::cushim_bin()).args(["pause", &pid, "weights"]),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("runs without sleep mode"), "{err}");
+    w.finish();
+    let mut plain = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("starting sleep");
+    let out = common::run(
+        std::process::Command::new(common::cushim_bin()).args(["resume", &plain.id().to_string()]),
+    );
+    let _ = plain.kill();
+    let _ = plain.wait();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has not loaded"), "{err}");
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::checksum::checksum;
+use super::checksum::{fold, PIECE};
 use super::tag;
 use crate::alloc::rounding::round_up;
 use crate::device::{DevPtr, DevResult, Device, DeviceError, PhysHandle};
@@ -310,20 +310,10 @@ impl SleepArena {
         if keys.is_empty() {
             return Ok(SleepOutcome::default());
         }
-        // A backup that changed is found before anything is mapped.
-        for k in &keys {
-            let r = &regions[k];
-            if let Some(b) = r.paused.as_ref().and_then(|p| p.backup.as_ref()) {
-                // SAFETY: the backup is our own pinned buffer of `r.size` bytes.
-                let bytes = unsafe { std::slice::from_raw_parts(b.host as *const u8, r.size as usize) };
-                if checksum(bytes) != b.sum {
-                    return Err(SleepError::Corrupt(*k));
-                }
-            }
-        }
         // (address, handle, whether this call created it)
         let mut done: Vec<(DevPtr, PhysHandle, bool)> = Vec::with_capacity(keys.len());
-        let undo = |done: &mut Vec<(DevPtr, PhysHandle, bool)>, regions: &mut BTreeMap<DevPtr, Region>| {
+        let undo = |done: &mut Vec<(DevPtr, PhysHandle, bool)>,
+                    regions: &mut BTreeMap<DevPtr, Region>| {
             for (a, h, created) in done.drain(..) {
                 let Some(r) = regions.get_mut(&a) else {
                     continue;
@@ -360,12 +350,14 @@ impl SleepArena {
             }
             done.push((*k, h, created));
         }
+        // Each piece of a backup is checked while it is copied (summed, then copied while
+        // still in cache); a mismatch undoes the whole resume, so nothing corrupt stays.
         for k in &keys {
             let r = &regions[k];
             if let Some(b) = r.paused.as_ref().and_then(|p| p.backup.as_ref()) {
-                if let Err(e) = retry(|| d.copy_to_device(r.dev, *k, b.host, r.size)) {
+                if let Err(e) = restore(d, r.dev, *k, r.size, b) {
                     undo(&mut done, &mut *regions);
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }
@@ -425,14 +417,43 @@ fn map_rw(d: &dyn Device, dev: i32, base: DevPtr, size: u64, h: PhysHandle) -> D
 /// Copy `size` bytes at `addr` into a new pinned buffer, with their checksum.
 fn backup(d: &dyn Device, dev: i32, addr: DevPtr, size: u64) -> DevResult<Backup> {
     let host = d.host_alloc(size.max(1), 0)?;
-    if let Err(e) = retry(|| d.copy_to_host(dev, host, addr, size)) {
-        let _ = d.host_free(host);
-        return Err(e);
+    let mut sum = 0;
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(PIECE as u64);
+        if let Err(e) = retry(|| d.copy_to_host(dev, host + at, addr + at, n)) {
+            let _ = d.host_free(host);
+            return Err(e);
+        }
+        // SAFETY: `host` is our pinned buffer of at least `size` bytes; this piece was just
+        // filled.
+        let piece = unsafe { std::slice::from_raw_parts((host + at) as *const u8, n as usize) };
+        sum = fold(sum, piece);
+        at += n;
     }
-    // SAFETY: `host` is our pinned buffer of at least `size` bytes, just filled.
-    let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) };
-    Ok(Backup {
-        host,
-        sum: checksum(bytes),
-    })
+    Ok(Backup { host, sum })
+}
+
+/// Copy a backup of `size` bytes back to `addr`, checking its checksum on the way.
+fn restore(
+    d: &dyn Device,
+    dev: i32,
+    addr: DevPtr,
+    size: u64,
+    b: &Backup,
+) -> Result<(), SleepError> {
+    let mut sum = 0;
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(PIECE as u64);
+        // SAFETY: the backup is our own pinned buffer of `size` bytes.
+        let piece = unsafe { std::slice::from_raw_parts((b.host + at) as *const u8, n as usize) };
+        sum = fold(sum, piece);
+        retry(|| d.copy_to_device(dev, addr + at, b.host + at, n))?;
+        at += n;
+    }
+    if sum != b.sum {
+        return Err(SleepError::Corrupt(addr));
+    }
+    Ok(())
 }

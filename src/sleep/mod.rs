@@ -7,6 +7,7 @@
 
 pub mod arena;
 pub mod checksum;
+pub mod request;
 pub mod tag;
 
 pub use arena::{Mode, SleepArena, SleepError, SleepOutcome};

@@ -474,26 +474,14 @@ impl Device for CudaDevice {
         let _s = self.enter(dev)?;
         // SAFETY: the caller passes `n` writable host bytes at `dst` and `n` bytes of device
         // memory at `src`.
-        unsafe {
-            check(drv::cuMemcpyDtoH_v2(
-                dst as *mut c_void,
-                src,
-                n as usize,
-            ))
-        }
+        unsafe { check(drv::cuMemcpyDtoH_v2(dst as *mut c_void, src, n as usize)) }
     }
 
     fn copy_to_device(&self, dev: i32, dst: DevPtr, src: DevPtr, n: u64) -> DevResult<()> {
         let _s = self.enter(dev)?;
         // SAFETY: the caller passes `n` readable host bytes at `src` and `n` bytes of device
         // memory at `dst`.
-        unsafe {
-            check(drv::cuMemcpyHtoD_v2(
-                dst,
-                src as *const c_void,
-                n as usize,
-            ))
-        }
+        unsafe { check(drv::cuMemcpyHtoD_v2(dst, src as *const c_void, n as usize)) }
     }
 
     fn host_alloc(&self, size: u64, flags: u32) -> DevResult<DevPtr> {

@@ -13,7 +13,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cushim::device::{DeviceError, DevPtr};
+use cushim::device::{DevPtr, DeviceError};
 use cushim::sleep::{Mode, SleepArena, SleepError, SleepOutcome};
 use once_cell::sync::OnceCell;
 
@@ -88,9 +88,8 @@ fn sleep_code(e: &SleepError) -> c_int {
 /// range path; on lack of memory the cache's free segments are released and it tries once
 /// more. The address, or a CUDA code.
 pub fn alloc(s: &Shim, arena: &SleepArena, dev: i32, size: u64) -> Result<DevPtr, c_int> {
-    let tag = cushim::sleep::tag::current(|| {
-        cushim::trace::range::path(cushim::trace::range::current())
-    });
+    let tag =
+        cushim::sleep::tag::current(|| cushim::trace::range::path(cushim::trace::range::current()));
     match arena.alloc(dev, size, &tag) {
         Ok(p) => Ok(p),
         Err(DeviceError::OutOfMemory) => {
