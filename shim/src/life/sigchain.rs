@@ -194,6 +194,13 @@ fn kernel_action(prog: &libc::sigaction) -> libc::sigaction {
     act.sa_mask = prog.sa_mask;
     act.sa_flags = libc::SA_SIGINFO
         | (prog.sa_flags & (libc::SA_RESTART | libc::SA_NODEFER | libc::SA_ONSTACK));
+    // A program that does not handle the signal never sees a system call interrupted by
+    // it (ignored, or killed by it): the shim's part must not make its reads fail with
+    // EINTR either (a `cushim pause` request would otherwise end a program blocked in
+    // `fgets`).
+    if prog.sa_sigaction == libc::SIG_DFL || prog.sa_sigaction == libc::SIG_IGN {
+        act.sa_flags |= libc::SA_RESTART;
+    }
     act
 }
 

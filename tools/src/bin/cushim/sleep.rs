@@ -76,8 +76,7 @@ fn ask(pid: i32, req: &Request) -> Result<u64, String> {
                 )),
             };
         }
-        // SAFETY: signal 0 only checks that the process exists.
-        if unsafe { libc::kill(pid, 0) } != 0 {
+        if !running(pid) {
             return Err(format!("process {pid} ended before answering"));
         }
         if start.elapsed() > WAIT {
@@ -87,6 +86,17 @@ fn ask(pid: i32, req: &Request) -> Result<u64, String> {
             ));
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` still runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
     }
 }
 
