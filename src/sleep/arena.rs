@@ -334,7 +334,7 @@ impl SleepArena {
                 None => match d.create_physical(dev, mapped) {
                     Ok(h) => (h, true),
                     Err(e) => {
-                        undo(&mut done, &mut *regions);
+                        undo(&mut done, &mut regions);
                         return Err(e.into());
                     }
                 },
@@ -345,7 +345,7 @@ impl SleepArena {
                         r.handle = Some(h);
                     }
                 }
-                undo(&mut done, &mut *regions);
+                undo(&mut done, &mut regions);
                 return Err(e.into());
             }
             done.push((*k, h, created));
@@ -356,7 +356,7 @@ impl SleepArena {
             let r = &regions[k];
             if let Some(b) = r.paused.as_ref().and_then(|p| p.backup.as_ref()) {
                 if let Err(e) = restore(d, r.dev, *k, r.size, b) {
-                    undo(&mut done, &mut *regions);
+                    undo(&mut done, &mut regions);
                     return Err(e);
                 }
             }
