@@ -282,3 +282,19 @@ fn cushim_pause_refuses_a_process_without_sleep_mode_and_one_without_the_shim() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has not loaded"), "{err}");
 }
+
+#[test]
+fn the_python_module_pauses_and_resumes_a_region_with_its_bytes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = common::shim_cmd(std::path::Path::new("python3"));
+    cmd.arg(root.join("tests/py/sleep_region.py"))
+        .env("PYTHONPATH", root.join("python"))
+        .env("CUSHIM_ALLOC_CONF", "sleep_mode:True");
+    let out = common::run_ok(&mut cmd);
+    let want = format!(
+        "available True\npaused {}\nagain {}\nunknown 0\nafter resume 0\nidentical True\npop error 1\n",
+        4 << 20,
+        4 << 20
+    );
+    assert_eq!(out, want);
+}
