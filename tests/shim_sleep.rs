@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 
 fn exe() -> &'static PathBuf {
@@ -285,12 +285,31 @@ fn cushim_pause_refuses_a_process_without_sleep_mode_and_one_without_the_shim() 
 
 #[test]
 fn the_python_module_pauses_and_resumes_a_region_with_its_bytes() {
+    let dir = common::scratch("sleep-python");
+    let snap = dir.join("paused.json");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = common::shim_cmd(std::path::Path::new("python3"));
     cmd.arg(root.join("tests/py/sleep_region.py"))
         .env("PYTHONPATH", root.join("python"))
+        .env("SLEEP_SNAPSHOT", &snap)
+        .env("CUSHIM_HISTORY", "enabled=all,stacks=none")
         .env("CUSHIM_ALLOC_CONF", "sleep_mode:True");
     let out = common::run_ok(&mut cmd);
+    // The snapshot taken while paused marks the block and holds the pause event.
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&snap).expect("snapshot written")).expect("json");
+    let paused: Vec<&serde_json::Value> = s["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .filter(|g| g["kind"] == "paused")
+        .collect();
+    assert_eq!(paused.len(), 1, "{}", s["segments"]);
+    assert_eq!(paused[0]["total_size"], 4 << 20);
+    let trace = s["device_traces"][0].as_array().expect("trace");
+    assert!(trace.iter().any(|e| e["action"] == "pause"), "{trace:?}");
+    let summary = common::run_ok(Command::new(common::cushim_bin()).arg("summary").arg(&snap));
+    assert!(summary.contains("paused"), "{summary}");
     let want = format!(
         "available True\npaused {}\nagain {}\nunknown 0\nafter resume 0\nidentical True\npop error 1\n",
         4 << 20,

@@ -74,7 +74,7 @@ impl From<DeviceError> for SleepError {
 }
 
 /// What a pause or resume changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SleepOutcome {
     /// Device bytes released (pause) or mapped again (resume).
     pub bytes: u64,
@@ -82,6 +82,8 @@ pub struct SleepOutcome {
     pub regions: usize,
     /// Of those bytes, the ones backed up (pause) or restored (resume).
     pub backed_up: u64,
+    /// The regions changed: (device, address).
+    pub changed: Vec<(i32, DevPtr)>,
 }
 
 struct Backup {
@@ -287,6 +289,7 @@ impl SleepArena {
             }
             out.bytes += r.mapped;
             out.regions += 1;
+            out.changed.push((r.dev, *k));
             if b.is_some() {
                 out.backed_up += r.size;
             }
@@ -373,6 +376,7 @@ impl SleepArena {
             }
             out.bytes += r.mapped;
             out.regions += 1;
+            out.changed.push((r.dev, a));
         }
         Ok(out)
     }

@@ -2,6 +2,7 @@
 the cushim module (ctypes over the preloaded shim), keeping its address and, backed up, its
 bytes. Prints one line per step."""
 import ctypes
+import os
 import sys
 
 import cushim
@@ -21,6 +22,9 @@ print("available", cushim.available())
 print("paused", cushim.pause("weights", backup=True))
 print("again", cushim.pause("weights"))
 print("unknown", cushim.pause("no_such_tag"))
+snap = os.environ.get("SLEEP_SNAPSHOT")
+if snap:
+    ctypes.CDLL(None).cushim_dump_snapshot(snap.encode())
 cushim.resume()
 print("after resume", cushim.paused_bytes())
 back = (ctypes.c_ubyte * n)()

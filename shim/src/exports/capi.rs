@@ -180,10 +180,10 @@ pub extern "C" fn cushim_pause(tag: *const c_char, mode: c_int) -> c_int {
 pub extern "C" fn cushim_resume(tag: *const c_char) -> c_int {
     let next = || next!(c"cushim_resume", fn(*const c_char), (tag));
     guard("cushim_resume", next, || {
-        if state::get().is_none() {
+        let Some(s) = state::get() else {
             return crate::life::sleep::OFF;
-        }
-        match crate::life::sleep::resume(opt_str(tag).as_deref()) {
+        };
+        match crate::life::sleep::resume(s, opt_str(tag).as_deref()) {
             Ok(_) => 0,
             Err(code) => code,
         }

@@ -26,7 +26,7 @@ pub fn malloc(s: &Shim, dev: i32, size: u64) -> Result<DevPtr, c_int> {
         p,
         Record {
             size,
-            kind: Kind::Malloc,
+            kind: Kind::Sleep,
             flags: 0,
             stream: 0,
             stack,

@@ -13,8 +13,11 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use cushim::action::Action;
+use cushim::alloc::observed::Kind;
 use cushim::device::{DevPtr, DeviceError};
 use cushim::sleep::{Mode, SleepArena, SleepError, SleepOutcome};
+use cushim::trace::event::NO_STACK;
 use once_cell::sync::OnceCell;
 
 use crate::life::shim::Shim;
@@ -125,6 +128,10 @@ pub fn pause(s: &Shim, tag: Option<&str>, mode: Mode) -> Result<SleepOutcome, c_
     match arena.pause(tag, mode) {
         Ok(o) => {
             PAUSED_TOTAL.fetch_add(o.bytes, Ordering::Relaxed);
+            for &(dev, addr) in &o.changed {
+                s.observed
+                    .set_kind(dev, addr, Kind::Paused, Action::Pause, NO_STACK);
+            }
             Ok(o)
         }
         Err(e) => {
@@ -138,7 +145,7 @@ pub fn pause(s: &Shim, tag: Option<&str>, mode: Mode) -> Result<SleepOutcome, c_
 }
 
 /// `cushim_resume`: the outcome, or a CUDA code (after one line on stderr).
-pub fn resume(tag: Option<&str>) -> Result<SleepOutcome, c_int> {
+pub fn resume(s: &Shim, tag: Option<&str>) -> Result<SleepOutcome, c_int> {
     let Some(arena) = arena() else {
         eprintln!(
             "cushim: resume of {} refused: sleep mode is off (set sleep_mode:True in CUSHIM_ALLOC_CONF)",
@@ -149,6 +156,10 @@ pub fn resume(tag: Option<&str>) -> Result<SleepOutcome, c_int> {
     match arena.resume(tag) {
         Ok(o) => {
             RESUMED_TOTAL.fetch_add(o.bytes, Ordering::Relaxed);
+            for &(dev, addr) in &o.changed {
+                s.observed
+                    .set_kind(dev, addr, Kind::Sleep, Action::Resume, NO_STACK);
+            }
             Ok(o)
         }
         Err(e) => {

@@ -74,8 +74,8 @@ fn serve_one() {
         (Some(Request::Pause(tag, mode)), Some(s)) => {
             crate::life::sleep::pause(s, tag.as_deref(), mode).map(|o| o.bytes)
         }
-        (Some(Request::Resume(tag)), Some(_)) => {
-            crate::life::sleep::resume(tag.as_deref()).map(|o| o.bytes)
+        (Some(Request::Resume(tag)), Some(s)) => {
+            crate::life::sleep::resume(s, tag.as_deref()).map(|o| o.bytes)
         }
     };
     let _ = request::write_atomic(
