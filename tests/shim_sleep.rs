@@ -105,25 +105,28 @@ fn two_processes_on_one_gpu_alternate_by_pausing_and_keep_their_backed_up_bytes(
     assert_eq!(b.line(), "ready 0 0");
     for round in 0..20 {
         let r = a.ask("resume");
-        assert!(
-            r.starts_with("resumed weights_identical=1 paused 0"),
-            "round {round}: {r}"
+        // Backed-up weights come back identical; the discarded KV cache does not keep what
+        // was written before the pause.
+        assert_eq!(
+            r, "resumed weights_identical=1 kv_discarded=1 paused 0",
+            "round {round}"
         );
         if round == 0 {
             // The trainer holds the GPU: the rollout's resume fails, and its tags stay
             // paused, whole, resumable later.
             let r = b.ask("resume");
-            assert!(r.starts_with("refused 2 paused "), "{r}");
-            assert_ne!(r, "refused 2 paused 0");
+            assert_eq!(r, format!("refused 2 paused {}", 60 << 20));
         }
         assert_eq!(a.ask("work"), "worked");
         let p = a.ask("pause");
         assert!(p.starts_with("paused 0 0 bytes "), "{p}");
         assert!(p.ends_with("use_after_pause=700"), "{p}");
         let r = b.ask("resume");
-        assert!(
-            r.starts_with("resumed weights_identical=1 paused 0"),
-            "round {round}: {r}"
+        // Backed-up weights come back identical; the discarded KV cache does not keep what
+        // was written before the pause.
+        assert_eq!(
+            r, "resumed weights_identical=1 kv_discarded=1 paused 0",
+            "round {round}"
         );
         assert_eq!(b.ask("work"), "worked");
         let p = b.ask("pause");
@@ -225,7 +228,8 @@ fn cushim_pause_and_resume_reach_an_unmodified_running_program_and_answer_with_b
     let mut w = Worker::start("trainer", &[SLEEP], &dir.join("a.json"));
     assert_eq!(w.line(), "ready 0 0");
     let r = w.ask("resume");
-    assert!(r.starts_with("resumed weights_identical=1 paused 0"), "{r}");
+    assert!(r.starts_with("resumed weights_identical=1 "), "{r}");
+    assert_eq!(w.ask("work"), "worked");
     let pid = w.child.id().to_string();
     let out = common::run_ok(
         std::process::Command::new(common::cushim_bin())
@@ -250,9 +254,9 @@ fn cushim_pause_and_resume_reach_an_unmodified_running_program_and_answer_with_b
         out.trim(),
         format!("resumed {} bytes of every tag in process {pid}", 24 << 20)
     );
-    // The program finds its bytes where it left them.
+    // The program finds its bytes where it left them (its KV cache was never paused).
     let r = w.ask("resume");
-    assert!(r.starts_with("resumed weights_identical=1 paused 0"), "{r}");
+    assert_eq!(r, "resumed weights_identical=1 kv_discarded=0 paused 0");
     w.finish();
 }
 

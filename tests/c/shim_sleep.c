@@ -78,8 +78,12 @@ static int worker(const char *role) {
             } else {
                 CHECK(cudaMemcpy(got, w, wn, cudaMemcpyDeviceToHost));
                 int same = memcmp(got, want, wn) == 0;
-                CHECK(cudaMemcpy(kv, k, kn, cudaMemcpyDeviceToHost));
-                printf("resumed weights_identical=%d paused %lld\n", same, paused_bytes(NULL));
+                unsigned char last = kv[0], back[64];
+                CHECK(cudaMemcpy(back, k, sizeof back, cudaMemcpyDeviceToHost));
+                int discarded = 0;
+                for (size_t i = 0; i < sizeof back; i++) discarded |= back[i] != last;
+                printf("resumed weights_identical=%d kv_discarded=%d paused %lld\n", same,
+                       discarded, paused_bytes(NULL));
             }
         } else if (!strncmp(line, "work", 4)) {
             for (size_t i = 0; i < wn; i += 4096) want[i]++;
