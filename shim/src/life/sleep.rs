@@ -10,7 +10,7 @@
 //! memory whenever it is launched, so pausing it cannot be made safe.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cushim::action::Action;
@@ -33,10 +33,6 @@ pub const INVALID_VALUE: c_int = 1;
 pub const CAPTURING: c_int = 900;
 /// `CUDA_ERROR_ECC_UNCORRECTABLE`: a host backup no longer matches its checksum.
 pub const CORRUPT: c_int = 214;
-
-/// Totals for `cushim summary` and the statistics: bytes paused and resumed so far.
-pub static PAUSED_TOTAL: AtomicU64 = AtomicU64::new(0);
-pub static RESUMED_TOTAL: AtomicU64 = AtomicU64::new(0);
 
 /// Start sleep mode at start-up when configured (`device` is the shim's device).
 pub fn start(wanted: bool, device: Arc<dyn cushim::device::Device>) {
@@ -127,7 +123,6 @@ pub fn pause(s: &Shim, tag: Option<&str>, mode: Mode) -> Result<SleepOutcome, c_
     s.alloc.empty_cache();
     match arena.pause(tag, mode) {
         Ok(o) => {
-            PAUSED_TOTAL.fetch_add(o.bytes, Ordering::Relaxed);
             for &(dev, addr) in &o.changed {
                 s.observed
                     .set_kind(dev, addr, Kind::Paused, Action::Pause, NO_STACK);
@@ -155,7 +150,6 @@ pub fn resume(s: &Shim, tag: Option<&str>) -> Result<SleepOutcome, c_int> {
     };
     match arena.resume(tag) {
         Ok(o) => {
-            RESUMED_TOTAL.fetch_add(o.bytes, Ordering::Relaxed);
             for &(dev, addr) in &o.changed {
                 s.observed
                     .set_kind(dev, addr, Kind::Sleep, Action::Resume, NO_STACK);
