@@ -18,11 +18,15 @@ pub enum Action {
     SegmentUnmap,
     Oom,
     Snapshot,
+    /// Sleep mode paused a block: its address is kept, its device memory released.
+    Pause,
+    /// Sleep mode mapped a paused block again.
+    Resume,
 }
 
 impl Action {
     /// Every action, in declaration order.
-    pub const ALL: [Action; 9] = [
+    pub const ALL: [Action; 11] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -32,6 +36,8 @@ impl Action {
         Action::SegmentUnmap,
         Action::Oom,
         Action::Snapshot,
+        Action::Pause,
+        Action::Resume,
     ];
 
     /// The name in a snapshot's `device_traces` (`"alloc"`, `"free_requested"`, ...).
@@ -46,6 +52,8 @@ impl Action {
             Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
         }
     }
 

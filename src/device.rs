@@ -120,6 +120,19 @@ pub trait Device: Send + Sync {
     /// Wait for all work on the device.
     fn synchronize_device(&self, dev: i32) -> DevResult<()>;
 
+    /// Copy `n` bytes of device memory at `src` into host memory at `dst`, waiting for the
+    /// copy (`cuMemcpyDtoH`). Devices without copies (bookkeeping ones) say `NotSupported`.
+    fn copy_to_host(&self, dev: i32, dst: DevPtr, src: DevPtr, n: u64) -> DevResult<()> {
+        let _ = (dev, dst, src, n);
+        Err(DeviceError::NotSupported)
+    }
+    /// Copy `n` bytes of host memory at `src` into device memory at `dst`, waiting for the
+    /// copy (`cuMemcpyHtoD`).
+    fn copy_to_device(&self, dev: i32, dst: DevPtr, src: DevPtr, n: u64) -> DevResult<()> {
+        let _ = (dev, dst, src, n);
+        Err(DeviceError::NotSupported)
+    }
+
     /// Allocate pinned host memory with `cuMemHostAlloc` flags (portable 1, devicemap 2,
     /// writecombined 4).
     fn host_alloc(&self, size: u64, flags: u32) -> DevResult<DevPtr>;

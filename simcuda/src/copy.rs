@@ -13,11 +13,11 @@ use crate::stream::{self, Stream};
 use crate::{host, memory};
 use std::sync::Arc;
 
-/// Whether `addr` is device memory (in a `cuMemAlloc` block or a mapped VMM range), as
-/// opposed to host memory, for a copy whose kind is not given; the copy then checks that
-/// the whole range is.
+/// Whether `addr` is device memory (in a `cuMemAlloc` block or a VMM reservation, mapped or
+/// not), as opposed to host memory, for a copy whose kind is not given; the copy then checks
+/// that the whole range is usable (an unmapped reservation is an illegal address).
 pub fn is_device(addr: usize) -> bool {
-    matches!(memory::check_device_range(addr, 1), Ok(Some(_)))
+    matches!(memory::check_device_range(addr, 1), Ok(Some(_))) || crate::vmm::reserved(addr, 1)
 }
 
 /// Whether a host side of a copy is pageable (not pinned by simcuda).

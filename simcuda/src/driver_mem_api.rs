@@ -50,6 +50,14 @@ pub fn copy_job(
     if n > 0 && src_dev {
         memory::check_device_range(src, n)?;
     }
+    // A side the caller calls host memory but that lies in a VMM reservation is device
+    // address space: usable only where mapped read-write, else an illegal address (never a
+    // fault of the process).
+    for (addr, dev) in [(dst, dst_dev), (src, src_dev)] {
+        if n > 0 && !dev && vmm::reserved(addr, n) {
+            memory::check_device_range(addr, n)?;
+        }
+    }
     Ok(Box::new(move || {
         if n > 0 {
             // SAFETY: the device side(s) were checked to be live device-accessible memory;

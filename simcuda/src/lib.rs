@@ -7,6 +7,8 @@
 //! Environment (read once, at first use):
 //! - `SIMCUDA_MEM_MB` (default 16384): per-device capacity; `cuMemAlloc` blocks (rounded to
 //!   512 bytes) plus `cuMemCreate` physical memory count against it; `cuMemGetInfo` is exact.
+//! - `SIMCUDA_SHARED=1`: processes on this machine share each device's capacity through a
+//!   ledger in shared memory (`SIMCUDA_SHARED_KEY` names a separate one; see `shared`).
 //! - `SIMCUDA_DEVICES` (default 1), `SIMCUDA_HOST_MEM_MB` (default 16384, pinned memory).
 //! - `SIMCUDA_VMM=0`: no virtual memory management (attribute 102 is 0, `cuMemCreate` and
 //!   `cuMemAddressReserve` return `CUDA_ERROR_NOT_SUPPORTED`).
@@ -50,6 +52,7 @@ pub mod report;
 pub mod runtime_api;
 pub mod runtime_mem_api;
 pub mod runtime_ptsz_api;
+pub mod shared;
 pub mod state;
 pub mod stream;
 pub mod types;

@@ -189,6 +189,8 @@ pub fn find(addr: usize) -> Option<(usize, usize, usize)> {
 
 /// Check that `[addr, addr + len)` is memory the device can touch (a live block, an
 /// accessible VMM mapping or pinned host memory); returns the device that owns it, if any.
+/// A range in a virtual-memory reservation that is not all mapped read-write is
+/// `CUDA_ERROR_ILLEGAL_ADDRESS`, as a kernel or copy engine touching it reports on a GPU.
 pub fn check_device_range(addr: usize, len: usize) -> Result<Option<usize>, CUresult> {
     let end = addr.checked_add(len).ok_or(INVALID_VALUE)?;
     if let Some((dev, a, s)) = find(addr) {
@@ -206,6 +208,9 @@ pub fn check_device_range(addr: usize, len: usize) -> Result<Option<usize>, CUre
     }
     if crate::host::contains(addr, len) {
         return Ok(None);
+    }
+    if crate::vmm::reserved(addr, len) {
+        return Err(ILLEGAL_ADDRESS);
     }
     Err(INVALID_VALUE)
 }

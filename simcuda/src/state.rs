@@ -23,18 +23,31 @@ pub struct Ledger {
     pub live_allocations: AtomicU64,
     pub live_physical_handles: AtomicU64,
     pub live_reservations: AtomicU64,
+    /// The device this ledger is shared as, between processes, under `SIMCUDA_SHARED=1`
+    /// (see `shared`); `None`: this process's own capacity.
+    pub shared_device: Option<usize>,
 }
 
 impl Ledger {
-    fn new(capacity: u64) -> Ledger {
+    fn new(capacity: u64, ordinal: usize) -> Ledger {
+        let shared = crate::shared::SHARED.is_some() && ordinal < crate::shared::MAX_DEVICES;
         Ledger {
             capacity,
+            shared_device: shared.then_some(ordinal),
             ..Ledger::default()
         }
     }
 
     /// Take `bytes` of capacity, or fail without changing anything.
     pub fn try_charge(&self, bytes: u64) -> bool {
+        if let (Some(dev), Some(sh)) = (self.shared_device, crate::shared::SHARED.as_ref()) {
+            if !sh.try_charge(dev, bytes, self.capacity) {
+                return false;
+            }
+            let prev = self.in_use.fetch_add(bytes, Ordering::AcqRel);
+            self.peak.fetch_max(prev + bytes, Ordering::AcqRel);
+            return true;
+        }
         let ok = self
             .in_use
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
@@ -52,10 +65,16 @@ impl Ledger {
     /// Give back `bytes` taken by `try_charge`.
     pub fn release(&self, bytes: u64) {
         self.in_use.fetch_sub(bytes, Ordering::AcqRel);
+        if let (Some(dev), Some(sh)) = (self.shared_device, crate::shared::SHARED.as_ref()) {
+            sh.release(dev, bytes);
+        }
     }
 
-    /// Bytes still free.
+    /// Bytes still free (on a shared device: what no live process holds).
     pub fn free(&self) -> u64 {
+        if let (Some(dev), Some(sh)) = (self.shared_device, crate::shared::SHARED.as_ref()) {
+            return self.capacity.saturating_sub(sh.used(dev));
+        }
         self.capacity
             .saturating_sub(self.in_use.load(Ordering::Acquire))
     }
@@ -99,7 +118,7 @@ static STATE: Lazy<Result<State, CUresult>> = Lazy::new(|| {
         devices.push(Device {
             ordinal,
             heap: Mutex::new(heap),
-            ledger: Ledger::new(config.mem_bytes),
+            ledger: Ledger::new(config.mem_bytes, ordinal),
             ctx: Box::new(Ctx { device: ordinal }),
             primary_refs: AtomicU32::new(0),
             runtime_retained: AtomicBool::new(false),

@@ -632,6 +632,18 @@ pub fn writable_by(addr: usize, len: usize, dev: usize) -> bool {
         })
 }
 
+/// Whether any byte of `[addr, addr + len)` lies in a virtual-memory reservation: such an
+/// address is device address space even where nothing is mapped, so touching it through a
+/// copy or a set is an illegal address on the device, never host memory.
+pub fn reserved(addr: usize, len: usize) -> bool {
+    let v = VMM.lock();
+    let end = addr.saturating_add(len.max(1));
+    v.reservations
+        .range(..end)
+        .next_back()
+        .is_some_and(|(&base, r)| base + r.size > addr)
+}
+
 /// If `[addr, addr + len)` is mapped read-write, the device of its memory.
 pub fn accessible(addr: usize, len: usize) -> Option<usize> {
     let v = VMM.lock();

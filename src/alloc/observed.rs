@@ -31,6 +31,11 @@ pub enum Kind {
     MallocAsync,
     /// `cudaMallocManaged` / `cuMemAllocManaged`.
     Managed,
+    /// `cudaMalloc` / `cuMemAlloc_v2` served by sleep mode's arena (`crate::sleep`).
+    Sleep,
+    /// A sleep-mode allocation while paused: its address is kept, its device memory is not
+    /// (so it counts toward no device figure).
+    Paused,
     /// `cudaMallocPitch` / `cuMemAllocPitch_v2`.
     Pitched,
     /// `cudaMalloc3D`.
@@ -58,6 +63,8 @@ impl Kind {
             Kind::VmmMap => "vmm",
             Kind::Pinned => "pinned",
             Kind::HostRegister => "host_register",
+            Kind::Sleep => "sleep",
+            Kind::Paused => "paused",
         }
     }
 }
@@ -138,7 +145,9 @@ impl Table {
         let first = if r.kind == Kind::VmmMap {
             Action::SegmentMap
         } else {
-            self.bytes += r.size;
+            if counted(r.kind) {
+                self.bytes += r.size;
+            }
             Action::SegmentAlloc
         };
         self.emit(first, addr, &r, r.stack);
@@ -146,7 +155,7 @@ impl Table {
         if let Some(old) = self.live.insert(addr, r) {
             // The driver handed out an address we still held: a free we never saw (made
             // before the shim, or through a path it does not intercept).
-            if old.kind != Kind::VmmMap {
+            if counted(old.kind) {
                 self.bytes -= old.size;
             }
         }
@@ -157,7 +166,9 @@ impl Table {
         let last = if r.kind == Kind::VmmMap {
             Action::SegmentUnmap
         } else {
-            self.bytes -= r.size;
+            if counted(r.kind) {
+                self.bytes -= r.size;
+            }
             Action::SegmentFree
         };
         self.emit(Action::FreeRequested, addr, &r, stack);
@@ -175,6 +186,12 @@ impl Table {
             }
         }
     }
+}
+
+/// Whether a record's bytes are device (or host) memory held now: not a mapping (its
+/// handle counts) and not a paused sleep-mode allocation.
+fn counted(kind: Kind) -> bool {
+    kind != Kind::VmmMap && kind != Kind::Paused
 }
 
 /// Every observed allocation of a process: one table per device and one for host memory.
@@ -290,10 +307,26 @@ impl ObservedTable {
         locked(&self.host).remove(addr, stack)
     }
 
+    /// Change the kind of the allocation at `addr` on `dev` (a sleep-mode pause or resume),
+    /// recording `action` for it with `stack`.
+    pub fn set_kind(&self, dev: i32, addr: u64, kind: Kind, action: Action, stack: StackId) {
+        let mut t = locked(self.table(dev));
+        let Some(r) = t.live.get(&addr).copied() else {
+            return;
+        };
+        if counted(r.kind) && !counted(kind) {
+            t.bytes -= r.size;
+        } else if !counted(r.kind) && counted(kind) {
+            t.bytes += r.size;
+        }
+        t.live.insert(addr, Record { kind, ..r });
+        t.emit(action, addr, &r, stack);
+    }
+
     /// Put back a record whose real free failed (no events: the free never happened).
     pub fn restore(&self, dev: i32, addr: u64, r: Record) {
         let mut t = locked(self.table(dev));
-        if r.kind != Kind::VmmMap {
+        if counted(r.kind) {
             t.bytes += r.size;
         }
         t.live.insert(addr, r);
@@ -444,7 +477,7 @@ impl ObservedTable {
     pub fn explained(&self, dev: i32) -> Explained {
         let t = locked(self.table(dev));
         let mut by_kind: Vec<(&'static str, u64)> = Vec::new();
-        for r in t.live.values().filter(|r| r.kind != Kind::VmmMap) {
+        for r in t.live.values().filter(|r| counted(r.kind)) {
             match by_kind.iter_mut().find(|k| k.0 == r.kind.name()) {
                 Some(k) => k.1 += r.size,
                 None => by_kind.push((r.kind.name(), r.size)),

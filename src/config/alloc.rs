@@ -76,6 +76,9 @@ pub struct AllocConf {
     /// reservation to another. Not a key of the configuration string: the offline replay
     /// sets it to model PyTorch's allocator; the shim always uses its own page plan.
     pub expandable_fixed_pages: bool,
+    /// Sleep mode (`sleep_mode:True`): `cudaMalloc`/`cuMemAlloc` are served on
+    /// virtual-memory mappings that can be paused and resumed by tag (`crate::sleep`).
+    pub sleep_mode: bool,
 }
 
 impl Default for AllocConf {
@@ -97,6 +100,7 @@ impl Default for AllocConf {
             max_cached_fraction: 0.0,
             cache_cap_on: false,
             expandable_fixed_pages: false,
+            sleep_mode: false,
         }
     }
 }
@@ -307,6 +311,7 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                 )
             }),
             "free_includes_cache" => parse_bool(key, value).map(|b| conf.free_includes_cache = b),
+            "sleep_mode" => parse_bool(key, value).map(|b| conf.sleep_mode = b),
             // ND4J-style cap on what the cache keeps (see `alloc::cap`).
             "max_cached_mb" => match value.parse::<u64>() {
                 Ok(mb) => {
@@ -326,7 +331,7 @@ pub fn parse(s: &str) -> (AllocConf, Vec<String>) {
                  expandable_segments, roundup_power2_divisions, per_process_memory_fraction, \
                  pinned_use_cuda_host_register, pinned_num_register_threads, \
                  release_lock_on_cudamalloc, backend, free_sync, free_includes_cache, \
-                 max_cached_mb, max_cached_fraction)"
+                 max_cached_mb, max_cached_fraction, sleep_mode)"
             )),
         };
         if let Err(e) = r {
@@ -403,6 +408,7 @@ impl AllocConf {
                 i64::try_from(self.max_cached).unwrap_or(i64::MAX)
             },
             "max_cached_fraction": self.max_cached_fraction,
+            "sleep_mode": self.sleep_mode,
         })
     }
 }

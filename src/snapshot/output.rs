@@ -10,6 +10,7 @@
 use crate::snapshot::value::Value;
 use crate::snapshot::{encode_to, Format};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -99,12 +99,12 @@ int main(int argc, char **argv) {
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemSetAccess(va, 2 * MiB, NULL, 1));
         /* mapped but not accessible: copies are refused, not crashes */
         char buf[16];
-        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va, 16));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyDtoH(buf, va, 16));
         /* accessible mapping, but the copy reaches into the unmapped rest of the reservation */
         EXPECT(CUDA_SUCCESS, cuMemSetAccess(va, 2 * MiB, &rw, 1));
         EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(buf, va + 2 * MiB - 16, 16));
-        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va + 2 * MiB - 8, 16));
-        EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(buf, va + 2 * MiB + 64, 16));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyDtoH(buf, va + 2 * MiB - 8, 16));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyDtoH(buf, va + 2 * MiB + 64, 16));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(va, 4 * MiB));
         EXPECT(CUDA_ERROR_INVALID_VALUE, cuMemRelease(0xdead));
         EXPECT(CUDA_SUCCESS, cuMemRelease(h2));
@@ -153,6 +153,63 @@ int main(int argc, char **argv) {
         printf("read %d\n", ((volatile char *)va)[0]);
         printf("survived\n");
         return 0;
+    }
+    CASE("unmapped_reservation_copies_fail_with_illegal_address") {
+        EXPECT(CUDA_SUCCESS, cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));
+        EXPECT(CUDA_SUCCESS, cuMemCreate(&h, 2 * MiB, &prop, 0));
+        EXPECT(CUDA_SUCCESS, cuMemMap(va, 2 * MiB, 0, h, 0));
+        EXPECT(CUDA_SUCCESS, cuMemSetAccess(va, 2 * MiB, &rw, 1));
+        EXPECT(CUDA_SUCCESS, cuMemsetD8(va, 7, 2 * MiB));
+        EXPECT(CUDA_SUCCESS, cuMemUnmap(va, 2 * MiB));
+        static char host[4096];
+        void *pv = (void *)va;
+        /* every way a copy or a set can reach the unmapped range: an error, not a fault */
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyHtoD(va, host, 64));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyDtoH(host, va, 64));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpy(va, (CUdeviceptr)host, 64));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpy((CUdeviceptr)host, va, 64));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemcpyHtoDAsync(va, host, 64, 0));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemsetD8(va, 1, 64));
+        EXPECT(CUDA_ERROR_ILLEGAL_ADDRESS, cuMemsetD32(va + 2 * MiB, 1, 16)); /* never mapped */
+        EXPECT(cudaErrorIllegalAddress, cudaMemcpy(pv, host, 64, cudaMemcpyDefault));
+        EXPECT(cudaErrorIllegalAddress, cudaMemcpy(host, pv, 64, cudaMemcpyDeviceToHost));
+        EXPECT(cudaErrorIllegalAddress, cudaMemcpy(pv, host, 64, cudaMemcpyHostToHost));
+        EXPECT(cudaErrorIllegalAddress, cudaMemset(pv, 0, 64));
+        /* the process stays usable: mapped again at the same address, it works */
+        EXPECT(CUDA_SUCCESS, cuMemMap(va, 2 * MiB, 0, h, 0));
+        EXPECT(CUDA_SUCCESS, cuMemSetAccess(va, 2 * MiB, &rw, 1));
+        EXPECT(CUDA_SUCCESS, cuMemcpyDtoH(host, va, 64));
+        REQUIRE(host[63] == 7);
+        EXPECT(cudaSuccess, cudaMemset(pv, 3, 64));
+        EXPECT(CUDA_SUCCESS, cuMemUnmap(va, 2 * MiB));
+        EXPECT(CUDA_SUCCESS, cuMemRelease(h));
+        EXPECT(CUDA_SUCCESS, cuMemAddressFree(va, 4 * MiB));
+    }
+    CASE("shared_hold") { /* argv[2] MiB held (half cuMemAlloc, half cuMemCreate) until stdin closes */
+        REQUIRE(argc > 2);
+        size_t held = (size_t)atoi(argv[2]) * MiB;
+        CUdeviceptr d;
+        EXPECT(CUDA_SUCCESS, cuMemAlloc(&d, held / 2));
+        EXPECT(CUDA_SUCCESS, cuMemCreate(&h, held - held / 2, &prop, 0));
+        printf("HELD\n");
+        fflush(stdout);
+        while (getchar() != EOF) {}
+    }
+    CASE("shared_expect") { /* argv[2]: the free MiB cuMemGetInfo must show; more must not fit */
+        REQUIRE(argc > 2);
+        size_t want = (size_t)atoi(argv[2]) * MiB;
+        EXPECT(CUDA_SUCCESS, cuMemGetInfo(&f, &t));
+        if (f != want) { fprintf(stderr, "free %zu MiB, expected %zu MiB\n", f / MiB, want / MiB); exit(1); }
+        CUdeviceptr d;
+        EXPECT(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc(&d, want + 2 * MiB));
+        EXPECT(CUDA_ERROR_OUT_OF_MEMORY, cuMemCreate(&h, want + 2 * MiB, &prop, 0));
+        EXPECT(CUDA_SUCCESS, cuMemCreate(&h, want, &prop, 0));
+        EXPECT(CUDA_SUCCESS, cuMemGetInfo(&f, &t));
+        REQUIRE(f == 0);
+        EXPECT(CUDA_SUCCESS, cuMemRelease(h));
+        size_t fr;
+        EXPECT(cudaSuccess, cudaMemGetInfo(&fr, &t));
+        REQUIRE(fr == want);
     }
     CASE("leave_vmm_objects_live") { /* for the report */
         EXPECT(CUDA_SUCCESS, cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));

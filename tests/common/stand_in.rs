@@ -56,6 +56,7 @@ pub const SHIM_TARGETS: &[&str] = &[
     "shim_stacked",
     "shim_streams",
     "shim_stress",
+    "shim_sleep",
     "shim_threads",
     "simcuda_clients",
     "simcuda_exit",

@@ -89,3 +89,93 @@ fn report_counts_live_reservations_handles_and_allocations() {
     assert_eq!(d["bytes_in_use"], (2u64 << 20) + 1024);
     assert_eq!(r["calls"]["cuMemMap"], 1);
 }
+
+#[test]
+fn copies_and_sets_on_an_unmapped_reservation_fail_with_illegal_address_not_a_fault() {
+    case("unmapped_reservation_copies_fail_with_illegal_address", &[]);
+}
+
+/// A process holding `mib` MiB of a shared device until its stdin closes.
+fn holder(env: &[(&str, &str)], mib: u32) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = common::sim_cmd(exe())
+        .args(["shared_hold", &mib.to_string()])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the holder");
+    let mut line = String::new();
+    let out = child.stdout.take().expect("holder stdout");
+    let mut reader = std::io::BufReader::new(out);
+    reader.read_line(&mut line).expect("reading the holder");
+    assert_eq!(line.trim(), "HELD", "the holder did not get its memory");
+    // Kept open, so the holder's last line does not meet a closed pipe.
+    child.stdout = Some(reader.into_inner());
+    child
+}
+
+fn expect_free(env: &[(&str, &str)], mib: u32) {
+    let mut cmd = common::sim_cmd(exe());
+    cmd.args(["shared_expect", &mib.to_string()])
+        .envs(env.iter().copied());
+    let out = common::run_ok(&mut cmd);
+    assert!(out.contains("PASS shared_expect"), "{out}");
+}
+
+#[test]
+fn shared_device_capacity_is_split_between_processes_and_a_killed_holder_gives_it_back() {
+    let dir = common::scratch("simcuda-shared-ledger");
+    let key = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("scratch name")
+        .to_string();
+    let env = [
+        ("SIMCUDA_SHARED", "1"),
+        ("SIMCUDA_SHARED_KEY", key.as_str()),
+        ("SIMCUDA_MEM_MB", "64"),
+    ];
+    let mut held = holder(&env, 40);
+    // Another process sees the holder's 40 MiB gone: 24 MiB free, 26 MiB do not fit.
+    expect_free(&env, 24);
+    // Killed while holding its memory (no exit handler runs): its share comes back.
+    held.kill().expect("killing the holder");
+    held.wait().expect("reaping the holder");
+    expect_free(&env, 64);
+    // Without the shared mode each process has the whole device.
+    let mut own = holder(&env[2..], 40);
+    expect_free(&env[2..], 64);
+    drop(own.stdin.take());
+    assert!(own.wait().expect("holder exit").success());
+    let _ = std::fs::remove_file(format!(
+        "/dev/shm/simcuda-shared-uid{}-{key}",
+        // SAFETY: getuid has no preconditions.
+        unsafe { libc::getuid() }
+    ));
+}
+
+#[test]
+fn a_shared_holder_that_exits_normally_gives_its_share_back() {
+    let dir = common::scratch("simcuda-shared-exit");
+    let key = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("scratch name")
+        .to_string();
+    let env = [
+        ("SIMCUDA_SHARED", "1"),
+        ("SIMCUDA_SHARED_KEY", key.as_str()),
+        ("SIMCUDA_MEM_MB", "32"),
+    ];
+    let mut held = holder(&env, 20);
+    expect_free(&env, 12);
+    drop(held.stdin.take());
+    assert!(held.wait().expect("holder exit").success());
+    expect_free(&env, 32);
+    let _ = std::fs::remove_file(format!(
+        "/dev/shm/simcuda-shared-uid{}-{key}",
+        // SAFETY: getuid has no preconditions.
+        unsafe { libc::getuid() }
+    ));
+}

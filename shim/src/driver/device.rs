@@ -470,6 +470,20 @@ impl Device for CudaDevice {
         unsafe { check(drv::cuCtxSynchronize()) }
     }
 
+    fn copy_to_host(&self, dev: i32, dst: DevPtr, src: DevPtr, n: u64) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the caller passes `n` writable host bytes at `dst` and `n` bytes of device
+        // memory at `src`.
+        unsafe { check(drv::cuMemcpyDtoH_v2(dst as *mut c_void, src, n as usize)) }
+    }
+
+    fn copy_to_device(&self, dev: i32, dst: DevPtr, src: DevPtr, n: u64) -> DevResult<()> {
+        let _s = self.enter(dev)?;
+        // SAFETY: the caller passes `n` readable host bytes at `src` and `n` bytes of device
+        // memory at `dst`.
+        unsafe { check(drv::cuMemcpyHtoD_v2(dst, src as *const c_void, n as usize)) }
+    }
+
     fn host_alloc(&self, size: u64, flags: u32) -> DevResult<DevPtr> {
         let _s = self.enter(0)?;
         let mut p: *mut c_void = ptr::null_mut();

@@ -214,6 +214,8 @@ driver_fns! {
     cuMemGetInfo_v2 = "cuMemGetInfo" @ 3020 (free: *mut usize, total: *mut usize);
     cuMemAlloc_v2 = "cuMemAlloc" @ 3020 (p: *mut u64, size: usize);
     cuMemFree_v2 = "cuMemFree" @ 3020 (p: u64);
+    cuMemcpyDtoH_v2 = "cuMemcpyDtoH" @ 3020 (dst: *mut c_void, src: u64, n: usize);
+    cuMemcpyHtoD_v2 = "cuMemcpyHtoD" @ 3020 (dst: u64, src: *const c_void, n: usize);
     cuMemHostAlloc = "cuMemHostAlloc" @ 2020 (p: *mut *mut c_void, size: usize, flags: c_uint);
     cuMemFreeHost = "cuMemFreeHost" @ 2000 (p: *mut c_void);
     cuMemGetAllocationGranularity = "cuMemGetAllocationGranularity" @ 10020 (g: *mut usize, prop: *const cu::CUmemAllocationProp, option: c_uint);

@@ -118,3 +118,90 @@ pub extern "C" fn cushim_dump_snapshot(path: *const c_char) -> c_int {
         }
     })
 }
+
+/// The C string at `p`, or `None` for NULL.
+fn opt_str(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Tag the calling thread's next allocations `tag` (sleep mode; nests). 0, or
+/// `CUDA_ERROR_INVALID_VALUE` (1) for a NULL or empty tag or nesting deeper than 64.
+#[no_mangle]
+pub extern "C" fn cushim_tag_push(tag: *const c_char) -> c_int {
+    let next = || next!(c"cushim_tag_push", fn(*const c_char), (tag));
+    guard("cushim_tag_push", next, || match opt_str(tag) {
+        Some(t) if cushim::sleep::tag::push(&t) => 0,
+        _ => crate::life::sleep::INVALID_VALUE,
+    })
+}
+
+/// Close the calling thread's innermost tag. 0, or `CUDA_ERROR_INVALID_VALUE` when none is
+/// open.
+#[no_mangle]
+pub extern "C" fn cushim_tag_pop() -> c_int {
+    let next = || next!(c"cushim_tag_pop", fn(), ());
+    guard("cushim_tag_pop", next, || {
+        if cushim::sleep::tag::pop() {
+            0
+        } else {
+            crate::life::sleep::INVALID_VALUE
+        }
+    })
+}
+
+/// Pause the memory of `tag` (NULL: every tag); `mode` 0 discards the contents, 1 backs them
+/// up in host memory. 0, or a CUDA error code (`docs/SLEEP-MODE.md`).
+#[no_mangle]
+pub extern "C" fn cushim_pause(tag: *const c_char, mode: c_int) -> c_int {
+    let next = || next!(c"cushim_pause", fn(*const c_char, c_int), (tag, mode));
+    guard("cushim_pause", next, || {
+        let mode = match mode {
+            0 => cushim::sleep::Mode::Discard,
+            1 => cushim::sleep::Mode::Backup,
+            _ => return crate::life::sleep::INVALID_VALUE,
+        };
+        let Some(s) = state::get() else {
+            return crate::life::sleep::OFF;
+        };
+        match crate::life::sleep::pause(s, opt_str(tag).as_deref(), mode) {
+            Ok(_) => 0,
+            Err(code) => code,
+        }
+    })
+}
+
+/// Resume the memory of `tag` (NULL: every tag). 0, or a CUDA error code; on failure the tag
+/// stays paused and can be resumed later.
+#[no_mangle]
+pub extern "C" fn cushim_resume(tag: *const c_char) -> c_int {
+    let next = || next!(c"cushim_resume", fn(*const c_char), (tag));
+    guard("cushim_resume", next, || {
+        let Some(s) = state::get() else {
+            return crate::life::sleep::OFF;
+        };
+        match crate::life::sleep::resume(s, opt_str(tag).as_deref()) {
+            Ok(_) => 0,
+            Err(code) => code,
+        }
+    })
+}
+
+/// Bytes of `tag` (NULL: every tag) now paused on every device; -1 when sleep mode is off.
+#[no_mangle]
+pub extern "C" fn cushim_paused_bytes(tag: *const c_char) -> i64 {
+    let tag = opt_str(tag);
+    std::panic::catch_unwind(|| match crate::life::sleep::arena() {
+        Some(a) => a
+            .list()
+            .iter()
+            .filter(|r| r.paused.is_some() && cushim::sleep::tag::matches(&r.tag, tag.as_deref()))
+            .map(|r| r.mapped as i64)
+            .sum(),
+        None => -1,
+    })
+    .unwrap_or(-1)
+}

@@ -207,6 +207,15 @@ fn device_alloc(s: &Shim, out: *mut DevPtr, size: usize, stream: Option<u64>) ->
         return None;
     }
     let dev = engine_device()?;
+    if stream.is_none() && crate::life::sleep::on() {
+        return Some(match super::sleep::malloc(s, dev, size as u64) {
+            Ok(p) => put(out, p),
+            Err(code) => {
+                put(out, 0);
+                code
+            }
+        });
+    }
     let stack = s.history.alloc_stack();
     let r = match stream {
         None => s.alloc.malloc(dev, size as u64, 0, stack),
@@ -233,6 +242,11 @@ fn device_free(s: &Shim, what: &str, ptr: DevPtr, stream: Option<u64>) -> Option
     } else {
         ctx_device().unwrap_or(0)
     };
+    if crate::life::sleep::on() {
+        if let Some(rc) = super::sleep::free(s, ptr, dev) {
+            return Some(rc);
+        }
+    }
     if capture::any() {
         let ours = s.alloc.owner(ptr).is_some();
         match stream {

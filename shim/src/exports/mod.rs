@@ -14,5 +14,6 @@ pub mod nvtx;
 pub mod ordered;
 pub mod peer;
 pub mod runtime;
+pub mod sleep;
 pub mod stream;
 pub mod vmm;

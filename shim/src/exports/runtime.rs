@@ -90,6 +90,16 @@ fn malloc_on(out: *mut *mut c_void, size: usize, stream: u64, async_: bool) -> O
         return None;
     }
     let dev = state::alloc_device(s);
+    if !async_ && size > 0 && crate::life::sleep::on() {
+        return Some(match super::sleep::malloc(s, dev, size as u64) {
+            Ok(p) => put(out, p),
+            Err(code) => {
+                // SAFETY: `out` is non-null; CUDA leaves the out-pointer NULL on failure.
+                unsafe { *out = std::ptr::null_mut() };
+                lasterror::set(code)
+            }
+        });
+    }
     let stack = s.history.alloc_stack();
     let r = if async_ {
         ordered::malloc_async(&s.alloc, dev, size as u64, stream, stack)
@@ -189,6 +199,11 @@ pub extern "C" fn cudaFree(ptr: *mut c_void) -> c_int {
             };
             if ptr.is_null() {
                 return real();
+            }
+            if crate::life::sleep::on() {
+                if let Some(rc) = super::sleep::free(s, ptr as u64, state::alloc_device(s)) {
+                    return lasterror::set(rc);
+                }
             }
             let degraded = failopen::pass_through(Point::Runtime);
             if capture::forbidden() {

@@ -13,6 +13,8 @@ pub mod nvtx_handles;
 pub mod quiet_thread;
 pub mod shim;
 pub mod sigchain;
+pub mod sleep;
+pub mod sleep_requests;
 pub mod snapshot;
 pub mod state;
 pub mod stats;

@@ -42,12 +42,15 @@ pub enum Role {
     /// `SIG_DFL`, the default action follows (the faulting instruction runs again, or a
     /// signal sent by a process is raised again).
     Fatal = 3,
+    /// The sleep-request signal (`cushim pause`/`resume`): wakes the request thread;
+    /// `SIG_DFL`/`SIG_IGN` then do nothing.
+    Sleep = 4,
 }
 
 /// What each role does on delivery (index: the role), registered by the module that arms
 /// signals with that role, before it arms them ([`on`]). Read in the handler: one atomic
 /// load each, async-signal safe.
-static HANDLERS: [OnceCell<fn(c_int)>; 4] = [const { OnceCell::new() }; 4];
+static HANDLERS: [OnceCell<fn(c_int)>; 5] = [const { OnceCell::new() }; 5];
 
 /// Register what `role` does on delivery (the dump request, the ending request, the log's
 /// flush); only async-signal-safe work. Once per role; later calls are ignored.
@@ -191,6 +194,13 @@ fn kernel_action(prog: &libc::sigaction) -> libc::sigaction {
     act.sa_mask = prog.sa_mask;
     act.sa_flags = libc::SA_SIGINFO
         | (prog.sa_flags & (libc::SA_RESTART | libc::SA_NODEFER | libc::SA_ONSTACK));
+    // A program that does not handle the signal never sees a system call interrupted by
+    // it (ignored, or killed by it): the shim's part must not make its reads fail with
+    // EINTR either (a `cushim pause` request would otherwise end a program blocked in
+    // `fgets`).
+    if prog.sa_sigaction == libc::SIG_DFL || prog.sa_sigaction == libc::SIG_IGN {
+        act.sa_flags |= libc::SA_RESTART;
+    }
     act
 }
 
@@ -251,6 +261,9 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     // The request first, so that an ending signal arriving in this handler finds it.
     if role == Role::Dump as u8 {
         run(Role::Dump, sig);
+    }
+    if role == Role::Sleep as u8 {
+        run(Role::Sleep, sig);
     }
     let disposition = {
         // With every signal blocked while the lock is held (as everywhere), a nested

@@ -123,6 +123,10 @@ fn init() -> Option<Shim> {
             crate::life::shim::annotation_device,
         );
     }
+    crate::life::sleep::start(conf.sleep_mode, device.clone());
+    if crate::life::sleep::on() {
+        crate::life::sleep_requests::install();
+    }
     let alloc = CachingAllocator::new(device, conf, &|dev| make_sink(&history, dev));
     crate::per_thread::apply(&alloc);
     let observed = ObservedTable::new(alloc.device_count(), &|dev| make_sink(&history, dev));

@@ -144,7 +144,7 @@ pub fn start(dev: &Device) -> Start {
             Action::SegmentFree | Action::SegmentUnmap => {
                 s.reserved = s.reserved.saturating_add(ev.size)
             }
-            Action::Oom | Action::Snapshot => {}
+            Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
         }
     }
     Start {
@@ -182,7 +182,7 @@ pub fn apply(s: &mut State, ev: &Event, requests: bool) {
         Action::SegmentFree | Action::SegmentUnmap => {
             s.reserved = s.reserved.saturating_sub(ev.size)
         }
-        Action::Oom | Action::Snapshot => {}
+        Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
     }
 }
 

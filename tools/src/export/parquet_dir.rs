@@ -147,6 +147,7 @@ fn class_name(c: Class) -> &'static str {
         Class::Library => "library",
         Class::Machinery => "machinery",
         Class::Start => "start",
+        Class::ThreadStart => "thread start",
     }
 }
 

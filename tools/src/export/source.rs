@@ -21,7 +21,7 @@ use crate::analyze::frames::site;
 use crate::analyze::model::{BlockState, Frame, Snapshot, Stacks};
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogVisitor};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
-use cushim::trace::log::encode::RangeMark;
+use cushim::trace::log::codec::RangeMark;
 use parquet::data_type::ByteArray;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -204,7 +204,11 @@ impl Tracker {
                 s.freed_us = time;
                 return Some(s);
             }
-            Action::FreeRequested | Action::Oom | Action::Snapshot => {}
+            Action::FreeRequested
+            | Action::Oom
+            | Action::Snapshot
+            | Action::Pause
+            | Action::Resume => {}
         }
         None
     }

@@ -132,7 +132,9 @@ impl<W: Write> Sink for TraceSink<W> {
                 m.reserved = m.reserved.saturating_sub(r.size);
                 true
             }
-            Action::Oom | Action::Snapshot => false,
+            // Sleep mode's pause and resume keep the blocks allocated (their pages go and
+            // come back): instants on the timeline, no counter change.
+            Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => false,
         };
         if changed {
             self.counter(r.device, t)?;
@@ -140,6 +142,8 @@ impl<W: Write> Sink for TraceSink<W> {
         let instant = matches!(
             r.action,
             Action::Oom
+                | Action::Pause
+                | Action::Resume
                 | Action::SegmentAlloc
                 | Action::SegmentFree
                 | Action::SegmentMap

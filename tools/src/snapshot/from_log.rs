@@ -254,7 +254,7 @@ impl State {
                     self.allocated = self.allocated.saturating_sub(b.size);
                 }
             }
-            Action::Oom | Action::Snapshot => {}
+            Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
         }
     }
 }

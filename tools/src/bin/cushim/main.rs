@@ -15,6 +15,7 @@ mod launch;
 mod locate;
 mod nvtx_env;
 mod run_checks;
+mod sleep;
 mod snapshot_cmd;
 mod tools;
 mod workload;
@@ -244,6 +245,27 @@ enum Cmd {
         #[arg(long)]
         signal: Option<String>,
     },
+    /// Ask a running program under the shim (sleep_mode:True) to give back the device memory
+    /// of TAG (every tag without one), keeping its addresses; prints the bytes released.
+    /// The program must not touch that memory until it is resumed.
+    Pause {
+        /// The process id of a program running under the shim.
+        pid: i32,
+        /// The tag: an explicit tag or an NVTX range name or path; every tag without one.
+        tag: Option<String>,
+        /// Keep the contents in host memory (restored by resume); without it they are lost.
+        #[arg(long)]
+        backup: bool,
+    },
+    /// Ask a running program under the shim to map the memory of TAG (every tag without one)
+    /// again, restoring backed-up contents; prints the bytes mapped. On failure the tag stays
+    /// paused.
+    Resume {
+        /// The process id of a program running under the shim.
+        pid: i32,
+        /// The tag; every tag without one.
+        tag: Option<String>,
+    },
     /// Say what a first run needs: the driver found (or simcuda) and its version, the shim's
     /// path, membarrier, frame pointers, whether the snapshot directory is writable.
     Doctor,
@@ -381,6 +403,8 @@ fn main() -> ExitCode {
         ),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
+        Cmd::Pause { pid, tag, backup } => sleep::pause(pid, tag, backup),
+        Cmd::Resume { pid, tag } => sleep::resume(pid, tag),
         Cmd::Doctor => doctor::doctor(),
     };
     match result {

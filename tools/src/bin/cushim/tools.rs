@@ -36,7 +36,7 @@ pub fn convert(input: &Path, output: &Path) -> Result<i32, String> {
 }
 
 /// A variable of another process's initial environment (`None` when unreadable or unset).
-fn environ_var(pid: i32, name: &str) -> Option<Option<String>> {
+pub(crate) fn environ_var(pid: i32, name: &str) -> Option<Option<String>> {
     let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let prefix = format!("{name}=");
     Some(
@@ -48,7 +48,7 @@ fn environ_var(pid: i32, name: &str) -> Option<Option<String>> {
 }
 
 /// The one child of `pid` (a `cushim run` wrapper) that loaded the shim.
-fn child_with_shim(pid: i32) -> Option<i32> {
+pub(crate) fn child_with_shim(pid: i32) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
     let with: Vec<i32> = text
         .split_whitespace()
