@@ -31,7 +31,7 @@
 //! device instead: what the program's own `cudaFree` does at *every* free without the shim,
 //! here at most once per reuse, so never more waiting than without the shim, and it leaves
 //! every queue empty so the next reuse's check succeeds. With one or two streams the barrier
-//! stays (no CPU wait while the GPU lags, `tests/shim_streams.rs`); `free_sync:barrier` always
+//! stays (no CPU wait while the GPU lags, `tests/shim/shim_streams.rs`); `free_sync:barrier` always
 //! issues the barrier. Measured with CUDA's costs modelled in BENCHMARKS.md ("Never slower
 //! than CUDA").
 

@@ -35,6 +35,7 @@ mod shim_ptsz_alloc;
 mod shim_python;
 mod shim_release_faults;
 mod shim_runtime_dlsym;
+mod shim_sleep;
 mod shim_snapshot;
 mod shim_special_files;
 mod shim_stacked;

@@ -5,6 +5,7 @@
 mod common;
 
 mod analyze_cli;
+mod analyze_export;
 mod analyze_real;
 mod analyze_report;
 mod cli;

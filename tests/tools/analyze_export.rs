@@ -7,7 +7,7 @@
 //! DuckDB and pyarrow are the published Python packages, installed once with pip into a
 //! virtual environment under `target/`; where no registry answers, the tests that need
 //! them skip visibly (`common::skip`), a failure under `CUSHIM_REQUIRE_ALL=1`.
-mod common;
+use crate::common;
 
 use cushim_tools::analyze::summary::{summaries, Options};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Sleep mode: memory paused by tag gives its device memory back (to another process on the
 //! same GPU) and keeps its addresses; resumed, it holds its backed-up bytes again. Pause and
 //! resume are all or nothing under faults, and bad requests are harmless.
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
