@@ -9,6 +9,7 @@ pub mod action;
 pub mod alloc;
 pub mod config;
 pub mod device;
+pub mod files;
 pub mod sleep;
 pub mod snapshot;
 pub mod trace;

@@ -18,8 +18,6 @@ pub mod model;
 pub mod msgpack;
 pub mod output;
 pub mod pickle;
-pub mod target;
-pub mod temp_file;
 pub mod value;
 
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Snapshot files: output path templates and crash-safe, symlink-safe writing.
 //!
 //! Invariant: a snapshot file appears complete or not at all: bytes go to a new temporary
-//! file in the target's directory (`temp_file`: a random name, created with
+//! file in the target's directory (`files::temp_file`: a random name, created with
 //! O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, another name tried on a clash),
 //! are fsynced, then renamed over the target. Only a new name, a regular file or a symlink
 //! to one may be replaced (`target.rs`: devices, FIFOs, directories are refused); a symlink
@@ -10,7 +10,6 @@
 use crate::snapshot::value::Value;
 use crate::snapshot::{encode_to, Format};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,18 +79,6 @@ pub fn next_path(template: &str) -> PathBuf {
     PathBuf::from(expand(template, &TemplateVars::current(seq)))
 }
 
-/// Options that create a new file only: never an existing name, never through a link
-/// (`O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, closed on exec. Snapshots' temporary files and
-/// the event log are created with these.
-pub fn new_private_file() -> std::fs::OpenOptions {
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-    o
-}
-
 /// Write `bytes` to `path` atomically (see the module invariant).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     write_atomic_with(path, |w| w.write_all(bytes).map_err(|e| e.to_string()))
@@ -102,13 +89,13 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> Result<(), String>,
 ) -> Result<(), String> {
-    crate::snapshot::target::check_replaceable(path)
+    crate::files::target::check_replaceable(path)
         .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let (mut f, tmp) = crate::snapshot::temp_file::create_beside(path)
+    let (mut f, tmp) = crate::files::temp_file::create_beside(path)
         .map_err(|e| format!("writing snapshot {}: {e}", path.display()))?;
     let mut buf = std::io::BufWriter::with_capacity(1 << 20, &mut f);
     let filled = fill(&mut buf).and_then(|()| buf.flush().map_err(|e| e.to_string()));

@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 /// The test modules (one per file of a test folder) whose tests run programs with the shim
 /// preloaded.
 pub const SHIM_TARGETS: &[&str] = &[
+    "analyze_export",
     "cli_help",
     "cli_signals",
     "cudarc_client",

@@ -80,13 +80,25 @@ fn report_renders_in_headless_chromium_without_console_errors() {
         "128.0 MiB",
         // Axes with units, the peak marked, and the summary's sections.
         "trace events (oldest left)",
-        "text-anchor=\"end\">128 MiB</text>",
         "<title>peak allocated 128.0 MiB after event",
         "<h2>summary</h2>",
         "fragmentation:",
     ] {
         assert!(html.contains(part), "report lacks {part:?}");
     }
+    // The memory axis is labelled in round steps with their unit (`... MiB</text>` right-
+    // aligned beside the axis).
+    assert!(
+        html.split("text-anchor=\"end\">")
+            .skip(1)
+            .filter(|t| t
+                .split("</text>")
+                .next()
+                .is_some_and(|l| l.ends_with(" MiB")))
+            .count()
+            >= 2,
+        "report has no MiB ticks on its memory axis"
+    );
     for remote in ["http://", "https://", "src=", "<link"] {
         assert!(
             !html.contains(remote),

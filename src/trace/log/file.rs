@@ -4,9 +4,9 @@
 //! Policy (why: the log holds the same stacks, paths, range names and settings as a
 //! snapshot, and its name is often predictable, in a shared directory):
 //! - The file is always a new one, created with `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600
-//!   (`snapshot::output::new_private_file`, as a snapshot's temporary file): nothing
+//!   (`files::new_private_file`, as a snapshot's temporary file): nothing
 //!   already at the path is ever opened, truncated or written through.
-//! - What may be at the path is judged as for a snapshot (`snapshot::target`): a device, a
+//! - What may be at the path is judged as for a snapshot (`files::target`): a device, a
 //!   FIFO, a socket, a directory or a link to one of them is left as it is and the log is
 //!   refused (the caller says so in one line and the program runs on without a log).
 //! - A symbolic link (dangling, or to a regular file) is replaced, never followed, as a
@@ -27,8 +27,8 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::snapshot::output::new_private_file;
-use crate::snapshot::target::check_replaceable;
+use crate::files::new_private_file;
+use crate::files::target::check_replaceable;
 
 /// How often the exclusive create is tried when something keeps appearing at the path.
 const TRIES: usize = 8;

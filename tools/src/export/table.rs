@@ -5,7 +5,7 @@
 //! group (about 60 MB for the events table), whatever the input's length. Strings are
 //! dictionary encoded (the default), so a column that repeats a few values (action, site,
 //! range path) costs little on disk; pages are Snappy compressed. The file is written to a
-//! temporary name beside it (`cushim::snapshot::temp_file`: random, exclusive) and renamed
+//! temporary name beside it (`cushim::files::temp_file`: random, exclusive) and renamed
 //! into place only when whole, so a reader never sees a half-written table.
 //!
 //! It uses the `parquet` crate's low-level column writers (no Arrow): the tables are flat,
@@ -79,7 +79,7 @@ impl Table {
         let at = |e: String| format!("writing {}: {e}", path.display());
         let schema = parse_message_type(&schema_text(name, cols))
             .map_err(|e| at(format!("the schema: {e}")))?;
-        let (file, tmp) = cushim::snapshot::temp_file::create_beside(path).map_err(at)?;
+        let (file, tmp) = cushim::files::temp_file::create_beside(path).map_err(at)?;
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_size(GROUP_ROWS)

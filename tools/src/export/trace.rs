@@ -236,7 +236,7 @@ pub fn export(
         ));
     }
     let mut result = TraceWritten::default();
-    let (file, tmp) = cushim::snapshot::temp_file::create_beside(output)
+    let (file, tmp) = cushim::files::temp_file::create_beside(output)
         .map_err(|e| format!("writing {}: {e}", output.display()))?;
     let written = write_trace(
         &src,

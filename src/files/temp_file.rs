@@ -62,7 +62,7 @@ pub fn create_beside(path: &Path) -> Result<(File, PathBuf), String> {
     for _ in 0..TRIES {
         let r: String = random_bytes().iter().map(|x| format!("{x:02x}")).collect();
         let tmp = dir.join(format!(".{}.{r}.tmp", name.to_string_lossy()));
-        match crate::snapshot::output::new_private_file().open(&tmp) {
+        match crate::files::new_private_file().open(&tmp) {
             Ok(f) => return Ok((f, tmp)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 last = format!("{} exists", tmp.display());
