@@ -110,3 +110,18 @@ pub fn program_named(name: &str) -> Option<PathBuf> {
     let flag = format!("-I{}", inc.display());
     Some(super::compile(name, &[&flag, "-ldl"]))
 }
+
+/// [`program`] run under the shim with the whole-run log on (native stacks) into
+/// `dir/run.log`, which it returns; `None` where the NVTX headers cannot be had.
+pub fn logged_run(dir: &Path) -> Option<PathBuf> {
+    let exe = program()?;
+    let log = dir.join("run.log");
+    let out = super::run_ok(
+        super::shim_cmd(&exe)
+            .env("NVTX_INJECTION64_PATH", super::shim_path())
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=native"),
+    );
+    assert!(out.contains("ok"), "{out}");
+    Some(log)
+}

@@ -322,18 +322,10 @@ fn cushim_snapshot_writes_the_state_of_a_moment_of_a_log() {
 
 #[test]
 fn a_log_carries_nvtx_range_paths_into_cushim_snapshot() {
-    let Some(exe) = common::nvtx::program() else {
+    let dir = common::scratch("log-nvtx");
+    let Some(log) = common::nvtx::logged_run(&dir) else {
         return;
     };
-    let dir = common::scratch("log-nvtx");
-    let log = dir.join("run.log");
-    let out = common::run_ok(
-        common::shim_cmd(&exe)
-            .env("NVTX_INJECTION64_PATH", common::shim_path())
-            .env("CUSHIM_LOG", &log)
-            .env("CUSHIM_HISTORY", "enabled=all,stacks=native"),
-    );
-    assert!(out.contains("ok"), "{out}");
     let snap = dir.join("end.json");
     let out = Command::new(common::cushim_bin())
         .arg("snapshot")

@@ -338,18 +338,10 @@ fn check_trace_event_format(v: &Value) -> HashMap<(String, String), f64> {
 
 #[test]
 fn the_chrome_trace_of_a_log_follows_the_trace_event_format_and_peaks_at_the_summarys_peak() {
-    let Some(exe) = common::nvtx::program() else {
+    let dir = common::scratch("export-trace");
+    let Some(log) = common::nvtx::logged_run(&dir) else {
         return;
     };
-    let dir = common::scratch("export-trace");
-    let log = dir.join("run.log");
-    let out = common::run_ok(
-        common::shim_cmd(&exe)
-            .env("NVTX_INJECTION64_PATH", common::shim_path())
-            .env("CUSHIM_LOG", &log)
-            .env("CUSHIM_HISTORY", "enabled=all,stacks=native"),
-    );
-    assert!(out.contains("ok"), "{out}");
     let trace = dir.join("trace.json");
     let o = cushim(&[
         "export".as_ref(),
