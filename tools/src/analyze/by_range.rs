@@ -380,9 +380,7 @@ pub fn is_log_file(path: &Path) -> bool {
         && log_reader::is_log(&magic)
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
+use crate::analyze::units::mib1 as mib;
 
 /// The paths whose allocations outlived their range, most bytes first.
 pub fn outliving(dev: &DeviceRanges) -> Vec<(&str, &RangeBytes)> {

@@ -508,9 +508,7 @@ pub fn categorize_all(
     Ok(out)
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
-}
+use crate::analyze::units::mib2 as mib;
 
 /// The moment's words: `at the peak (after event N of M)`.
 pub fn moment_words(moment: Moment, d: &DeviceCategories) -> String {

@@ -321,9 +321,7 @@ pub fn fit(snap: &Snapshot, confs: &[String], size: Option<u64>) -> Result<Fit, 
     })
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-}
+use crate::analyze::units::mib1 as mib;
 
 /// The text `cushim fit` prints.
 pub fn render(f: &Fit) -> String {

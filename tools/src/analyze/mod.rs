@@ -37,4 +37,5 @@ pub mod sites;
 pub mod steps;
 pub mod summary;
 pub mod timeline;
+pub mod units;
 pub mod walk;

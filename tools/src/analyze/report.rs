@@ -43,9 +43,7 @@ fn esc(s: &str) -> String {
     o
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-}
+use crate::analyze::units::mib1 as mib;
 
 /// A byte count with the unit that keeps it short (axis labels).
 fn short_bytes(b: u64) -> String {

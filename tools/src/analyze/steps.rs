@@ -335,9 +335,7 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
-}
+use crate::analyze::units::mib2 as mib;
 
 /// One line naming the step that peaked, for `summary`.
 pub fn peak_line(s: &Steps) -> Option<String> {

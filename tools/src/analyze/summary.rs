@@ -192,10 +192,7 @@ pub fn device_summary_walked(
     }
 }
 
-/// Bytes as MiB with two decimals (the summary's, diff's and kinds' unit).
-pub(crate) fn mib(b: u64) -> String {
-    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
-}
+pub(crate) use crate::analyze::units::mib2 as mib;
 
 fn write_tree(out: &mut String, n: &Node, indent: usize, total: u64, top: usize) {
     for c in n.children.iter().take(top) {
