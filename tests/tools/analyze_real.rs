@@ -1242,3 +1242,58 @@ fn categories_at_seconds_after_the_first_trace_event() {
     );
     assert_eq!(at("2s")["devices"][0]["after_event"], 2);
 }
+
+/// `summary` of a snapshot that ran out of memory says so: the request and its site, what
+/// the driver reported free, the cache then, why it failed, and what was live by category
+/// (the same moment `summary --by category --at EVENT` shows); `--json` carries it all.
+#[test]
+fn summary_tells_an_out_of_memory_its_request_the_cache_then_and_why() {
+    let dir = common::scratch("analyze-real-summary-oom");
+    let Some(p) = limit_pickle(true) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "oom.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    for want in [
+        "device 0: ran out of memory 1 time",
+        "at event 12 of 13: a request of 512.00 MiB from",
+        "the driver reported 20.00 MiB free on a device of about 130.00 MiB",
+        "the cache held 110.00 MiB reserved: 100.00 MiB allocated, 10.00 MiB free inside",
+        "why: the device was full: 492.00 MiB more free device memory",
+        "--device-memory 136314880",
+    ] {
+        assert!(out.contains(want), "{want:?} in\n{out}");
+    }
+    let v = json_of(&["summary", "--json"], &[&f]);
+    valid_against("summary", &v, &dir);
+    let o = &v["devices"][0]["out_of_memory"][0];
+    assert_eq!(o["requested_bytes"], 512u64 << 20, "{v}");
+    assert_eq!(o["device_free_bytes"], 20u64 << 20, "{v}");
+    assert_eq!(o["fragmentation"], false, "{v}");
+    let sum: u64 = o["categories"]
+        .as_array()
+        .expect("categories")
+        .iter()
+        .map(|c| c["bytes"].as_u64().expect("bytes"))
+        .sum();
+    assert_eq!(o["allocated_bytes"], sum, "{v}");
+    let at = json_of(
+        &["summary", "--by", "category", "--at", "12", "--json"],
+        &[&f],
+    );
+    assert_eq!(
+        at["devices"][0]["allocated_bytes"], o["allocated_bytes"],
+        "{at}"
+    );
+    // Without the oom entry, nothing is said.
+    let f = write(&dir, "limit.pickle", &limit_pickle(false).expect("python3"));
+    let out = ok(&["summary"], &[&f]);
+    assert!(!out.contains("ran out of memory"), "{out}");
+    let v = json_of(&["summary", "--json"], &[&f]);
+    assert_eq!(
+        v["devices"][0]["out_of_memory"],
+        serde_json::json!([]),
+        "{v}"
+    );
+}

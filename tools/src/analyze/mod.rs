@@ -27,6 +27,7 @@ pub mod load;
 pub mod log_model;
 pub mod model;
 pub mod moment_time;
+pub mod oom;
 pub mod pytorch_pages;
 pub mod recorded_stats;
 pub mod replay;
