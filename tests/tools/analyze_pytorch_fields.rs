@@ -176,3 +176,21 @@ fn recorded_allocator_settings_are_the_replays_and_fits_recorded_configuration()
     let out = ok(&["fit"], &[&f]);
     assert!(out.contains(&format!("recorded ({conf})")), "{out}");
 }
+
+/// A real PyTorch 2.5+ snapshot (tests/data/real/README.md: a full training step with AdamW)
+/// carries the optimizer's own record_function annotation: the optimizer's step is a range,
+/// which held the most at the peak and whose state outlived it.
+#[test]
+fn a_real_snapshots_optimizer_annotation_is_a_range() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-medium-128-training-memory_snapshot.pickle.gz");
+    let out = ok(&["summary", "--by", "range"], &[&f]);
+    assert!(
+        out.contains("held the most at the peak: Optimizer.step#AdamW.step"),
+        "{out}"
+    );
+    assert!(
+        out.contains("438 of 3066 allocations (3228.6 MiB) made in Optimizer.step#AdamW.step outlived the range (438 still live at the end)"),
+        "{out}"
+    );
+}
