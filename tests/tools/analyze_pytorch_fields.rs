@@ -125,6 +125,18 @@ fn pinned_host_memory_is_shown_apart_from_the_device() {
         out.contains("4.00 MiB  100.0%  pinned host memory"),
         "{out}"
     );
+    let out = ok(&["summary", "--json"], &[&f]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let devs = v["devices"].as_array().expect("devices");
+    assert_eq!(devs.len(), 2, "{out}");
+    assert_eq!(
+        (&devs[0]["device"], &devs[0]["allocated_bytes"]),
+        (&0.into(), &(2 << 20).into())
+    );
+    assert_eq!(
+        (&devs[1]["device"], &devs[1]["allocated_bytes"]),
+        (&(-1).into(), &(4 << 20).into())
+    );
     let out = ok(&["summary", "--by", "category", "--json"], &[&f]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     let host = v["devices"]
