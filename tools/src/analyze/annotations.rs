@@ -20,7 +20,9 @@
 //! an end with no open start (its start overwritten in the ring) is ignored. A trace entry
 //! takes the path open at its `time_us`; a start or end in the same microsecond as the
 //! entry counts as before it (the entries of one microsecond cannot be ordered against a
-//! separate list). PyTorch 2.4's inline entries are exact: they are in the trace's order.
+//! separate list). PyTorch 2.4's inline entries are exact: they are in the trace's order
+//! (while a pickle is streamed the devices' traces are read one after the other, so an
+//! annotation still open at the end of one device's trace would reach into the next's).
 //! An entry that already has a path (`user_metadata`, an NVTX path) keeps it.
 
 use cushim::snapshot::value::Value;
