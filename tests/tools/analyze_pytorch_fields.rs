@@ -39,7 +39,7 @@ fn record_function_annotations_are_the_phases_and_steps_of_a_pytorch_snapshot() 
     );
     assert!(!out.contains("unclassified"), "{out}");
     assert!(
-        out.contains("steps: 3 found (numbered ranges (profilerstep N))"),
+        out.contains("steps: 3 found (numbered ranges (ProfilerStep#N))"),
         "{out}"
     );
     let out = ok(&["summary", "--by", "range"], &[&f]);

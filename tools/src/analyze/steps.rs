@@ -84,7 +84,12 @@ fn iteration_number(path: &str) -> Option<(String, u64)> {
                     .take_while(|c| c.is_ascii_digit())
                     .collect();
                 if let Ok(n) = digits.parse() {
-                    return Some((format!("{word} N"), n));
+                    let word = if word == "profilerstep" {
+                        "ProfilerStep#"
+                    } else {
+                        word
+                    };
+                    return Some((format!("{word} N").replace("# ", "#"), n));
                 }
             }
         }
