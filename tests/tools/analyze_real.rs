@@ -1145,7 +1145,19 @@ fn every_json_output_holds_to_its_schema() {
     let dir = common::scratch("json-schemas");
     let real = real_snapshot();
     let other = write(&dir, "other.json", one_device(0, 64, "other.py").as_bytes());
+    // PyTorch's newer fields: pinned host memory (device -1), record_function ranges.
+    let newer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-newer");
+    let (host, annotated) = (
+        newer.join("pinned-host.pickle"),
+        newer.join("record-function-2.5.pickle"),
+    );
     for (schema, args, files) in [
+        ("summary", vec!["summary", "--json"], vec![host.as_path()]),
+        (
+            "summary-by-range",
+            vec!["summary", "--by", "range", "--json"],
+            vec![annotated.as_path()],
+        ),
         ("summary", vec!["summary", "--json"], vec![real.as_path()]),
         (
             "summary",

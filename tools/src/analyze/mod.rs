@@ -11,6 +11,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod annotations;
 pub mod by_range;
 pub mod category;
 pub mod category_rules;
@@ -20,6 +21,7 @@ pub mod entry_marks;
 pub mod event_list;
 pub mod fit;
 pub mod frames;
+pub mod fx_nodes;
 pub mod input;
 pub mod json;
 pub mod kinds;

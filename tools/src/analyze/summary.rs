@@ -329,6 +329,13 @@ pub fn summaries(snap: &Snapshot, opts: &Options) -> Vec<(i64, DeviceSummary)> {
         .collect()
 }
 
+/// The summary of the snapshot's pinned host memory (`host_segments`, `host_traces`), when
+/// it has any: shown apart from the devices (`--json`: as device -1), never added to them.
+pub fn host_summary(snap: &Snapshot, opts: &Options) -> Option<DeviceSummary> {
+    let h = snap.host.as_ref().filter(|h| !h.is_empty())?;
+    Some(device_summary(snap, h, opts))
+}
+
 /// The text `cushim summary` prints for one input.
 pub fn render(snap: &Snapshot, opts: &Options) -> String {
     render_summaries(snap, &summaries(snap, opts), opts)

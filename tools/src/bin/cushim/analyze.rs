@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cushim_tools::analyze::summary::{ranks, render_summaries, summaries, Options};
+use cushim_tools::analyze::summary::{host_summary, ranks, render_summaries, summaries, Options};
 use cushim_tools::analyze::{by_range, category, diff, input, json, oom, replay, report, steps};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Result<i32, String> {
@@ -26,9 +26,13 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
         all.push((f.display().to_string(), snap, devs, st, ooms));
     }
     if as_json {
+        // Pinned host memory as device -1, as `--by category --json` gives it.
         let rows: Vec<_> = all
             .into_iter()
-            .map(|(name, _, devs, st, ooms)| (name, devs, st, ooms))
+            .map(|(name, snap, mut devs, st, ooms)| {
+                devs.extend(host_summary(&snap, &opts).map(|h| (-1, h)));
+                (name, devs, st, ooms)
+            })
             .collect();
         println!("{}", json::summary(&rows));
         return Ok(0);
