@@ -378,6 +378,36 @@ fn a_real_pytorch_snapshot_replays_to_its_recorded_peak_and_names_the_programs_l
     );
 }
 
+/// A real full training step converted to JSON and msgpack (read as one mapped slice) and
+/// to gzipped JSON (read as a stream) summarises, by site and by category, exactly as its
+/// pickle: the fast readers build the same tree.
+#[test]
+fn a_real_snapshot_converted_to_json_or_msgpack_summarises_exactly_as_its_pickle() {
+    use std::io::Write;
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-medium-128-training-memory_snapshot.pickle.gz");
+    let dir = common::scratch("analyze-real-json-as-pickle");
+    let json = dir.join("step.json");
+    let msgpack = dir.join("step.msgpack");
+    ok(&["convert"], &[&f, &json]);
+    ok(&["convert"], &[&f, &msgpack]);
+    let gz = dir.join("step.json.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(&std::fs::read(&json).unwrap()).unwrap();
+    enc.finish().unwrap().flush().unwrap();
+    for by in [&["summary"][..], &["summary", "--by", "category"][..]] {
+        let want = ok(by, &[&f]).replace(&*f.display().to_string(), "F");
+        assert!(want.contains("peak"), "{want}");
+        for other in [&json, &msgpack, &gz] {
+            let got = ok(by, &[other]).replace(&*other.display().to_string(), "F");
+            assert_eq!(got, want, "{by:?} {}", other.display());
+        }
+    }
+}
+
 #[test]
 fn files_that_are_not_snapshots_get_one_line_saying_what_they_are() {
     let dir = common::scratch("analyze-real-not-snapshots");
