@@ -207,18 +207,22 @@ impl Interner {
         Ok(self.list_id(ids))
     }
 
+    /// The frame ids of stack `id` (none for an unknown id), to extend with marks.
+    fn frames_of(&self, id: u32) -> Vec<u32> {
+        self.stacks
+            .lists
+            .get(id as usize)
+            .map(|l| l.to_vec())
+            .unwrap_or_default()
+    }
+
     /// Stack `id` with a private pool's mark appended (`pool` its text); `id` itself when
     /// there is none.
     fn pooled(&mut self, id: u32, pool: Option<&str>) -> u32 {
         if pool.is_none() {
             return id;
         }
-        let mut ids: Vec<u32> = self
-            .stacks
-            .lists
-            .get(id as usize)
-            .map(|l| l.to_vec())
-            .unwrap_or_default();
+        let mut ids = self.frames_of(id);
         self.push_marks(&mut ids, None, pool);
         self.list_id(ids)
     }
@@ -228,12 +232,7 @@ impl Interner {
         if let Some(&r) = self.ranged.get(&(id, path.clone())) {
             return r;
         }
-        let mut ids: Vec<u32> = self
-            .stacks
-            .lists
-            .get(id as usize)
-            .map(|l| l.to_vec())
-            .unwrap_or_default();
+        let mut ids = self.frames_of(id);
         let has = ids.iter().any(|&f| {
             self.stacks
                 .frames
