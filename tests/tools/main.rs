@@ -7,6 +7,7 @@ mod common;
 mod analyze_cli;
 mod analyze_export;
 mod analyze_real;
+mod analyze_real_shapes;
 mod analyze_report;
 mod cli;
 mod cli_help;
