@@ -116,6 +116,15 @@ pub fn device_summary_walked(
             r.max(end.reserved),
             PeakSource::Stats,
         ),
+        // The walk's peak is in the trace's sizes (PyTorch records the request), the
+        // segments' end state in block sizes (a large block keeps up to 1 MiB past its
+        // request): with a trace, the peak is compared with the walk's own end, so that
+        // it is the moment's allocated bytes that `--by category` splits.
+        None if !dev.events.is_empty() => (
+            p.allocated.max(w.end.allocated_bytes),
+            p.reserved.max(end.reserved),
+            PeakSource::Trace,
+        ),
         None => (
             p.allocated.max(end.allocated_bytes),
             p.reserved.max(end.reserved),
