@@ -109,7 +109,7 @@ impl Input {
 
 /// The header of the log at `path`, or `None` when it is not a log.
 fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
-    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
+    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAX_PAYLOAD};
     let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut head = [0u8; 8 + CHUNK_HEAD];
     let mut n = 0;
@@ -121,7 +121,7 @@ fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
             Err(e) => return Err(e.to_string()),
         }
     }
-    if !head[..n].starts_with(MAGIC) {
+    if crate::snapshot::sniff::kind(&head[..n]) != crate::snapshot::sniff::Kind::Log {
         return Ok(None);
     }
     if n < head.len() || head[8] != kind::HEADER {
