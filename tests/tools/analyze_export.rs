@@ -460,3 +460,48 @@ fn walk(d: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_logged_programs_categories_and_phases_come_from_its_nvtx_range_paths() {
+    // The program's frames say nothing of its phases; its NVTX ranges (step/forward,
+    // [loader]/worker/backward) do: the log records them per event and the categories read
+    // them, as they read a snapshot's user_metadata.
+    let dir = common::scratch("categories-ranges");
+    let Some(log) = common::nvtx::logged_run(&dir) else {
+        return;
+    };
+    let o = cushim(&[
+        "summary".as_ref(),
+        "--by".as_ref(),
+        "category".as_ref(),
+        "--json".as_ref(),
+        log.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let dev = &v["devices"][0];
+    let phases: Vec<&str> = dev["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter_map(|p| p["phase"].as_str())
+        .collect();
+    assert!(
+        phases.contains(&"forward") && phases.contains(&"backward"),
+        "{phases:?}"
+    );
+    let bytes = |name: &str| {
+        dev["categories"]
+            .as_array()
+            .expect("categories")
+            .iter()
+            .find(|c| c["category"] == name)
+            .and_then(|c| c["bytes"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(bytes("backward temporaries") > 0, "{dev}");
+    assert!(
+        bytes("unclassified") < dev["allocated_bytes"].as_u64().expect("allocated"),
+        "{dev}"
+    );
+}

@@ -3,8 +3,8 @@
 //! category (`analyze::category_rules` says which, and why).
 //!
 //! Invariant: the categories of a moment sum to that moment's allocated bytes exactly.
-//! The walks here apply events with the very rules of `timeline::apply` (blocks freed by
-//! the program and waiting for other streams are not allocated), from the same start
+//! The walks here apply events with the rules of `crate::state` (blocks freed by the
+//! program and waiting for other streams are not allocated), from the same start
 //! (`timeline::start_of`), and charge each block's bytes to one category from the moment
 //! it is allocated to the moment it leaves the allocated blocks.
 //!
@@ -28,8 +28,7 @@ use crate::analyze::entry_marks::POOL_MARK;
 use crate::analyze::frames::FORWARD_MARK;
 use crate::analyze::model::{Device, Event, Frame, Snapshot, Stacks};
 use crate::analyze::timeline::{start_of, Start};
-use cushim::alloc::AddrMap;
-use cushim::trace::event::Action;
+use crate::state::Memory;
 
 /// The moment to categorise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,69 +191,72 @@ pub struct Block {
     pub cat: CatId,
 }
 
-/// A walk forward with the rules of `timeline::apply`, tracking each allocated block's
-/// category and the bytes per category.
+impl crate::state::Block for Block {
+    #[inline]
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A walk forward with the rules of `crate::state` (the timeline's), tracking each
+/// allocated block's category and the bytes per category.
 pub struct Walker {
-    pub allocated: AddrMap<Block>,
-    pending: AddrMap<Block>,
-    pub bytes: u64,
+    pub mem: Memory<Block>,
     pub totals: Vec<u64>,
     /// Bytes of the allocated blocks live since before the trace began.
     pub before: u64,
-    requests: bool,
 }
 
 impl Walker {
     /// The walker at the start of the trace (`cat` names each live block's category).
     pub fn new(start: &Start, n_cats: usize, mut cat: impl FnMut(u32, u32) -> CatId) -> Walker {
         let mut w = Walker {
-            allocated: AddrMap::default(),
-            pending: AddrMap::default(),
-            bytes: 0,
+            mem: Memory::default(),
             totals: vec![0; n_cats],
             before: 0,
-            requests: start.requests,
         };
-        for (a, l) in &start.state.allocated {
-            let b = Block {
-                size: l.size,
-                id: BEFORE,
-                stack: l.stack,
-                cat: cat(BEFORE, l.stack),
-            };
-            w.add(*a, b);
-        }
-        for (a, l) in &start.state.pending {
-            w.pending.insert(
-                *a,
-                Block {
+        for (pending, map) in [
+            (false, &start.state.allocated),
+            (true, &start.state.pending),
+        ] {
+            for (a, l) in map {
+                let b = Block {
                     size: l.size,
                     id: BEFORE,
                     stack: l.stack,
                     cat: cat(BEFORE, l.stack),
-                },
-            );
+                };
+                if let Some(o) = w.mem.add(pending, *a, b) {
+                    if !pending {
+                        w.leave(&o);
+                    }
+                }
+                if !pending {
+                    w.enter(&b);
+                }
+            }
         }
         w
     }
 
-    fn add(&mut self, addr: u64, b: Block) -> Option<Block> {
-        let old = self.allocated.insert(addr, b);
-        if let Some(o) = old {
-            self.drop_bytes(&o);
-        }
-        self.bytes += b.size;
+    /// Allocated bytes.
+    #[inline]
+    pub fn bytes(&self) -> u64 {
+        self.mem.allocated_bytes
+    }
+
+    #[inline]
+    fn enter(&mut self, b: &Block) {
         if b.id == BEFORE {
             self.before += b.size;
         }
         if let Some(t) = self.totals.get_mut(b.cat as usize) {
             *t += b.size;
         }
-        old
     }
 
-    fn drop_bytes(&mut self, b: &Block) {
-        self.bytes = self.bytes.saturating_sub(b.size);
+    #[inline]
+    fn leave(&mut self, b: &Block) {
         if b.id == BEFORE {
             self.before = self.before.saturating_sub(b.size);
         }
@@ -263,52 +265,33 @@ impl Walker {
         }
     }
 
-    fn take(&mut self, addr: u64) -> Option<Block> {
-        let b = self.allocated.remove(&addr)?;
-        self.drop_bytes(&b);
-        Some(b)
-    }
-
     /// Apply event `i`; returns the block that left the allocated blocks, if one did.
+    #[inline]
     pub fn step(
         &mut self,
         ev: &Event,
         i: usize,
         cat: impl FnOnce(u32, u32) -> CatId,
     ) -> Option<Block> {
-        match ev.action {
-            Action::Alloc => {
-                let b = Block {
-                    size: ev.size,
-                    id: i as u32,
-                    stack: ev.stack,
-                    cat: cat(i as u32, ev.stack),
-                };
-                self.add(ev.addr, b)
-            }
-            Action::FreeRequested => {
-                let b = self.take(ev.addr)?;
-                self.pending.insert(ev.addr, b);
-                Some(b)
-            }
-            Action::FreeCompleted => {
-                if self.requests {
-                    if self.pending.remove(&ev.addr).is_none() {
-                        return self.take(ev.addr);
-                    }
-                    None
-                } else {
-                    match self.take(ev.addr) {
-                        Some(b) => Some(b),
-                        None => {
-                            self.pending.remove(&ev.addr);
-                            None
-                        }
-                    }
-                }
-            }
-            _ => None,
+        let mut made = None;
+        let change = self.mem.apply(ev.action, ev.addr, ev.size, || {
+            let b = Block {
+                size: ev.size,
+                id: i as u32,
+                stack: ev.stack,
+                cat: cat(i as u32, ev.stack),
+            };
+            made = Some(b);
+            b
+        });
+        let left = change.left_allocated();
+        if let Some(o) = &left {
+            self.leave(o);
         }
+        if let Some(b) = &made {
+            self.enter(b);
+        }
+        left
     }
 }
 
@@ -436,7 +419,7 @@ pub fn categorize(
     let start = c.start.clone();
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
     // The moment's totals.
-    let mut best = (w.bytes, 0usize, w.totals.clone(), w.before);
+    let mut best = (w.bytes(), 0usize, w.totals.clone(), w.before);
     let mut i = 0usize;
     let stop = match moment {
         Moment::After(k) => k,
@@ -450,14 +433,14 @@ pub fn categorize(
                 }
                 w.step(ev, i, |b, s| c.category(b, s));
                 i += 1;
-                if moment == Moment::Peak && w.bytes > best.0 {
-                    best = (w.bytes, i, w.totals.clone(), w.before);
+                if moment == Moment::Peak && w.bytes() > best.0 {
+                    best = (w.bytes(), i, w.totals.clone(), w.before);
                 }
             }
         });
     }
     if moment != Moment::Peak {
-        best = (w.bytes, i, w.totals.clone(), w.before);
+        best = (w.bytes(), i, w.totals.clone(), w.before);
     }
     let (allocated, after, totals, before_start) = best;
     let note = (!c.any_stack && n > 0).then(|| {
@@ -667,6 +650,7 @@ pub fn over_time(
 mod tests {
     use super::*;
     use crate::analyze::model::Event;
+    use cushim::trace::event::Action;
     use std::sync::Arc;
 
     const M: u64 = 1 << 20;

@@ -20,6 +20,7 @@
 use crate::analyze::frames::site;
 use crate::analyze::model::{BlockState, Frame, Snapshot, Stacks};
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogVisitor};
+use crate::state::{Block, Memory, Segments};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
 use cushim::trace::log::codec::RangeMark;
 use parquet::data_type::ByteArray;
@@ -109,7 +110,7 @@ impl Input {
 
 /// The header of the log at `path`, or `None` when it is not a log.
 fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
-    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
+    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAX_PAYLOAD};
     let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut head = [0u8; 8 + CHUNK_HEAD];
     let mut n = 0;
@@ -121,7 +122,7 @@ fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
             Err(e) => return Err(e.to_string()),
         }
     }
-    if !head[..n].starts_with(MAGIC) {
+    if crate::snapshot::sniff::kind(&head[..n]) != crate::snapshot::sniff::Kind::Log {
         return Ok(None);
     }
     if n < head.len() || head[8] != kind::HEADER {
@@ -161,61 +162,84 @@ pub fn open(path: &Path) -> Result<Input, String> {
     })
 }
 
-/// The live segments and blocks of a walk, for the rows' segment and site.
+/// A live block of a walk: its size and its allocation's site.
+#[derive(Clone)]
+struct SiteBlock {
+    size: u64,
+    site: Option<ByteArray>,
+}
+
+impl Block for SiteBlock {
+    #[inline]
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// The live segments and blocks of a walk, per device, for the rows' segment and site
+/// (the rules: `crate::state`).
 #[derive(Default)]
 struct Tracker {
-    /// (device, address) -> the segment's row so far.
-    segments: BTreeMap<(i32, u64), SegRow>,
-    /// (device, address) -> the site of the live block there.
-    blocks: HashMap<(i32, u64), Option<ByteArray>>,
+    devs: Vec<(i32, Memory<SiteBlock>, Segments<SegRow>)>,
 }
 
 impl Tracker {
+    fn dev(&self, device: i32) -> Option<&(i32, Memory<SiteBlock>, Segments<SegRow>)> {
+        self.devs.iter().find(|d| d.0 == device)
+    }
+
     fn segment_of(&self, device: i32, addr: u64) -> Option<&SegRow> {
-        let (_, s) = self.segments.range(..=(device, addr)).next_back()?;
-        (s.device == device && addr < s.address.saturating_add(s.size)).then_some(s)
+        let (_, _, segs) = self.dev(device)?;
+        segs.containing(addr, |s| s.size).map(|(_, s)| s)
     }
 
     /// Track `r` (its site is the block's); a segment it releases is handed back.
     fn apply(&mut self, r: &Row) -> Option<SegRow> {
-        let (device, addr, size, stream, time) = (r.device, r.addr, r.size, r.stream, r.time_us);
-        match r.action {
-            Action::Alloc => {
-                self.blocks.insert((device, addr), r.site.cloned());
+        let k = match self.devs.iter().position(|d| d.0 == r.device) {
+            Some(k) => k,
+            None => {
+                self.devs
+                    .push((r.device, Memory::default(), Segments::default()));
+                self.devs.len() - 1
             }
-            Action::FreeCompleted => {
-                self.blocks.remove(&(device, addr));
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                self.segments.insert(
-                    (device, addr),
-                    SegRow {
-                        device,
-                        address: addr,
-                        size,
-                        stream,
-                        created_us: time,
-                        ..Default::default()
-                    },
-                );
-            }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                let mut s = self.segments.remove(&(device, addr))?;
-                s.freed_us = time;
-                return Some(s);
-            }
-            Action::FreeRequested
-            | Action::Oom
-            | Action::Snapshot
-            | Action::Pause
-            | Action::Resume => {}
+        };
+        let (_, mem, segs) = &mut self.devs[k];
+        mem.apply(r.action, r.addr, r.size, || SiteBlock {
+            size: r.size,
+            site: r.site.cloned(),
+        });
+        let freed = matches!(r.action, Action::SegmentFree | Action::SegmentUnmap);
+        let mut s = segs.apply(r.action, r.addr, || SegRow {
+            device: r.device,
+            address: r.addr,
+            size: r.size,
+            stream: r.stream,
+            created_us: r.time_us,
+            ..Default::default()
+        })?;
+        if !freed {
+            return None;
         }
-        None
+        s.freed_us = r.time_us;
+        Some(s)
     }
 
-    /// The site of the block a free at `addr` frees.
+    /// The site of the block a free at `addr` frees (allocated or pending).
     fn block_site(&self, device: i32, addr: u64) -> Option<&ByteArray> {
-        self.blocks.get(&(device, addr)).and_then(Option::as_ref)
+        let (_, mem, _) = self.dev(device)?;
+        mem.allocated
+            .get(&addr)
+            .or_else(|| mem.pending.get(&addr))
+            .and_then(|b| b.site.as_ref())
+    }
+
+    /// The segments still live, by device and address.
+    fn into_live(mut self) -> Vec<SegRow> {
+        self.devs.sort_by_key(|d| d.0);
+        self.devs
+            .into_iter()
+            .flat_map(|d| d.2.by_addr.into_values())
+            .collect()
     }
 }
 
@@ -393,9 +417,7 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
                     input.name, info.events
                 );
             }
-            let live: Vec<SegRow> = std::mem::take(&mut w.tracker.segments)
-                .into_values()
-                .collect();
+            let live = std::mem::take(&mut w.tracker).into_live();
             for s in &live {
                 w.sink.segment(s)?;
             }
