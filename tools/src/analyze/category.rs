@@ -601,13 +601,12 @@ pub fn render_diff(cats: &[DiffRows]) -> String {
             if x == 0 && y == 0 {
                 continue;
             }
-            let d = y as f64 - x as f64;
             let _ = writeln!(
                 s,
-                "  {:>14} -> {:>14}  {:>+14.2} MiB  {name}",
+                "  {:>14} -> {:>14}  {:>18}  {name}",
                 mib(x),
                 mib(y),
-                d / (1u64 << 20) as f64
+                crate::analyze::units::signed_mib2(i128::from(y) - i128::from(x))
             );
         }
     }
