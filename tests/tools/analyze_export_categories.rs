@@ -33,13 +33,13 @@ peak = con.sql("""select seq from (select seq, sum(delta) over (order by seq) as
                   order by allocated desc, seq limit 1""").fetchall()[0][0]
 cats = con.sql(f"""select coalesce(category, '(null)'), sum(delta) from deltas where seq <= {peak}
                    group by all""").fetchall()
-top = con.sql(f"""select site, sum(delta) as b from deltas where seq <= {peak} and site is not null
-                  group by site order by b desc, site limit 1""").fetchall()[0][0]
+sites = con.sql(f"""select site, sum(delta) as b from deltas where seq <= {peak} and site is not null
+                    group by site order by b desc, site limit 5""").fetchall()
 blocks = "action in ('alloc', 'free_requested', 'free_completed')"
 print(json.dumps({
   "peak_seq": peak,
   "categories": {c: int(b) for c, b in cats},
-  "top_site": top,
+  "sites": [[s, int(b)] for s, b in sites],
   "blocks": con.sql(f"select count(*) from events where {blocks}").fetchall()[0][0],
   "no_category": con.sql(f"select count(*) from events where {blocks} and category is null").fetchall()[0][0],
   "no_site": con.sql(f"select count(*) from events where {blocks} and site is null").fetchall()[0][0],
@@ -49,6 +49,7 @@ print(json.dumps({
 
 const BEFORE: &str = "before the recording / no stack";
 const LIVE_BEFORE: &str = "[live before the trace began]";
+const NO_STACK: &str = "<no stack>";
 
 /// Export `file`, run [`AT_PEAK`] over it and hold it against the summary of `file`:
 /// the moment, every category's bytes and the top site. Returns the SQL's answer.
@@ -116,15 +117,26 @@ fn check_against_summary(py: &Path, file: &Path, dir: &Path) -> Value {
     );
     assert_eq!(got["no_category"], 0, "{got}");
     assert_eq!(got["no_site"], 0, "{got}");
-    // The top site at the peak, among the blocks the trace allocated.
+    // The top site at the peak. When blocks were live at the trace's start, the summary
+    // counts them too, under their sites marked as such or under `<no stack>` (no
+    // record of their allocation): the top is then the one among the sites the trace
+    // allocated, and `<no stack>` is set aside on both sides.
     let sums = summaries(&snap, &Options::default());
     let (_, s0) = sums.iter().find(|(o, _)| *o == 0).expect("device 0");
+    let aside = |site: &str| at_start > 0 && (site.ends_with(LIVE_BEFORE) || site == NO_STACK);
     let top = s0
         .peak_sites
         .iter()
-        .find(|s| !s.0.ends_with(LIVE_BEFORE))
-        .expect("a site allocated in the trace live at the peak");
-    assert_eq!(got["top_site"].as_str(), Some(top.0.as_str()), "{got}");
+        .find(|s| !aside(&s.0))
+        .expect("a site live at the peak");
+    let sql_top = got["sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .find(|s| !aside(s[0].as_str().unwrap_or("")))
+        .expect("a site in the SQL");
+    assert_eq!(sql_top[0].as_str(), Some(top.0.as_str()), "{got}");
+    assert_eq!(sql_top[1].as_u64(), Some(top.1), "{got}");
     got
 }
 

@@ -798,6 +798,40 @@ mod tests {
     }
 
     #[test]
+    fn events_between_clues_take_the_phase_their_neighbours_agree_on_as_the_trace_streams() {
+        use Phase::*;
+        let mut r = Runs::default();
+        // outside gap, F, gap, F (same: forward), gap, B (forward then backward: the loss is
+        // forward), gap, O (disagree: outside), gap at the end (no next clue: outside).
+        let clues = [
+            None,
+            Some(Forward),
+            None,
+            Some(Forward),
+            None,
+            None,
+            Some(Backward),
+            None,
+            Some(Optimizer),
+            None,
+        ];
+        for c in clues {
+            r.push(c);
+        }
+        assert_eq!(
+            r.finish(),
+            vec![
+                (Outside, 0),
+                (Forward, 1),
+                (Backward, 6),
+                (Outside, 7),
+                (Optimizer, 8),
+                (Outside, 9)
+            ]
+        );
+    }
+
+    #[test]
     fn at_parses_peak_end_and_event_counts_and_nothing_else() {
         assert_eq!(parse_moment("peak"), Ok(Moment::Peak));
         assert_eq!(parse_moment("end"), Ok(Moment::End));

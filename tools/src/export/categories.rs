@@ -50,6 +50,15 @@ impl<'m> Categories<'m> {
         }
     }
 
+    /// No classifiers: every answer is `None` (a writer that shows no categories).
+    pub fn none() -> Categories<'m> {
+        Categories {
+            devices: Vec::new(),
+            stack_map: None,
+            names: Vec::new(),
+        }
+    }
+
     /// The trace's start on `device` (the blocks live before its first event).
     pub fn start(&self, device: i32) -> Option<&Start> {
         self.devices

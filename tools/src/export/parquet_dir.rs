@@ -189,6 +189,10 @@ impl Sink for Tables {
         t.end_row()
     }
 
+    fn categories(&self) -> bool {
+        true
+    }
+
     fn stack(&mut self, id: u32, frames: &[&Frame]) -> Result<(), String> {
         let t = &mut self.stacks;
         for (depth, f) in frames.iter().enumerate() {

@@ -94,6 +94,10 @@ pub trait Sink {
     fn mark(&mut self, _m: &Mark) -> Result<(), String> {
         Ok(())
     }
+    /// Whether the rows' categories are wanted (they cost walks of the trace beforehand).
+    fn categories(&self) -> bool {
+        false
+    }
 }
 
 /// An input, opened: what it is and who wrote it.
@@ -444,12 +448,19 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
     let at = |e: String| format!("{}: {e}", input.name);
     match &input.body {
         Body::Log(path) => {
-            // The classifiers first (a walk of the log's own), then the rows.
-            let model = crate::analyze::log_model::from_log_file(path).map_err(at)?;
+            // The classifiers first (the log modelled, its events read again), then the rows.
+            let model = if sink.categories() {
+                Some(crate::analyze::log_model::from_log_file(path).map_err(at)?)
+            } else {
+                None
+            };
             let file = std::fs::File::open(path).map_err(|e| at(e.to_string()))?;
+            let cats = model
+                .as_ref()
+                .map_or_else(Categories::none, Categories::new);
             let mut w = LogWalk {
                 sink,
-                cats: Categories::new(&model),
+                cats,
                 error: None,
                 seq: 0,
                 frame_of: HashMap::new(),
@@ -490,7 +501,11 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
         sink.stack(id, &fr)?;
     }
     let mut sites: HashMap<u32, ByteArray> = HashMap::new();
-    let mut cats = Categories::new(snap);
+    let mut cats = if sink.categories() {
+        Categories::new(snap)
+    } else {
+        Categories::none()
+    };
     let mut seq = 0u64;
     for dev in snap.devices.iter().chain(snap.host.iter()) {
         let device = dev.ordinal as i32;
