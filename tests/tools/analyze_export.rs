@@ -56,7 +56,7 @@ fn python() -> Option<&'static Path> {
     .as_deref()
 }
 
-fn python_or_skip(what: &str) -> Option<&'static Path> {
+pub(crate) fn python_or_skip(what: &str) -> Option<&'static Path> {
     let py = python();
     if py.is_none() {
         common::skip::skip(
@@ -70,7 +70,7 @@ fn python_or_skip(what: &str) -> Option<&'static Path> {
 }
 
 /// Run `code` with the venv's Python and `args`; its stdout as JSON.
-fn py_json(py: &Path, code: &str, args: &[&Path]) -> Value {
+pub(crate) fn py_json(py: &Path, code: &str, args: &[&Path]) -> Value {
     let out = common::run_ok(Command::new(py).arg("-c").arg(code).args(args));
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -99,14 +99,14 @@ fn four_ranks(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn cushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
+pub(crate) fn cushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(common::cushim_bin())
         .args(args)
         .output()
         .expect("running cushim")
 }
 
-fn export_parquet(files: &[PathBuf], out: &Path) -> String {
+pub(crate) fn export_parquet(files: &[PathBuf], out: &Path) -> String {
     let mut args: Vec<&std::ffi::OsStr> = vec!["export".as_ref()];
     args.extend(files.iter().map(|f| f.as_os_str()));
     args.push("--parquet".as_ref());

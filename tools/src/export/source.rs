@@ -15,10 +15,17 @@
 //! address of the segment (or expandable mapping) the block lies in, from the segment
 //! events before it (a snapshot's end state when none did). The **pool** is the private
 //! pool a snapshot's segment records (`segment_pool_id`, as `A,B`); logs record none.
-//! The **category** is not derived here yet: always null.
+//! The **category** is what `cushim summary --by category` counts the block in
+//! (`export::categories`, the summary's classifier): an allocation's own, a free's that of
+//! the allocation it frees; null for segment and other events. The classifier needs a
+//! device's whole trace first, so a log is also modelled (`analyze::log_model`, the events
+//! staying in the file) and read again; it holds one bit per event, not the events.
 
+use crate::analyze::category::CatId;
 use crate::analyze::frames::site;
 use crate::analyze::model::{BlockState, Frame, Snapshot, Stacks};
+use crate::analyze::timeline::Start;
+use crate::export::categories::Categories;
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogVisitor};
 use crate::state::{Block, Memory, Segments};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
@@ -43,6 +50,8 @@ pub struct Row<'a> {
     pub pool: Option<&'a ByteArray>,
     pub segment: Option<u64>,
     pub site: Option<&'a ByteArray>,
+    /// What the block is (`cushim summary --by category`'s name).
+    pub category: Option<&'a ByteArray>,
     pub range: Option<&'a ByteArray>,
     /// The input's own stack id (0: none).
     pub stack_id: u32,
@@ -84,6 +93,10 @@ pub trait Sink {
     fn segment(&mut self, s: &SegRow) -> Result<(), String>;
     fn mark(&mut self, _m: &Mark) -> Result<(), String> {
         Ok(())
+    }
+    /// Whether the rows' categories are wanted (they cost walks of the trace beforehand).
+    fn categories(&self) -> bool {
+        false
     }
 }
 
@@ -162,11 +175,12 @@ pub fn open(path: &Path) -> Result<Input, String> {
     })
 }
 
-/// A live block of a walk: its size and its allocation's site.
+/// A live block of a walk: its size and its allocation's site and category.
 #[derive(Clone)]
 struct SiteBlock {
     size: u64,
     site: Option<ByteArray>,
+    cat: Option<CatId>,
 }
 
 impl Block for SiteBlock {
@@ -193,20 +207,54 @@ impl Tracker {
         segs.containing(addr, |s| s.size).map(|(_, s)| s)
     }
 
-    /// Track `r` (its site is the block's); a segment it releases is handed back.
-    fn apply(&mut self, r: &Row) -> Option<SegRow> {
-        let k = match self.devs.iter().position(|d| d.0 == r.device) {
+    fn dev_mut(&mut self, device: i32) -> &mut (i32, Memory<SiteBlock>, Segments<SegRow>) {
+        let k = match self.devs.iter().position(|d| d.0 == device) {
             Some(k) => k,
             None => {
                 self.devs
-                    .push((r.device, Memory::default(), Segments::default()));
+                    .push((device, Memory::default(), Segments::default()));
                 self.devs.len() - 1
             }
         };
-        let (_, mem, segs) = &mut self.devs[k];
+        &mut self.devs[k]
+    }
+
+    /// The blocks live before the trace began (a snapshot's start), so that their frees
+    /// carry a site and a category.
+    fn seed(
+        &mut self,
+        device: i32,
+        start: &Start,
+        mut site: impl FnMut(u32) -> ByteArray,
+        cat: Option<CatId>,
+    ) {
+        let (_, mem, _) = self.dev_mut(device);
+        for (pending, map) in [
+            (false, &start.state.allocated),
+            (true, &start.state.pending),
+        ] {
+            for (a, l) in map {
+                mem.add(
+                    pending,
+                    *a,
+                    SiteBlock {
+                        size: l.size,
+                        site: Some(site(l.stack)),
+                        cat,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Track `r` (its site is the block's, `cat` its category); a segment it releases is
+    /// handed back.
+    fn apply(&mut self, r: &Row, cat: Option<CatId>) -> Option<SegRow> {
+        let (_, mem, segs) = self.dev_mut(r.device);
         mem.apply(r.action, r.addr, r.size, || SiteBlock {
             size: r.size,
             site: r.site.cloned(),
+            cat,
         });
         let freed = matches!(r.action, Action::SegmentFree | Action::SegmentUnmap);
         let mut s = segs.apply(r.action, r.addr, || SegRow {
@@ -224,13 +272,16 @@ impl Tracker {
         Some(s)
     }
 
-    /// The site of the block a free at `addr` frees (allocated or pending).
-    fn block_site(&self, device: i32, addr: u64) -> Option<&ByteArray> {
+    /// The block a free at `addr` frees (allocated or pending).
+    fn block(&self, device: i32, addr: u64) -> Option<&SiteBlock> {
         let (_, mem, _) = self.dev(device)?;
-        mem.allocated
-            .get(&addr)
-            .or_else(|| mem.pending.get(&addr))
-            .and_then(|b| b.site.as_ref())
+        mem.allocated.get(&addr).or_else(|| mem.pending.get(&addr))
+    }
+
+    /// The site and category of the block a free at `addr` frees.
+    fn freed(&self, device: i32, addr: u64) -> (Option<ByteArray>, Option<CatId>) {
+        self.block(device, addr)
+            .map_or((None, None), |b| (b.site.clone(), b.cat))
     }
 
     /// The segments still live, by device and address.
@@ -249,8 +300,9 @@ fn bytes(s: &str) -> ByteArray {
 }
 
 /// The log's content as it streams, handed to the sink.
-struct LogWalk<'s> {
+struct LogWalk<'s, 'm> {
     sink: &'s mut dyn Sink,
+    cats: Categories<'m>,
     error: Option<String>,
     seq: u64,
     /// Log frame id -> index in `stacks.frames`.
@@ -263,7 +315,7 @@ struct LogWalk<'s> {
     tracker: Tracker,
 }
 
-impl LogWalk<'_> {
+impl LogWalk<'_, '_> {
     fn fail(&mut self, r: Result<(), String>) {
         if let Err(e) = r {
             self.error.get_or_insert(e);
@@ -284,7 +336,7 @@ impl LogWalk<'_> {
     }
 }
 
-impl LogVisitor for LogWalk<'_> {
+impl LogVisitor for LogWalk<'_, '_> {
     fn event(&mut self, ev: TraceEvent) {
         if self.error.is_some() {
             return;
@@ -297,10 +349,11 @@ impl LogVisitor for LogWalk<'_> {
             _ => None,
         };
         let freed = matches!(ev.action, Action::FreeRequested | Action::FreeCompleted);
-        let site = if freed {
-            self.tracker.block_site(ev.device, ev.addr).cloned()
+        let made = self.cats.next(ev.device, ev.action, ev.stack, ev.range);
+        let (site, cat) = if freed {
+            self.tracker.freed(ev.device, ev.addr)
         } else {
-            own
+            (own, made)
         };
         let block = matches!(
             ev.action,
@@ -327,12 +380,13 @@ impl LogVisitor for LogWalk<'_> {
             pool: None,
             segment,
             site: site.as_ref(),
+            category: cat.and_then(|c| self.cats.name(c)),
             range,
             stack_id: ev.stack,
             device_free: (ev.action == Action::Oom).then_some(ev.device_free),
         };
         let r = self.sink.event(&row);
-        let released = self.tracker.apply(&row);
+        let released = self.tracker.apply(&row, made);
         self.fail(r);
         self.seq += 1;
         if let Some(s) = released {
@@ -394,9 +448,19 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
     let at = |e: String| format!("{}: {e}", input.name);
     match &input.body {
         Body::Log(path) => {
+            // The classifiers first (the log modelled, its events read again), then the rows.
+            let model = if sink.categories() {
+                Some(crate::analyze::log_model::from_log_file(path).map_err(at)?)
+            } else {
+                None
+            };
             let file = std::fs::File::open(path).map_err(|e| at(e.to_string()))?;
+            let cats = model
+                .as_ref()
+                .map_or_else(Categories::none, Categories::new);
             let mut w = LogWalk {
                 sink,
+                cats,
                 error: None,
                 seq: 0,
                 frame_of: HashMap::new(),
@@ -437,6 +501,11 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
         sink.stack(id, &fr)?;
     }
     let mut sites: HashMap<u32, ByteArray> = HashMap::new();
+    let mut cats = if sink.categories() {
+        Categories::new(snap)
+    } else {
+        Categories::none()
+    };
     let mut seq = 0u64;
     for dev in snap.devices.iter().chain(snap.host.iter()) {
         let device = dev.ordinal as i32;
@@ -450,6 +519,16 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
             (addr < a.saturating_add(*size)).then_some((a, pool))
         };
         let mut tracker = Tracker::default();
+        if let Some(start) = cats.start(device).cloned() {
+            let before = cats.before(device);
+            let site_of = |stack: u32| {
+                sites
+                    .entry(stack)
+                    .or_insert_with(|| bytes(&site(&snap.stacks, stack, 1)))
+                    .clone()
+            };
+            tracker.seed(device, &start, site_of, before);
+        }
         let mut failed = None;
         dev.events.for_each_slice(|evs| {
             if failed.is_some() {
@@ -461,10 +540,11 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     .or_insert_with(|| bytes(&site(&snap.stacks, e.stack, 1)))
                     .clone();
                 let freed = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
-                let site = if freed {
-                    tracker.block_site(device, e.addr).cloned()
+                let made = cats.next(device, e.action, e.stack, 0);
+                let (site, cat) = if freed {
+                    tracker.freed(device, e.addr)
                 } else {
-                    Some(own)
+                    (Some(own), made)
                 };
                 let block = matches!(
                     e.action,
@@ -490,6 +570,7 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     pool: end_seg.map(|s| s.1),
                     segment,
                     site: site.as_ref(),
+                    category: cat.and_then(|c| cats.name(c)),
                     range: None,
                     stack_id: e.stack,
                     device_free: None,
@@ -499,7 +580,7 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     return;
                 }
                 seq += 1;
-                let freed_seg = tracker.apply(&row);
+                let freed_seg = tracker.apply(&row, made);
                 if let Some(s) = freed_seg {
                     if let Err(x) = sink.segment(&s) {
                         failed = Some(x);
