@@ -475,7 +475,8 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
             if let Some(e) = w.error.take() {
                 return Err(e);
             }
-            if let Some(p) = &info.problem {
+            // Said once: modelling the log (for the categories) already said it.
+            if let (Some(p), None) = (&info.problem, &model) {
                 eprintln!(
                     "cushim: {}: the log ends early ({p}); exported the {} events before it",
                     input.name, info.events
