@@ -526,6 +526,26 @@ pub const RULES: &[Rule] = &[
         "CPython's sources (Modules/main.c, ...)",
     ),
     rule(
+        Path("/Include/cpython/"),
+        Machinery,
+        "CPython's headers (calls inlined from Include/cpython/abstract.h, ...)",
+    ),
+    rule(
+        Path("/Include/internal/pycore_"),
+        Machinery,
+        "CPython's internal headers (Include/internal/pycore_ceval.h, ...)",
+    ),
+    rule(
+        Path("/python-3."),
+        Machinery,
+        "a CPython source tree as conda builds it (python-3.10.16/...)",
+    ),
+    rule(
+        Path("/Python-3."),
+        Machinery,
+        "a CPython source tree as released (Python-3.12.1/...)",
+    ),
+    rule(
         Path("python3"),
         Machinery,
         "the Python interpreter's executable",
@@ -764,11 +784,15 @@ fn interpreter(f: &Frame) -> bool {
     if is_python(f) {
         return true;
     }
-    const FILES: [&str; 6] = [
+    const FILES: [&str; 10] = [
         "libpython",
         "/Python/",
         "/Objects/",
         "/Modules/",
+        "/Include/cpython/",
+        "/Include/internal/pycore_",
+        "/python-3.",
+        "/Python-3.",
         "python3",
         "python2",
     ];
@@ -978,6 +1002,40 @@ mod tests {
         ] {
             assert_eq!(classify(&fr(n, "??", 0)), Class::Machinery, "{n}");
         }
+    }
+
+    #[test]
+    fn cpython_frames_from_its_headers_and_source_tree_are_machinery() {
+        // A conda Python built with debug information names its inlined call machinery
+        // by header (public PyTorch snapshots show these as the innermost native frames).
+        for (name, file) in [
+            (
+                "method_vectorcall",
+                "/usr/local/src/conda/python-3.10.16/Include/internal/pycore_ceval.h",
+            ),
+            (
+                "vectorcall_maybe.constprop.0",
+                "/usr/local/src/conda/python-3.10.16/Include/cpython/abstract.h",
+            ),
+            (
+                "_PyObject_FastCallDictTstate.localalias",
+                "/usr/local/src/conda/python-3.10.16/Include/internal/pycore_ceval.h",
+            ),
+            ("slot_tp_call", "/build/Python-3.12.1/Objects/typeobject.c"),
+            ("some_static_helper", "/build/Python-3.12.1/Parser/parser.c"),
+        ] {
+            assert!(is_machinery(&fr(name, file, 46)), "{name} {file}");
+        }
+        assert!(!is_machinery(&fr(
+            "forward",
+            "/x/site-packages/transformers/models/qwen2/modeling_qwen2.py",
+            218
+        )));
+        assert!(!is_machinery(&fr(
+            "load",
+            "/work/myproj/Include/loader.c",
+            3
+        )));
     }
 
     #[test]
