@@ -309,15 +309,70 @@ fn the_python_module_pauses_and_resumes_a_region_with_its_bytes() {
         .filter(|g| g["kind"] == "paused")
         .collect();
     assert_eq!(paused.len(), 1, "{}", s["segments"]);
-    assert_eq!(paused[0]["total_size"], 4 << 20);
+    // The 4 MiB tensor's segment: 20 MiB, as the cache makes one for a request under 10 MiB.
+    assert_eq!(paused[0]["total_size"], 20 << 20);
     let trace = s["device_traces"][0].as_array().expect("trace");
     assert!(trace.iter().any(|e| e["action"] == "pause"), "{trace:?}");
     let summary = common::run_ok(Command::new(common::cushim_bin()).arg("summary").arg(&snap));
     assert!(summary.contains("paused"), "{summary}");
     let want = format!(
         "available True\npaused {}\nagain {}\nunknown 0\nafter resume 0\nidentical True\npop error 1\n",
-        4 << 20,
-        4 << 20
+        20 << 20,
+        20 << 20
     );
     assert_eq!(out, want);
+}
+
+#[test]
+fn a_pause_during_a_graph_capture_is_refused_with_code_900_and_one_line_saying_why() {
+    let mut cmd = common::shim_cmd(exe());
+    cmd.arg("capture")
+        .env("CUSHIM_ALLOC_CONF", "sleep_mode:True");
+    let out = common::run(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("capture ok"), "{stdout}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("refused: a CUDA graph capture is running"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("a captured graph may use its memory whenever it is launched"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cushim_pause_reaches_a_forked_child_through_its_own_request_thread() {
+    use std::io::BufRead;
+    let mut cmd = common::shim_cmd(exe());
+    cmd.arg("forked")
+        .env("CUSHIM_ALLOC_CONF", "sleep_mode:True")
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("starting the forking program");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("reading the child's pid");
+    let pid = line
+        .trim()
+        .strip_prefix("child ")
+        .unwrap_or_else(|| panic!("no pid line: {line:?}"))
+        .to_string();
+    let answer = common::run_ok(
+        std::process::Command::new(common::cushim_bin()).args(["pause", &pid, "weights"]),
+    );
+    assert_eq!(
+        answer.trim(),
+        format!(
+            "paused {} bytes of tag 'weights' in process {pid} (discard)",
+            20 << 20
+        )
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("reading the rest");
+    assert_eq!(rest.trim(), format!("child paused {}", 20 << 20));
+    let status = child.wait().expect("waiting for the program");
+    assert!(status.success(), "{status}");
 }

@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cushim::action::Action;
-use cushim::alloc::observed::Kind;
+use cushim::alloc::observed::{Kind, Record};
+use cushim::config::alloc::AllocConf;
 use cushim::device::{DevPtr, DeviceError};
-use cushim::sleep::{Mode, SleepArena, SleepError, SleepOutcome};
+use cushim::sleep::{Grant, GrowError, Mode, SleepArena, SleepError, SleepOutcome};
 use cushim::trace::event::NO_STACK;
 use once_cell::sync::OnceCell;
 
@@ -35,8 +36,8 @@ pub const CAPTURING: c_int = 900;
 pub const CORRUPT: c_int = 214;
 
 /// Start sleep mode at start-up when configured (`device` is the shim's device).
-pub fn start(wanted: bool, device: Arc<dyn cushim::device::Device>) {
-    if !wanted {
+pub fn start(conf: &AllocConf, device: Arc<dyn cushim::device::Device>) {
+    if !conf.sleep_mode {
         return;
     }
     if !device.vmm_supported(0) {
@@ -46,8 +47,39 @@ pub fn start(wanted: bool, device: Arc<dyn cushim::device::Device>) {
         );
         return;
     }
-    if ARENA.set(SleepArena::new(device)).is_ok() {
+    if ARENA.set(SleepArena::new(device, conf.clone())).is_ok() {
         ON.store(true, Ordering::Release);
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(release_at_exit) };
+    }
+}
+
+/// At exit, the sleep cache's fully free segments go back to the device, as the program's
+/// own frees would have given them (registered after the CUDA library's own handlers, so
+/// it runs before them).
+extern "C" fn release_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let (Some(a), Some(s)) = (arena(), crate::life::shim::get_if_ready()) {
+            let gone = a.empty_cache();
+            segments_released(s, &gone);
+        }
+    });
+}
+
+/// Give the sleep cache's fully free segments back (`cushim_empty_cache`).
+pub fn empty_cache(s: &Shim) {
+    if let Some(a) = arena() {
+        let gone = a.empty_cache();
+        segments_released(s, &gone);
+    }
+}
+
+/// Record segments the sleep cache gave back to the device (snapshots drop them).
+#[cold]
+pub fn segments_released(s: &Shim, segs: &[(i32, DevPtr)]) {
+    for &(dev, addr) in segs {
+        let stack = s.history.free_stack();
+        s.observed.free(addr, dev, stack);
     }
 }
 
@@ -83,20 +115,61 @@ fn sleep_code(e: &SleepError) -> c_int {
     }
 }
 
-/// Allocate `size` bytes on `dev` in the arena, tagged by the calling thread's tag or
-/// range path; on lack of memory the cache's free segments are released and it tries once
-/// more. The address, or a CUDA code.
+/// Allocate `size` bytes on `dev` in the sleep cache, tagged by the calling thread's tag or
+/// range path; on lack of memory the main cache's free segments are released and it tries
+/// once more. The address, or a CUDA code.
+#[inline]
 pub fn alloc(s: &Shim, arena: &SleepArena, dev: i32, size: u64) -> Result<DevPtr, c_int> {
-    let tag =
-        cushim::sleep::tag::current(|| cushim::trace::range::path(cushim::trace::range::current()));
-    match arena.alloc(dev, size, &tag) {
-        Ok(p) => Ok(p),
-        Err(DeviceError::OutOfMemory) => {
-            s.alloc.empty_cache();
-            arena.alloc(dev, size, &tag).map_err(code)
-        }
-        Err(e) => Err(code(e)),
+    match arena.alloc(dev, size) {
+        Ok(g) if g.new_segment.is_none() && g.released.is_empty() => Ok(g.ptr),
+        Ok(g) => Ok(granted(s, dev, g)),
+        Err(e) => alloc_again(s, arena, dev, size, e),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_again(
+    s: &Shim,
+    arena: &SleepArena,
+    dev: i32,
+    size: u64,
+    e: GrowError,
+) -> Result<DevPtr, c_int> {
+    segments_released(s, &e.released);
+    if e.error != DeviceError::OutOfMemory {
+        return Err(code(e.error));
+    }
+    s.alloc.empty_cache();
+    match arena.alloc(dev, size) {
+        Ok(g) => Ok(granted(s, dev, g)),
+        Err(e) => {
+            segments_released(s, &e.released);
+            Err(code(e.error))
+        }
+    }
+}
+
+/// Record what an allocation changed in the sleep cache's segments: the address.
+#[cold]
+#[inline(never)]
+fn granted(s: &Shim, dev: i32, g: Grant) -> DevPtr {
+    segments_released(s, &g.released);
+    if let Some((base, bytes)) = g.new_segment {
+        let stack = s.history.alloc_stack();
+        s.observed.alloc(
+            dev,
+            base,
+            Record {
+                size: bytes,
+                kind: Kind::Sleep,
+                flags: 0,
+                stream: 0,
+                stack,
+            },
+        );
+    }
+    g.ptr
 }
 
 fn tag_name(tag: Option<&str>) -> String {
@@ -123,6 +196,7 @@ pub fn pause(s: &Shim, tag: Option<&str>, mode: Mode) -> Result<SleepOutcome, c_
     s.alloc.empty_cache();
     match arena.pause(tag, mode) {
         Ok(o) => {
+            segments_released(s, &o.released);
             for &(dev, addr) in &o.changed {
                 s.observed
                     .set_kind(dev, addr, Kind::Paused, Action::Pause, NO_STACK);
