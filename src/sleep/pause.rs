@@ -43,7 +43,7 @@ impl State {
         let (from, to) = self.span(base, s.size);
         let used = || self.blocks[from..to].iter().filter(|(_, b)| b.used);
         let lo = used().map(|(a, _)| *a).next()?;
-        let hi = used().map(|(a, b)| a + b.size).last()?;
+        let hi = used().map(|(a, b)| a + b.size).next_back()?;
         Some((lo, hi - lo))
     }
 
