@@ -804,7 +804,7 @@ fn report_of_a_log_agrees_with_report_of_the_snapshot_of_the_same_run() {
             .find("<h3>segments at the peak")
             .unwrap_or_else(|| panic!("no segments at the peak:\n{page}"));
         let rest = &page[from..];
-        rest[..rest.find("<h3>what kind").unwrap_or(rest.len())].to_string()
+        rest[..rest.find("<h3>replay under").unwrap_or(rest.len())].to_string()
     };
     assert_eq!(section(&from_log), section(&from_snap));
     let recorded = |page: &str| -> String {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A python3 program's stdout (a pickle it wrote); `None` when python3 is missing.
-fn python(script: &str) -> Option<Vec<u8>> {
+pub(crate) fn python(script: &str) -> Option<Vec<u8>> {
     let out = Command::new("python3")
         .arg("-c")
         .arg(script)
@@ -32,7 +32,7 @@ fn python(script: &str) -> Option<Vec<u8>> {
 }
 
 /// Frames as PyTorch records them with `stacks="all"`, innermost first, around `user`.
-const FRAMES_PY: &str = r#"
+pub(crate) const FRAMES_PY: &str = r#"
 import pickle, sys
 MIB = 1 << 20
 def native(n):
@@ -376,6 +376,36 @@ fn a_real_pytorch_snapshot_replays_to_its_recorded_peak_and_names_the_programs_l
         (replayed - recorded).abs() <= recorded / 100.0,
         "replayed {replayed} MiB against recorded {recorded} MiB\n{out}"
     );
+}
+
+/// A real full training step converted to JSON and msgpack (read as one mapped slice) and
+/// to gzipped JSON (read as a stream) summarises, by site and by category, exactly as its
+/// pickle: the fast readers build the same tree.
+#[test]
+fn a_real_snapshot_converted_to_json_or_msgpack_summarises_exactly_as_its_pickle() {
+    use std::io::Write;
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-medium-128-training-memory_snapshot.pickle.gz");
+    let dir = common::scratch("analyze-real-json-as-pickle");
+    let json = dir.join("step.json");
+    let msgpack = dir.join("step.msgpack");
+    ok(&["convert"], &[&f, &json]);
+    ok(&["convert"], &[&f, &msgpack]);
+    let gz = dir.join("step.json.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(&std::fs::read(&json).unwrap()).unwrap();
+    enc.finish().unwrap().flush().unwrap();
+    for by in [&["summary"][..], &["summary", "--by", "category"][..]] {
+        let want = ok(by, &[&f]).replace(&*f.display().to_string(), "F");
+        assert!(want.contains("peak"), "{want}");
+        for other in [&json, &msgpack, &gz] {
+            let got = ok(by, &[other]).replace(&*other.display().to_string(), "F");
+            assert_eq!(got, want, "{by:?} {}", other.display());
+        }
+    }
 }
 
 #[test]
@@ -926,6 +956,8 @@ fn fit_on_real_snapshots_passes_at_its_smallest_device_and_fails_2_mib_below() {
     for name in [
         "cs336-assignment2-memory_snapshot.pickle.gz",
         "cs336-medium-128-training-memory_snapshot.pickle.gz",
+        // Every segment there when the trace began; blocks holding a tail past their request.
+        "cs336-bcrafton-memory_snapshot.pickle.gz",
     ] {
         let f = real.join(name);
         let out = ok(&["fit", "--json", "--conf", ""], &[&f]);
@@ -1145,7 +1177,19 @@ fn every_json_output_holds_to_its_schema() {
     let dir = common::scratch("json-schemas");
     let real = real_snapshot();
     let other = write(&dir, "other.json", one_device(0, 64, "other.py").as_bytes());
+    // PyTorch's newer fields: pinned host memory (device -1), record_function ranges.
+    let newer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-newer");
+    let (host, annotated) = (
+        newer.join("pinned-host.pickle"),
+        newer.join("record-function-2.5.pickle"),
+    );
     for (schema, args, files) in [
+        ("summary", vec!["summary", "--json"], vec![host.as_path()]),
+        (
+            "summary-by-range",
+            vec!["summary", "--by", "range", "--json"],
+            vec![annotated.as_path()],
+        ),
         ("summary", vec!["summary", "--json"], vec![real.as_path()]),
         (
             "summary",
@@ -1241,4 +1285,59 @@ fn categories_at_seconds_after_the_first_trace_event() {
         "2 s: both"
     );
     assert_eq!(at("2s")["devices"][0]["after_event"], 2);
+}
+
+/// `summary` of a snapshot that ran out of memory says so: the request and its site, what
+/// the driver reported free, the cache then, why it failed, and what was live by category
+/// (the same moment `summary --by category --at EVENT` shows); `--json` carries it all.
+#[test]
+fn summary_tells_an_out_of_memory_its_request_the_cache_then_and_why() {
+    let dir = common::scratch("analyze-real-summary-oom");
+    let Some(p) = limit_pickle(true) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "oom.pickle", &p);
+    let out = ok(&["summary"], &[&f]);
+    for want in [
+        "device 0: ran out of memory 1 time",
+        "at event 12 of 13: a request of 512.00 MiB from",
+        "the driver reported 20.00 MiB free on a device of about 130.00 MiB",
+        "the cache held 110.00 MiB reserved: 100.00 MiB allocated, 10.00 MiB free inside",
+        "why: the device was full: 492.00 MiB more free device memory",
+        "--device-memory 136314880",
+    ] {
+        assert!(out.contains(want), "{want:?} in\n{out}");
+    }
+    let v = json_of(&["summary", "--json"], &[&f]);
+    valid_against("summary", &v, &dir);
+    let o = &v["devices"][0]["out_of_memory"][0];
+    assert_eq!(o["requested_bytes"], 512u64 << 20, "{v}");
+    assert_eq!(o["device_free_bytes"], 20u64 << 20, "{v}");
+    assert_eq!(o["fragmentation"], false, "{v}");
+    let sum: u64 = o["categories"]
+        .as_array()
+        .expect("categories")
+        .iter()
+        .map(|c| c["bytes"].as_u64().expect("bytes"))
+        .sum();
+    assert_eq!(o["allocated_bytes"], sum, "{v}");
+    let at = json_of(
+        &["summary", "--by", "category", "--at", "12", "--json"],
+        &[&f],
+    );
+    assert_eq!(
+        at["devices"][0]["allocated_bytes"], o["allocated_bytes"],
+        "{at}"
+    );
+    // Without the oom entry, nothing is said.
+    let f = write(&dir, "limit.pickle", &limit_pickle(false).expect("python3"));
+    let out = ok(&["summary"], &[&f]);
+    assert!(!out.contains("ran out of memory"), "{out}");
+    let v = json_of(&["summary", "--json"], &[&f]);
+    assert_eq!(
+        v["devices"][0]["out_of_memory"],
+        serde_json::json!([]),
+        "{v}"
+    );
 }

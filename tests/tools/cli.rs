@@ -100,3 +100,25 @@ fn version_names_the_release_and_the_commit_it_was_built_from() {
         "{out}"
     );
 }
+
+/// A reader that closes the pipe before `cushim` writes (`cushim summary F | head`) ends it
+/// as it ends any Unix filter, by SIGPIPE, with nothing on stderr: never a panic.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    // The read end closed before the child starts: its first write meets a broken pipe.
+    drop(reader);
+    let out = Command::new(common::cushim_bin())
+        .arg("summary")
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/real/cs336-assignment2-memory_snapshot.pickle.gz"),
+        )
+        .stdout(writer)
+        .output()
+        .expect("cushim runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}

@@ -6,7 +6,9 @@ mod common;
 
 mod analyze_cli;
 mod analyze_export;
+mod analyze_pytorch_fields;
 mod analyze_real;
+mod analyze_real_shapes;
 mod analyze_report;
 mod cli;
 mod cli_help;

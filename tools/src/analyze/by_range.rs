@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::analyze::annotations;
 use crate::snapshot::log_reader::{self, LogFrame, LogVisitor};
 
 /// The path of an entry made outside every range.
@@ -211,9 +212,19 @@ fn entries(trace: &Value) -> Vec<Value> {
     }
 }
 
-/// Range instances from `external_annotations` entries that carry a `range`.
-fn instances(snapshot: &Value, names: &mut Names) -> Instances {
+/// Range instances from `external_annotations` entries that carry a `range`, and from
+/// PyTorch's own (`analyze::annotations`: each path's starts and ends, per device).
+fn instances(
+    snapshot: &Value,
+    names: &mut Names,
+    timelines: &HashMap<i64, annotations::Timeline>,
+) -> Instances {
     let mut out = Instances::new();
+    for tl in timelines.values() {
+        for (path, start, t) in &tl.marks {
+            add_instance(&mut out, names.key(path), *start, *t);
+        }
+    }
     let Some(list) = snapshot.get("external_annotations").and_then(Value::as_seq) else {
         return out;
     };
@@ -242,7 +253,22 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
         .ok_or("expected a snapshot with device_traces (a list of lists)")?;
     let mut names = Names::default();
     names.key(NO_RANGE);
-    let inst = instances(snapshot, &mut names);
+    let timelines = annotations::timelines(snapshot);
+    let mut inst = instances(snapshot, &mut names, &timelines);
+    // PyTorch 2.4's annotations are inline in the traces: their instances first, so an
+    // allocation knows when its instance ends.
+    for trace in traces {
+        let mut nesting = annotations::Nesting::default();
+        for e in entries(trace) {
+            if let Some((name, start)) = annotations::inline(&e) {
+                let time = e.get("time_us").and_then(Value::as_i64);
+                if let (Some(p), Some(time)) = (nesting.apply(&name, start), time) {
+                    add_instance(&mut inst, names.key(&p), start, time);
+                }
+            }
+        }
+    }
+    let inst = inst;
     let mut tallies = Vec::new();
     for (d, trace) in traces.iter().enumerate() {
         let evs = entries(trace);
@@ -250,7 +276,14 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
             continue;
         }
         let mut t = Tally::default();
+        // PyTorch 2.4's annotations, inline in the trace.
+        let mut nesting = annotations::Nesting::default();
+        let timeline = timelines.get(&(d as i64));
         for (n, e) in evs.iter().enumerate() {
+            if let Some((name, start)) = annotations::inline(e) {
+                nesting.apply(&name, start);
+                continue;
+            }
             let action = e.get("action").and_then(Value::as_str).unwrap_or("");
             let addr = e.get("addr").and_then(Value::as_i64).unwrap_or(0) as u64;
             let time = e.get("time_us").and_then(Value::as_i64);
@@ -261,10 +294,15 @@ pub fn by_range(snapshot: &Value) -> Result<Vec<DeviceRanges>, String> {
                 .ok_or_else(|| format!("device_traces[{d}][{n}].size: expected a size"))?
                 as u64;
             if action == "alloc" {
+                let annotated = nesting
+                    .path()
+                    .or_else(|| timeline.and_then(|tl| tl.path_at(time?)))
+                    .cloned();
                 let path = e
                     .get("user_metadata")
                     .and_then(Value::as_str)
                     .filter(|s| !s.is_empty())
+                    .or(annotated.as_deref())
                     .unwrap_or(NO_RANGE);
                 let key = names.key(path);
                 t.alloc(&inst, addr, size, key, time);

@@ -178,6 +178,11 @@ pub const FRAME_RULES: &[FrameRule] = &[
         "AOTAutograd's compiled forward and backward (torch.compile)",
     ),
     fr(
+        Name(crate::analyze::fx_nodes::FX_TAG),
+        C::Compiled,
+        "PyTorch named the FX node of a torch.compile graph that made the allocation",
+    ),
+    fr(
         Name("(torch.compile region)"),
         C::Compiled,
         "PyTorch recorded a compile_context: the allocation ran in a compiled region",

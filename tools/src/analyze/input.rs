@@ -128,14 +128,30 @@ fn read_streamed(path: &Path) -> Option<R<Snapshot>> {
     if !json && !crate::snapshot::sniff::starts_msgpack_map(&head) {
         return None;
     }
-    let src = std::io::Read::chain(std::io::Cursor::new(head.clone()), f);
-    let src = crate::snapshot::progress::Progress::new(src, &path.display().to_string(), len);
-    let mut loader = Loader::new();
-    let v = if json {
-        crate::snapshot::stream::read_json(src, Some(&mut loader))
-    } else {
-        crate::snapshot::stream::read_msgpack(src, Some(&mut loader))
+    // Parsed as one mapped slice (`snapshot::mapped`): the pages behind the parse point
+    // are given back as it goes, so memory stays a window of the file.
+    let map = match crate::snapshot::mapped::Mapped::open(&f) {
+        Ok(m) => m,
+        Err(e) => return Some(Err(e)),
     };
+    let mut progress = crate::snapshot::progress::Progress::new(
+        std::io::empty(),
+        &path.display().to_string(),
+        len,
+    );
+    let mut reached = |pos: usize| {
+        map.release_before(pos);
+        progress.at(pos as u64);
+    };
+    let format = if json { Format::Json } else { Format::Msgpack };
+    let mut loader = Loader::new();
+    let v = crate::snapshot::stream::read_slice(
+        format,
+        map.bytes(),
+        Some(&mut loader),
+        false,
+        Some(&mut reached),
+    );
     let v = match v {
         Ok(v) => v,
         Err(e) => {
@@ -188,13 +204,10 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
     if !json && !crate::snapshot::sniff::starts_msgpack_map(bytes) {
         return Err(not_snapshot(describe(bytes)));
     }
-    // The same stream readers as a file's (same tree, same errors).
+    // The same reader as a file's (same tree, same errors).
+    let format = if json { Format::Json } else { Format::Msgpack };
     let mut loader = Loader::new();
-    let v = if json {
-        crate::snapshot::stream::read_json(bytes, Some(&mut loader))
-    } else {
-        crate::snapshot::stream::read_msgpack(bytes, Some(&mut loader))
-    };
+    let v = crate::snapshot::stream::read_slice(format, bytes, Some(&mut loader), false, None);
     let v = v.map_err(|e| {
         // Text starting with a bracket that is not JSON is not a snapshot; a damaged
         // snapshot (it names its keys near the start) keeps the precise JSON error.

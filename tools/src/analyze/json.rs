@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::analyze::by_range::DeviceRanges;
 use crate::analyze::category::DeviceCategories;
 use crate::analyze::diff::DeviceDiff;
+use crate::analyze::oom::{self, Oom};
 use crate::analyze::steps::Steps;
 use crate::analyze::summary::DeviceSummary;
 
@@ -54,12 +55,12 @@ pub fn steps(s: &Steps) -> Value {
 }
 
 /// One file's summary: its name, its devices' summaries, its devices' steps.
-pub type SummaryInput = (String, Vec<(i64, DeviceSummary)>, Vec<Steps>);
+pub type SummaryInput = (String, Vec<(i64, DeviceSummary)>, Vec<Steps>, Vec<Oom>);
 
 /// `cushim summary --json`: per file, per device.
 pub fn summary(files: &[SummaryInput]) -> Value {
     let mut devices = Vec::new();
-    for (file, devs, steps_of) in files {
+    for (file, devs, steps_of, ooms) in files {
         for (ord, s) in devs {
             let st = steps_of.iter().find(|x| x.device == *ord);
             let sites = |v: &[(String, u64, u64)]| -> Vec<Value> {
@@ -84,6 +85,8 @@ pub fn summary(files: &[SummaryInput]) -> Value {
                 "sites_at_peak": sites(&s.peak_sites),
                 "sites_at_end": sites(&s.sites),
                 "inconsistent_events": s.inconsistent,
+                "out_of_memory": ooms.iter().filter(|o| o.device == *ord)
+                    .map(oom::to_json).collect::<Vec<_>>(),
             });
             if let (Some(st), Some(m)) = (st, d.as_object_mut()) {
                 if let Value::Object(o) = steps(st) {

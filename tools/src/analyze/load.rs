@@ -9,9 +9,11 @@
 //! many bytes can hold, so a crafted file that references one large list many times over
 //! (cheap in pickle's memo) is refused instead of multiplied.
 
+use crate::analyze::annotations::{self, Nesting};
 use crate::analyze::category_rules::RANGE_MARK;
 use crate::analyze::entry_marks::{compile_region, private_pool, COMPILE_MARK, POOL_MARK};
 use crate::analyze::frames::FORWARD_MARK;
+use crate::analyze::fx_nodes;
 use crate::analyze::model::{Block, BlockState, Device, Event, Frame, Segment, Snapshot, Stacks};
 use cushim::snapshot::value::Value;
 use cushim::trace::event::Action;
@@ -82,6 +84,10 @@ struct Interner {
     frame_by_content: HashMap<Frame, u32>,
     strings: HashMap<Arc<str>, Arc<str>>,
     ids: Vec<u32>,
+    /// PyTorch 2.4's inline record_function annotations open so far (`analyze::annotations`).
+    nesting: Nesting,
+    /// Stacks with a range path appended, by (stack, path).
+    ranged: HashMap<(u32, Arc<str>), u32>,
 }
 
 impl Interner {
@@ -166,7 +172,8 @@ impl Interner {
             .and_then(Value::as_str)
             .map(str::trim)
             .filter(|m| !m.is_empty())
-            .map(str::to_string);
+            .map(str::to_string)
+            .or_else(|| self.nesting.path().map(|p| p.to_string()));
         if fwd.is_none() && region.is_none() && pool.is_none() && range.is_none() {
             return Ok(own);
         }
@@ -200,20 +207,51 @@ impl Interner {
         Ok(self.list_id(ids))
     }
 
+    /// The frame ids of stack `id` (none for an unknown id), to extend with marks.
+    fn frames_of(&self, id: u32) -> Vec<u32> {
+        self.stacks
+            .lists
+            .get(id as usize)
+            .map(|l| l.to_vec())
+            .unwrap_or_default()
+    }
+
     /// Stack `id` with a private pool's mark appended (`pool` its text); `id` itself when
     /// there is none.
     fn pooled(&mut self, id: u32, pool: Option<&str>) -> u32 {
         if pool.is_none() {
             return id;
         }
-        let mut ids: Vec<u32> = self
-            .stacks
-            .lists
-            .get(id as usize)
-            .map(|l| l.to_vec())
-            .unwrap_or_default();
+        let mut ids = self.frames_of(id);
         self.push_marks(&mut ids, None, pool);
         self.list_id(ids)
+    }
+
+    /// Stack `id` with the range path `path` appended, unless it has one already.
+    fn with_range(&mut self, id: u32, path: &Arc<str>) -> u32 {
+        if let Some(&r) = self.ranged.get(&(id, path.clone())) {
+            return r;
+        }
+        let mut ids = self.frames_of(id);
+        let has = ids.iter().any(|&f| {
+            self.stacks
+                .frames
+                .get(f as usize)
+                .is_some_and(|f| &*f.name == RANGE_MARK)
+        });
+        let out = if has {
+            id
+        } else {
+            let mark = Frame {
+                name: self.string(RANGE_MARK),
+                file: self.string(path),
+                line: 0,
+            };
+            ids.push(self.frame_id(mark));
+            self.list_id(ids)
+        };
+        self.ranged.insert((id, path.clone()), out);
+        out
     }
 
     fn push_marks(&mut self, ids: &mut Vec<u32>, region: Option<&str>, pool: Option<&str>) {
@@ -275,7 +313,18 @@ impl Interner {
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
         for (i, f) in l.iter().enumerate() {
-            ids.push(self.frame(f, &|| format!("{}.frames[{i}]", at()))?);
+            let id = self.frame(f, &|| format!("{}.frames[{i}]", at()))?;
+            // A frame of compiled code with its FX node: the node's frame just inside it.
+            let node = self
+                .stacks
+                .frames
+                .get(id as usize)
+                .and_then(|own| fx_nodes::node_frame(f, own));
+            if let Some(node) = node {
+                let n = self.frame_id(node);
+                ids.push(n);
+            }
+            ids.push(id);
         }
         let id = match self.list_by_content.get(&ids[..]) {
             Some(&id) => id,
@@ -410,6 +459,10 @@ fn event(e: &Value, at: &dyn Fn() -> String, i: &mut Interner) -> R<Option<Event
     // PyTorch before 2.1 wrote one `free` action where it now writes free_requested and
     // free_completed.
     let name = text(e, "action", at)?.map(|a| if a == "free" { "free_completed" } else { a });
+    if let Some((n, start)) = annotations::inline(e) {
+        i.nesting.apply(&n, start);
+        return Ok(None);
+    }
     let Some(action) = name.and_then(Action::from_name) else {
         return Ok(None);
     };
@@ -583,7 +636,26 @@ pub struct Loader {
     /// tree (known by identity, kept alive here so no other list can take its address),
     /// the first entry's index and the count.
     runs: Vec<(Arc<Vec<Value>>, i64, u64)>,
+    /// Each extracted event's `time_us` ([`NO_TIME`] when it has none), to place it among
+    /// PyTorch's `external_annotations`, which the pickle holds after the traces.
+    times: Vec<i64>,
     error: Option<String>,
+}
+
+/// The time of an event that records none.
+const NO_TIME: i64 = i64::MIN;
+
+/// Whether trace entry `e` (a dict) becomes an event (see `event`).
+fn kept(e: &Value) -> bool {
+    match e.get("action").and_then(Value::as_str) {
+        Some("free") => true,
+        Some(a) => annotations::inline(e).is_none() && Action::from_name(a).is_some(),
+        None => false,
+    }
+}
+
+fn time_of(e: &Value) -> i64 {
+    e.get("time_us").and_then(Value::as_i64).unwrap_or(NO_TIME)
 }
 
 impl crate::snapshot::reader::Hook for Loader {
@@ -609,6 +681,7 @@ impl Loader {
             i: Interner::new(),
             extracted: Vec::new(),
             runs: Vec::new(),
+            times: Vec::new(),
             error: None,
         }
     }
@@ -622,6 +695,7 @@ impl Loader {
         match event(&v, &|| format!("trace entry {k}"), &mut self.i) {
             Ok(Some(ev)) => {
                 self.extracted.push(ev);
+                self.times.push(time_of(&v));
                 Value::Int(k as i64)
             }
             // An action this version does not know: skipped, as `model` skips it.
@@ -690,6 +764,58 @@ impl Loader {
         ))
     }
 
+    /// The `time_us` of each event `trace` holds, in its order (as `events` and
+    /// `run_events` read them).
+    fn trace_times(&self, trace: &Value) -> Vec<i64> {
+        if let Value::List(l) = trace {
+            if let Some(&(_, first, n)) = self.runs.iter().find(|r| Arc::ptr_eq(&r.0, l)) {
+                let (f, n) = (first.max(0) as usize, n as usize);
+                return self
+                    .times
+                    .get(f..f.saturating_add(n))
+                    .map(<[i64]>::to_vec)
+                    .unwrap_or_default();
+            }
+        }
+        let built;
+        let entries = match trace {
+            Value::Events(e) => {
+                built = e.to_list();
+                built.as_seq().unwrap_or(&[])
+            }
+            t => t.as_seq().unwrap_or(&[]),
+        };
+        entries
+            .iter()
+            .filter_map(|e| match e {
+                Value::Int(k) => Some(
+                    usize::try_from(*k)
+                        .ok()
+                        .and_then(|k| self.times.get(k).copied())
+                        .unwrap_or(NO_TIME),
+                ),
+                Value::Dict(_) if kept(e) => Some(time_of(e)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Gives each event of `dev` without a range path the path of PyTorch's annotations
+    /// open at its time (`analyze::annotations`).
+    fn annotate(&mut self, dev: &mut Device, times: &[i64], tl: &annotations::Timeline) {
+        if times.len() != dev.events.len() {
+            return;
+        }
+        for (ev, &t) in dev.events.to_mut().iter_mut().zip(times) {
+            if t == NO_TIME {
+                continue;
+            }
+            if let Some(p) = tl.path_at(t) {
+                ev.stack = self.i.with_range(ev.stack, p);
+            }
+        }
+    }
+
     /// The model of `v` (read from `input_len` bytes).
     pub fn model(mut self, v: &Value, input_len: usize) -> R<Snapshot> {
         if let Some(e) = self.error.take() {
@@ -734,11 +860,16 @@ impl Loader {
             let p = dev_at(&mut devices, d);
             devices[p].segments.push(s);
         }
+        let timelines = annotations::timelines(v);
+        let mut annotated: Vec<(usize, Vec<i64>)> = Vec::new();
         for (d, trace) in seq(v, "device_traces", &|| "snapshot".into())?
             .iter()
             .enumerate()
         {
             let at = || format!("device_traces[{d}]");
+            if timelines.get(&(d as i64)).is_some_and(|t| !t.is_empty()) {
+                annotated.push((d, self.trace_times(trace)));
+            }
             if let Some((n, events)) = self.run_events(trace) {
                 budget.take(n as usize, &at)?;
                 let p = dev_at(&mut devices, d as i64);
@@ -760,6 +891,16 @@ impl Loader {
             budget.take(entries.len(), &at)?;
             let p = dev_at(&mut devices, d as i64);
             devices[p].events = self.events(entries, d)?.into();
+        }
+        self.times = Vec::new();
+        for (d, times) in annotated {
+            let (Some(tl), Some(dev)) = (
+                timelines.get(&(d as i64)),
+                devices.iter_mut().find(|x| x.ordinal == d as i64),
+            ) else {
+                continue;
+            };
+            self.annotate(dev, &times, tl);
         }
         devices.sort_by_key(|d| d.ordinal);
         let host = if v.get("host_segments").is_some() || v.get("host_traces").is_some() {

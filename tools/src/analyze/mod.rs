@@ -11,6 +11,7 @@
 //! says what is wrong and where, never a panic, and the model is at most a constant factor
 //! of the input's size.
 
+pub mod annotations;
 pub mod by_range;
 pub mod category;
 pub mod category_rules;
@@ -20,6 +21,7 @@ pub mod entry_marks;
 pub mod event_list;
 pub mod fit;
 pub mod frames;
+pub mod fx_nodes;
 pub mod input;
 pub mod json;
 pub mod kinds;
@@ -27,6 +29,7 @@ pub mod load;
 pub mod log_model;
 pub mod model;
 pub mod moment_time;
+pub mod oom;
 pub mod pytorch_pages;
 pub mod recorded_stats;
 pub mod replay;

@@ -53,6 +53,9 @@ const UNLIMITED: u64 = crate::analyze::device_size::UNLIMITED;
 /// The size of every small-pool segment (PyTorch's `kSmallBuffer`).
 const SMALL_SEGMENT: u64 = 2 << 20;
 
+/// The largest small-pool request (PyTorch's `kSmallSize`).
+const SMALL_SIZE: u64 = 1 << 20;
+
 /// What the user asked of a replay beyond the configurations.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
@@ -265,11 +268,27 @@ impl Run {
                     let _ = run.a.free(p, 0, 0);
                 }
             }
-            for &(addr, size, piece) in pieces {
+            // A large-pool block keeps the tail of its free block when what would be left
+            // is a small size (PyTorch splits a large block only when more than 1 MiB is
+            // left); the trace records the request, so such a block shows as the request
+            // and a gap of 1 MiB at most. Taken alone, that gap would be a small request,
+            // served from a new small-pool segment: the block is taken with its tail.
+            let large = !small && !seg.expandable;
+            let mut i = 0;
+            while i < pieces.len() {
+                let (addr, size, piece) = pieces[i];
+                i += 1;
                 if seg.expandable && piece == Piece::Free {
                     continue;
                 }
-                match run.malloc(size, seg.stream) {
+                let mut take = size;
+                if let Some(&(_, tail, Piece::Free)) = pieces.get(i) {
+                    if large && piece != Piece::Free && tail <= SMALL_SIZE {
+                        take += tail;
+                        i += 1;
+                    }
+                }
+                match run.malloc(take, seg.stream) {
                     Ok(p) => hold(&mut run, &mut gaps, addr, size, piece, p),
                     Err(_) if piece != Piece::Free => {
                         run.ooms += 1;

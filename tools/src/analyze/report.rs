@@ -580,6 +580,14 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             ooms: walked.ooms.clone(),
         };
         svg_timeline(&mut out, &walked.timeline, &marks);
+        // What the reader came for first: an out-of-memory, then what kind of memory it is.
+        if !walked.ooms.is_empty() {
+            let ooms = crate::analyze::oom::ooms(snap, dev)?;
+            out.push_str("<h3>out of memory (docs/ANALYSES.md)</h3>\n<pre>");
+            out.push_str(&esc(&crate::analyze::oom::render(&ooms, source)));
+            out.push_str("</pre>\n");
+        }
+        categories_section(&mut out, snap, dev);
         out.push_str("<h3>top allocation sites at the peak</h3>\n<table><tr><th>live bytes</th><th>blocks</th><th>site</th></tr>\n");
         for row in by_site(&snap.stacks, at_peak.allocated.values(), 1)
             .iter()
@@ -617,7 +625,6 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             );
             segments(&mut out, &segments_at_forward(dev, at_peak, p.allocated_at));
         }
-        categories_section(&mut out, snap, dev);
         out.push_str("<h3>replay under other settings</h3>\n");
         // The recorded row of a log has no segments list; its segment events give the
         // peak reserved the summary shows.

@@ -4,8 +4,9 @@
 //! the first), the growth that becomes an out-of-memory after a thousand steps.
 //!
 //! Policy: steps are found, first that applies:
-//! 1. from range paths (NVTX ranges, `user_metadata`) that number their iterations
-//!    (`iteration 3`, `step_12`, `batch#4`): a step is the events of one number;
+//! 1. from range paths (NVTX ranges, `user_metadata`, PyTorch's record_function annotations)
+//!    that number their iterations (`iteration 3`, `step_12`, `batch#4`, `ProfilerStep#5`):
+//!    a step is the events of one number;
 //! 2. from the phases (`analyze::category`, from frames and range paths): a step ends where
 //!    an optimizer phase ends; without one, where a backward phase ends; without either, a
 //!    step starts where each forward phase starts (an inference loop; one forward pass is
@@ -67,7 +68,15 @@ impl Steps {
 fn iteration_number(path: &str) -> Option<(String, u64)> {
     for part in path.split('/') {
         let l = part.to_ascii_lowercase();
-        for word in ["iteration", "iter", "step", "batch", "epoch"] {
+        // `profilerstep`: the profiler's own `ProfilerStep#N` record_function.
+        for word in [
+            "iteration",
+            "iter",
+            "profilerstep",
+            "step",
+            "batch",
+            "epoch",
+        ] {
             if let Some(rest) = l.strip_prefix(word) {
                 let digits: String = rest
                     .trim_start_matches([' ', '_', '#', '-', ':'])
@@ -75,7 +84,12 @@ fn iteration_number(path: &str) -> Option<(String, u64)> {
                     .take_while(|c| c.is_ascii_digit())
                     .collect();
                 if let Ok(n) = digits.parse() {
-                    return Some((format!("{word} N"), n));
+                    let word = if word == "profilerstep" {
+                        "ProfilerStep#"
+                    } else {
+                        word
+                    };
+                    return Some((format!("{word} N").replace("# ", "#"), n));
                 }
             }
         }

@@ -116,6 +116,15 @@ pub fn device_summary_walked(
             r.max(end.reserved),
             PeakSource::Stats,
         ),
+        // The walk's peak is in the trace's sizes (PyTorch records the request), the
+        // segments' end state in block sizes (a large block keeps up to 1 MiB past its
+        // request): with a trace, the peak is compared with the walk's own end, so that
+        // it is the moment's allocated bytes that `--by category` splits.
+        None if !dev.events.is_empty() => (
+            p.allocated.max(w.end.allocated_bytes),
+            p.reserved.max(end.reserved),
+            PeakSource::Trace,
+        ),
         None => (
             p.allocated.max(end.allocated_bytes),
             p.reserved.max(end.reserved),
@@ -327,6 +336,13 @@ pub fn summaries(snap: &Snapshot, opts: &Options) -> Vec<(i64, DeviceSummary)> {
         .filter(|d| !d.is_empty())
         .map(|d| (d.ordinal, device_summary(snap, d, opts)))
         .collect()
+}
+
+/// The summary of the snapshot's pinned host memory (`host_segments`, `host_traces`), when
+/// it has any: shown apart from the devices (`--json`: as device -1), never added to them.
+pub fn host_summary(snap: &Snapshot, opts: &Options) -> Option<DeviceSummary> {
+    let h = snap.host.as_ref().filter(|h| !h.is_empty())?;
+    Some(device_summary(snap, h, opts))
 }
 
 /// The text `cushim summary` prints for one input.

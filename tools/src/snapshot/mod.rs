@@ -8,6 +8,7 @@
 pub mod convert;
 pub mod from_log;
 pub mod log_reader;
+pub mod mapped;
 mod memo;
 pub mod progress;
 pub mod reader;

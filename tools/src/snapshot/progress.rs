@@ -32,6 +32,14 @@ impl<R: Read> Progress<R> {
         }
     }
 
+    /// The reader has taken `done` bytes (for input not read through this reader).
+    pub fn at(&mut self, done: u64) {
+        self.done = done;
+        if self.tty {
+            self.report();
+        }
+    }
+
     fn report(&mut self) {
         let now = Instant::now();
         if now.duration_since(self.start) < Duration::from_secs(1)

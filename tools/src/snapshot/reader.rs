@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 /// Read a snapshot file, by content (a pickle starts with PROTO 0x80; JSON with `{`),
 /// falling back to msgpack, through any gzip and zstd layers.
-/// JSON and msgpack are read as a stream, repeated strings, frames and frame lists made one
+/// JSON and msgpack are read as a stream (a plain file as one mapped slice whose pages
+/// are given back behind the parse point, `snapshot::mapped`), repeated strings, frames and frame lists made one
 /// node each (`snapshot::share`), so neither the text nor a tree of its every copy is ever
 /// in memory; a compressed pickle is read as it is decompressed; a plain pickle whole.
 pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
@@ -49,6 +50,22 @@ pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
                 buf: Vec::new(),
             };
             reader(src, usize::MAX, budget, None).run().map_err(named)
+        }
+        Format::Json | Format::Msgpack if layers == 0 => {
+            if detect(&head) == Format::Msgpack
+                && !crate::snapshot::sniff::starts_msgpack_map(&head)
+            {
+                return Err(named(crate::snapshot::sniff::not_snapshot(
+                    crate::snapshot::sniff::describe(&head),
+                )));
+            }
+            drop(d);
+            let f = std::fs::File::open(path).map_err(|e| reading(e.to_string()))?;
+            let map = crate::snapshot::mapped::Mapped::open(&f).map_err(reading)?;
+            let mut reached = |pos: usize| map.release_before(pos);
+            let format = detect(&head);
+            crate::snapshot::stream::read_slice(format, map.bytes(), None, true, Some(&mut reached))
+                .map_err(named)
         }
         Format::Json => crate::snapshot::stream::read_json_shared(d).map_err(named),
         Format::Msgpack if crate::snapshot::sniff::starts_msgpack_map(&head) => {

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cushim_tools::analyze::summary::{ranks, render_summaries, summaries, Options};
-use cushim_tools::analyze::{by_range, category, diff, input, json, replay, report, steps};
+use cushim_tools::analyze::summary::{host_summary, ranks, render_summaries, summaries, Options};
+use cushim_tools::analyze::{by_range, category, diff, input, json, oom, replay, report, steps};
 
 pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Result<i32, String> {
     let opts = Options {
@@ -22,12 +22,17 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
             .filter(|d| !d.events.is_empty() && d.events.len() <= steps::SUMMARY_MAX_EVENTS)
             .map(|d| steps::steps(&snap, d, &[], opts.depth))
             .collect();
-        all.push((f.display().to_string(), snap, devs, st));
+        let ooms = oom::all(&snap).map_err(|e| format!("{}: {e}", f.display()))?;
+        all.push((f.display().to_string(), snap, devs, st, ooms));
     }
     if as_json {
+        // Pinned host memory as device -1, as `--by category --json` gives it.
         let rows: Vec<_> = all
             .into_iter()
-            .map(|(name, _, devs, st)| (name, devs, st))
+            .map(|(name, snap, mut devs, st, ooms)| {
+                devs.extend(host_summary(&snap, &opts).map(|h| (-1, h)));
+                (name, devs, st, ooms)
+            })
             .collect();
         println!("{}", json::summary(&rows));
         return Ok(0);
@@ -39,20 +44,22 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
             }
         }
     };
-    if let [(_, snap, devs, st)] = &all[..] {
+    if let [(name, snap, devs, st, ooms)] = &all[..] {
         print!("{}", render_summaries(snap, devs, &opts));
         step_lines(st);
+        print!("{}", oom::render(ooms, name));
         return Ok(0);
     }
     let table: Vec<(&str, &[_])> = all
         .iter()
-        .map(|(name, _, devs, _)| (name.as_str(), devs.as_slice()))
+        .map(|(name, _, devs, _, _)| (name.as_str(), devs.as_slice()))
         .collect();
     print!("{}", ranks(&table));
-    for (name, snap, devs, st) in &all {
+    for (name, snap, devs, st, ooms) in &all {
         println!("\n== {name}");
         print!("{}", render_summaries(snap, devs, &opts));
         step_lines(st);
+        print!("{}", oom::render(ooms, name));
     }
     Ok(0)
 }

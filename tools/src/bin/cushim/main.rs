@@ -286,6 +286,13 @@ fn long_version() -> String {
 }
 
 fn main() -> ExitCode {
+    // A reader that closes our output early ends us quietly, as it ends every Unix filter
+    // (`cushim summary F | head`): Rust's runtime ignores SIGPIPE, so `print!` would panic
+    // on the broken pipe instead. cushim writes to no other pipe, so nothing else changes.
+    // SAFETY: setting one signal's disposition to its default, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // The version names the shim's path, found at run time; clap keeps it for the process.
     let version: &'static str = Box::leak(long_version().into_boxed_str());
     let matches = Cli::command().version(version).get_matches();

@@ -1,0 +1,113 @@
+//! Shapes found in public PyTorch snapshots by the sweep over real files
+//! (`scripts/real_sweep.py`), each reduced to a small generated pickle that reproduces it:
+//! what the real file made a command get wrong, and what it must give instead.
+use super::analyze_real::{python, FRAMES_PY};
+use crate::common;
+
+use common::cli::{ok, write};
+
+/// The figures of the row labelled `label`: seg frees, reserved, allocated, frag, device
+/// allocations, OOMs.
+fn replay_row(out: &str, label: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label:?} in\n{out}"));
+    let v: Vec<String> = line[label.len()..]
+        .split_whitespace()
+        .filter(|w| *w != "MiB")
+        .map(String::from)
+        .collect();
+    v[v.len() - 6..].to_vec()
+}
+
+/// PyTorch splits a large-pool block only when more than 1 MiB would be left, so a block
+/// keeps a tail of up to 1 MiB beyond its request, and the trace records the request. Two
+/// blocks live when the trace began, a 5 MiB request holding 5.5 MiB and the next block
+/// right after it, fill a 20 MiB segment: the replay lays them out as they were, in that
+/// one segment, instead of taking the half-MiB tail as a small request (a new 2 MiB
+/// small-pool segment, 22 MiB reserved where the program had 20); and `fit` finds the 20
+/// MiB device enough.
+#[test]
+fn a_block_that_kept_its_free_blocks_tail_replays_in_its_segment() {
+    let dir = common::scratch("analyze-real-shapes-tail");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+base = 0x7f0000000000
+a, b = base, base + 5 * MIB + MIB // 2
+def e(action, x, n): return {{"action": action, "addr": x, "size": n, "stream": 0, "frames": bert}}
+trace = [e("free_requested", a, 5 * MIB), e("free_completed", a, 5 * MIB),
+         e("alloc", a, 4 * MIB), e("free_requested", a, 4 * MIB), e("free_completed", a, 4 * MIB),
+         e("free_requested", b, 14 * MIB + MIB // 2), e("free_completed", b, 14 * MIB + MIB // 2)]
+segs = [{{"device": 0, "address": base, "total_size": 20 * MIB, "stream": 0, "segment_type": "large",
+          "is_expandable": False, "frames": bert,
+          "blocks": [{{"address": base, "size": 20 * MIB, "requested_size": 0, "state": "inactive",
+                      "frames": []}}]}}]
+s = {{"segments": segs, "device_traces": [trace],
+     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "tail.pickle", &p);
+    let out = ok(&["replay", "--conf", ""], &[&f]);
+    assert_eq!(replay_row(&out, "recorded")[1], "20.0", "{out}");
+    let replayed = replay_row(&out, "replay: recorded");
+    assert_eq!(
+        (replayed[1].as_str(), replayed[5].as_str()),
+        ("20.0", "0"),
+        "the two blocks in their one segment, no small-pool segment\n{out}"
+    );
+    let fit: serde_json::Value = serde_json::from_str(&ok(&["fit", "--json"], &[&f])).unwrap();
+    let recorded = &fit["devices"][0]["configurations"][0];
+    assert_eq!(recorded["recorded"], true, "{fit}");
+    assert_eq!(recorded["min_device_bytes"], 20u64 << 20, "{fit}");
+}
+
+/// The same tail at the end: a 5 MiB request holds a 5.5 MiB block, live when the snapshot
+/// was taken. The trace's peak is counted in the trace's sizes, the end's blocks in theirs;
+/// `summary`'s peak allocated is the trace's (5 MiB, not the block's 5.5 MiB), the moment
+/// `--by category` splits, so its categories sum to the peak.
+#[test]
+fn summarys_peak_is_the_moment_the_categories_split_when_a_block_holds_a_tail() {
+    let dir = common::scratch("analyze-real-shapes-peak");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+base = 0x7f0000000000
+def e(action, x, n): return {{"action": action, "addr": x, "size": n, "stream": 0, "frames": bert}}
+trace = [e("segment_alloc", base, 20 * MIB), e("alloc", base, 5 * MIB)]
+segs = [{{"device": 0, "address": base, "total_size": 20 * MIB, "stream": 0, "segment_type": "large",
+          "is_expandable": False, "frames": bert,
+          "blocks": [{{"address": base, "size": 5 * MIB + MIB // 2, "requested_size": 5 * MIB,
+                      "state": "active_allocated", "frames": bert}},
+                     {{"address": base + 5 * MIB + MIB // 2, "size": 14 * MIB + MIB // 2,
+                      "requested_size": 0, "state": "inactive", "frames": []}}]}}]
+sys.stdout.buffer.write(pickle.dumps({{"segments": segs, "device_traces": [trace]}}, protocol=4))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "peak.pickle", &p);
+    let s: serde_json::Value = serde_json::from_str(&ok(&["summary", "--json"], &[&f])).unwrap();
+    let peak = s["devices"][0]["peak_allocated_bytes"].as_u64().unwrap();
+    assert_eq!(peak, 5 << 20, "{s}");
+    let c: serde_json::Value =
+        serde_json::from_str(&ok(&["summary", "--by", "category", "--json"], &[&f])).unwrap();
+    let dev = &c["devices"][0];
+    let sum: u64 = dev["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        (dev["allocated_bytes"].as_u64(), sum),
+        (Some(peak), peak),
+        "{c}"
+    );
+}
