@@ -162,8 +162,9 @@ impl CachingAllocator {
         if self.solo.swap(SHARED, Ordering::Relaxed) != SHARED {
             for (d, st) in self.states.iter().enumerate() {
                 let mut g = st.lock();
-                // A device that never allocated has nothing to order.
-                if g.stats.num_device_alloc > 0 {
+                // A device that never allocated (here or in sleep mode's cache) has nothing
+                // to order.
+                if g.stats.num_device_alloc > 0 || g.shared_use {
                     g.pending.order_all(&*self.device, d as i32);
                 }
             }
@@ -302,6 +303,43 @@ impl CachingAllocator {
             .iter()
             .position(|st| st.lock().contains(ptr))
             .map(|d| d as i32)
+    }
+
+    /// For a cache beside this one (sleep mode's, `crate::sleep`), which follows the same
+    /// stream-safety rule with this allocator's streams and barriers: whether a block freed
+    /// now must wait for an ordering point ([`Self::order_for_reuse`]) before it is handed
+    /// out again. False only while `free_sync:auto` has seen no stream (nor several threads
+    /// with per-thread default streams): all work is then in the legacy stream's order. Notes
+    /// the calling thread, as this allocator's own calls do.
+    #[inline]
+    pub fn frees_wait(&self) -> bool {
+        let _ = self.ctx_noting_thread();
+        self.solo.load(Ordering::Relaxed) == SHARED
+    }
+
+    /// For a cache beside this one: order, on device `dev`, everything queued so far before
+    /// everything queued later, as this allocator does before it reuses its own pending
+    /// frees (`pending.rs`, `barrier.rs`); blocks that cache freed before the call are then
+    /// reusable. False while a stream captures (nothing was done; they keep waiting).
+    #[cold]
+    pub fn order_for_reuse(&self, dev: i32) -> bool {
+        let Some(st) = self.state(dev) else {
+            return false;
+        };
+        let all_streams_known = !self.per_thread.load(Ordering::SeqCst);
+        let mut g = st.lock();
+        g.shared_use = true;
+        g.pending
+            .order_now(&*self.device, dev, all_streams_known)
+    }
+
+    /// A cache beside this one made memory on device `dev`: when streams first appear, the
+    /// device's past work is ordered as if this allocator had allocated there.
+    #[cold]
+    pub fn note_shared_use(&self, dev: i32) {
+        if let Some(st) = self.state(dev) {
+            st.lock().shared_use = true;
+        }
     }
 
     /// The program created `stream` on device `dev` (after the real creation succeeded).

@@ -9,14 +9,33 @@
 //! rules for ordinary segments (`alloc/caching.rs`); a block is served only from its own
 //! tag's segments on its own device, so no page ever holds two tags' bytes and pausing one
 //! tag never touches another's. Freed blocks stay cached; fully free segments go back to the
-//! device at a pause, on lack of memory, on `cushim_empty_cache` and at exit. Blocks are
-//! reused in the legacy stream's order, as PyTorch reuses a block on its own stream.
+//! device at a pause, on lack of memory, on `cushim_empty_cache` and at exit.
+//!
+//! Stream safety, as the main cache's (`alloc/barrier.rs`): a freed block is never handed
+//! out again while work queued before its free, on any stream, can still touch it. The
+//! main cache's rule and mechanism decide, through [`CachingAllocator::frees_wait`] and
+//! [`CachingAllocator::order_for_reuse`]: until the program has streams (under
+//! `free_sync:auto`) a freed block is reusable at once, in the legacy stream's order; after
+//! that it waits, out of the pool, until a malloc that finds no free block asks the main
+//! cache for one ordering point on the device (its quiet check, barrier or
+//! synchronization, over the streams it tracks), which releases every block freed before
+//! it. The ordering point is asked without this cache's lock (the main cache's lock is
+//! never taken under it), so only blocks freed before the call are released (a sequence
+//! number). A pause waits for the device, so it releases every waiting block.
+//!
+//! Recording, as the main cache's (`alloc/caching.rs`), into the same kind of event sink
+//! per device (trace ring and event log): `segment_alloc` when a segment is made and
+//! `segment_free` when it goes back, `alloc` for each block handed out (the call's stack),
+//! `free_requested` at each free (the free's stack) and `free_completed` when the block is
+//! reusable. The snapshot draws each segment's blocks with their stacks
+//! ([`SleepArena::segment_blocks`]).
 //!
 //! Why its own cache and not the main one with a tag key: the main cache's hot path (and its
 //! pool keys) stay as they are when sleep mode is off, and everything a pause needs (which
 //! segments are a tag's, which of their bytes are in use) is in one place under one lock.
 //!
-//! Hot path (a cached malloc or free): one lock, no allocation. The tag is found under the
+//! Hot path (a cached malloc or free): one lock, no allocation (stacks are captured by the
+//! caller before it). The tag is found under the
 //! lock by comparing the thread's explicit tag with the few tag names, or its NVTX range id
 //! with the ids already seen (a new tag or range is the cold path); blocks and free blocks
 //! are sorted vectors, whose capacity only grows, searched by bisection.
@@ -29,9 +48,12 @@ use parking_lot::Mutex;
 use super::backup::{map_rw, retry, Backup};
 use super::tag;
 use crate::alloc::caching::{oversize_refuses, splits};
+use crate::alloc::info::{BlockInfo, BlockState};
+use crate::alloc::CachingAllocator;
 use crate::alloc::rounding::{is_small, round_size, round_up, segment_size};
 use crate::config::alloc::AllocConf;
 use crate::device::{DevPtr, DevResult, Device, DeviceError, PhysHandle};
+use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STACK};
 use crate::trace::range::{self, RangeId, NO_RANGE};
 
 /// What a pause does with the contents.
@@ -111,6 +133,8 @@ pub(crate) struct Seg {
     pub paused: Option<Paused>,
     /// Blocks of this segment in use.
     pub used: u32,
+    /// Stack of the allocation that made it.
+    pub stack: StackId,
 }
 
 /// One block of a segment.
@@ -122,6 +146,17 @@ pub(crate) struct Blk {
     /// Bytes the program asked for (0 when free).
     pub requested: u64,
     pub used: bool,
+    /// Freed, waiting for an ordering point before reuse (out of the pool).
+    pub waiting: bool,
+    /// Stack of the allocation that made it what it is (kept while waiting).
+    pub stack: StackId,
+}
+
+impl Blk {
+    /// Neither in use nor waiting: in the pool (when its segment is live), mergeable.
+    pub(crate) fn is_free(&self) -> bool {
+        !self.used && !self.waiting
+    }
 }
 
 /// A free block of a live segment, in best-fit order: device, tag, large pool, size,
@@ -137,6 +172,15 @@ pub(crate) struct State {
     pub blocks: Vec<(DevPtr, Blk)>,
     /// The free blocks of live segments, sorted.
     pub free: Vec<FreeKey>,
+    /// Freed blocks waiting for an ordering point: (sequence number, device, address), in
+    /// the order freed.
+    pub waiting: Vec<(u64, i32, DevPtr)>,
+    /// Frees that waited so far (the next one's sequence number).
+    pub freed: u64,
+    /// One event sink per device (trace ring and log).
+    pub sinks: Vec<Box<dyn EventSink>>,
+    /// Whether any sink records (constant).
+    pub history: bool,
 }
 
 /// A granted allocation.
@@ -182,6 +226,31 @@ pub struct SleepArena {
 }
 
 impl State {
+    /// Record one event on device `dev` when history is on.
+    #[inline(always)]
+    pub(crate) fn record(&mut self, dev: i32, action: Action, addr: u64, size: u64, stack: StackId) {
+        if self.history {
+            self.record_now(dev, action, addr, size, stack);
+        }
+    }
+
+    #[inline(never)]
+    fn record_now(&mut self, dev: i32, action: Action, addr: u64, size: u64, stack: StackId) {
+        if let Some(sink) = usize::try_from(dev).ok().and_then(|d| self.sinks.get_mut(d)) {
+            sink.record(TraceEvent {
+                action,
+                device: dev,
+                addr,
+                size,
+                stream: 0,
+                time_us: now_us(),
+                stack,
+                device_free: 0,
+                range: 0,
+            });
+        }
+    }
+
     fn block_index(&self, addr: DevPtr) -> Result<usize, usize> {
         self.blocks.binary_search_by_key(&addr, |(a, _)| *a)
     }
@@ -261,8 +330,15 @@ impl State {
 
     /// Hand out free block `free[i]` for `size` bytes (rounded `rounded`), splitting off the
     /// tail under the cache's rule.
-    fn take(&mut self, conf: &AllocConf, i: usize, rounded: u64, size: u64) -> DevPtr {
-        let (_, _, large, bsize, addr) = self.free.remove(i);
+    fn take(
+        &mut self,
+        conf: &AllocConf,
+        i: usize,
+        rounded: u64,
+        size: u64,
+        stack: StackId,
+    ) -> DevPtr {
+        let (dev, _, large, bsize, addr) = self.free.remove(i);
         let Ok(bi) = self.block_index(addr) else {
             return addr;
         };
@@ -273,6 +349,8 @@ impl State {
                 size: bsize - rounded,
                 requested: 0,
                 used: false,
+                waiting: false,
+                stack: NO_STACK,
             };
             self.blocks[bi].1.size = rounded;
             self.blocks.insert(bi + 1, (addr + rounded, tail));
@@ -283,9 +361,11 @@ impl State {
         let b = &mut self.blocks[bi].1;
         b.used = true;
         b.requested = size;
+        b.stack = stack;
         if let Some(s) = self.segs.get_mut(&seg) {
             s.used += 1;
         }
+        self.record(dev, Action::Alloc, addr, size, stack);
         addr
     }
 
@@ -294,7 +374,7 @@ impl State {
     pub(crate) fn merge(&mut self, mut bi: usize, pooled: bool) -> usize {
         let seg = self.blocks[bi].1.seg;
         if let Some(&(na, nb)) = self.blocks.get(bi + 1) {
-            if nb.seg == seg && !nb.used {
+            if nb.seg == seg && nb.is_free() {
                 if pooled {
                     if let Some(k) = self.free_key(na, &nb) {
                         self.pool_remove(k);
@@ -306,7 +386,7 @@ impl State {
         }
         if bi > 0 {
             let (pa, pb) = self.blocks[bi - 1];
-            if pb.seg == seg && !pb.used {
+            if pb.seg == seg && pb.is_free() {
                 if pooled {
                     if let Some(k) = self.free_key(pa, &pb) {
                         self.pool_remove(k);
@@ -328,12 +408,68 @@ impl State {
         let to = self.blocks.partition_point(|(a, _)| *a < base + s.size);
         for j in from..to {
             let (a, b) = self.blocks[j];
-            if !b.used {
+            if b.is_free() {
                 self.pool_remove((s.dev, s.tag, s.large, b.size, a));
+            } else if b.waiting {
+                // Given back after the device's work (`give_back`): its free completed.
+                self.record(s.dev, Action::FreeCompleted, a, b.requested, b.stack);
             }
         }
         self.blocks.drain(from..to);
+        let end = base + s.size;
+        self.waiting.retain(|&(_, _, a)| a < base || a >= end);
         Some(s)
+    }
+
+    /// A freed block at index `bi` becomes reusable: `free_completed`, merged with its free
+    /// neighbours, into the pool when its segment is live; the segment's base and whether
+    /// it is paused with no block left in use (the caller gives it back).
+    pub(crate) fn complete_free(&mut self, bi: usize) -> (DevPtr, bool) {
+        let (a, b) = self.blocks[bi];
+        let Some(seg) = self.segs.get(&b.seg) else {
+            return (b.seg, false);
+        };
+        let (dev, paused, left) = (seg.dev, seg.paused.is_some(), seg.used);
+        self.record(dev, Action::FreeCompleted, a, b.requested, b.stack);
+        let blk = &mut self.blocks[bi].1;
+        blk.used = false;
+        blk.waiting = false;
+        blk.requested = 0;
+        if paused {
+            self.merge(bi, false);
+            return (b.seg, left == 0);
+        }
+        let bi = self.merge(bi, true);
+        let (a, mb) = self.blocks[bi];
+        if let Some(k) = self.free_key(a, &mb) {
+            self.pool_insert(k);
+        }
+        (b.seg, false)
+    }
+
+    /// Release the waiting blocks of device `dev` (every device: `None`) freed before
+    /// sequence number `upto`, after an ordering point made then: whether any was.
+    pub(crate) fn release_waiting(&mut self, dev: Option<i32>, upto: u64) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let (seq, d, addr) = self.waiting[i];
+            if seq >= upto {
+                break;
+            }
+            if dev.is_some_and(|x| x != d) {
+                i += 1;
+                continue;
+            }
+            self.waiting.remove(i);
+            if let Ok(bi) = self.block_index(addr) {
+                if self.blocks[bi].1.waiting {
+                    self.complete_free(bi);
+                    any = true;
+                }
+            }
+        }
+        any
     }
 
     /// Live segments with no block in use matching `pick`, in address order.
@@ -347,7 +483,16 @@ impl State {
 }
 
 impl SleepArena {
-    pub fn new(device: Arc<dyn Device>, conf: AllocConf) -> SleepArena {
+    /// The cache of a process; `make_sink(d)` gives device `d`'s event sink, as for the main
+    /// cache.
+    pub fn new(
+        device: Arc<dyn Device>,
+        conf: AllocConf,
+        make_sink: &dyn Fn(i32) -> Box<dyn EventSink>,
+    ) -> SleepArena {
+        let sinks: Vec<Box<dyn EventSink>> = (0..device.device_count().max(1) as i32)
+            .map(make_sink)
+            .collect();
         SleepArena {
             device,
             conf,
@@ -357,18 +502,30 @@ impl SleepArena {
                 segs: BTreeMap::new(),
                 blocks: Vec::new(),
                 free: Vec::new(),
+                waiting: Vec::new(),
+                freed: 0,
+                history: sinks.iter().any(|s| s.enabled()),
+                sinks,
             }),
         }
     }
 
     /// Allocate `size` bytes on `dev` for the calling thread's tag: its explicit tag
-    /// ([`tag::push`]), else its NVTX range path, else `default`.
-    pub fn alloc(&self, dev: i32, size: u64) -> Result<Grant, GrowError> {
-        tag::with_explicit(|explicit| self.alloc_tagged(dev, size, explicit))
+    /// ([`tag::push`]), else its NVTX range path, else `default`. `stack` is the call's;
+    /// `main` is the main cache, whose stream ordering this cache follows.
+    pub fn alloc(
+        &self,
+        dev: i32,
+        size: u64,
+        stack: StackId,
+        main: &CachingAllocator,
+    ) -> Result<Grant, GrowError> {
+        tag::with_explicit(|explicit| self.alloc_tagged(dev, size, explicit, stack, main))
     }
 
     /// Allocate `size` bytes on `dev`, tagged `explicit` when given, else by the calling
-    /// thread's NVTX range path, else `default`: a cached block of the tag's live segments,
+    /// thread's NVTX range path, else `default`: a cached block of the tag's live segments
+    /// (after an ordering point releases the device's waiting frees, when none is free),
     /// else a new segment (on lack of memory, after this cache's fully free segments were
     /// given back). Nothing is left behind on failure.
     pub fn alloc_tagged(
@@ -376,6 +533,8 @@ impl SleepArena {
         dev: i32,
         size: u64,
         explicit: Option<&str>,
+        stack: StackId,
+        main: &CachingAllocator,
     ) -> Result<Grant, GrowError> {
         let rounded = round_size(size.max(1), &self.conf);
         let large = !is_small(rounded);
@@ -387,18 +546,44 @@ impl SleepArena {
         let mut st = self.state.lock();
         let t = st.tag_of(explicit, range_id);
         if let Some(i) = st.best_fit(&self.conf, dev, t, large, rounded) {
-            let ptr = st.take(&self.conf, i, rounded, size);
+            let ptr = st.take(&self.conf, i, rounded, size, stack);
             return Ok(Grant {
                 ptr,
                 new_segment: None,
                 released: Vec::new(),
             });
         }
-        self.grow(&mut st, dev, t, large, rounded, size)
+        if st.waiting.iter().any(|w| w.1 == dev) && Self::reuse_waiting(&mut st, dev, main) {
+            if let Some(i) = st.best_fit(&self.conf, dev, t, large, rounded) {
+                let ptr = st.take(&self.conf, i, rounded, size, stack);
+                return Ok(Grant {
+                    ptr,
+                    new_segment: None,
+                    released: Vec::new(),
+                });
+            }
+        }
+        self.grow(&mut st, dev, t, large, rounded, size, stack, main)
+    }
+
+    /// No free block fits and freed blocks of `dev` wait: one ordering point by the main
+    /// cache (asked without this cache's lock), then the blocks freed before it are
+    /// released. Whether any was.
+    #[cold]
+    #[inline(never)]
+    fn reuse_waiting(
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        dev: i32,
+        main: &CachingAllocator,
+    ) -> bool {
+        let upto = st.freed;
+        let ordered = parking_lot::MutexGuard::unlocked(st, || main.order_for_reuse(dev));
+        ordered && st.release_waiting(Some(dev), upto)
     }
 
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn grow(
         &self,
         st: &mut State,
@@ -407,6 +592,8 @@ impl SleepArena {
         large: bool,
         rounded: u64,
         size: u64,
+        stack: StackId,
+        main: &CachingAllocator,
     ) -> Result<Grant, GrowError> {
         let d = &*self.device;
         let gran = d.granularity(dev).max(1);
@@ -423,6 +610,7 @@ impl SleepArena {
             }
             Err(e) => return Err(GrowError { error: e, released }),
         };
+        main.note_shared_use(dev);
         st.segs.insert(
             base,
             Seg {
@@ -433,22 +621,28 @@ impl SleepArena {
                 handle: Some(h),
                 paused: None,
                 used: 0,
+                stack,
             },
         );
+        st.record(dev, Action::SegmentAlloc, base, seg_size, stack);
         let whole = Blk {
             seg: base,
             size: seg_size,
             requested: 0,
             used: false,
+            waiting: false,
+            stack: NO_STACK,
         };
-        // Room for the splits to come, so a cached malloc or free never grows the vectors.
+        // Room for the splits and frees to come, so a cached malloc or free seldom grows
+        // the vectors (their capacity only grows).
         st.blocks.reserve(8);
         st.free.reserve(8);
+        st.waiting.reserve(8);
         st.insert_block(base, whole);
         let k = (dev, t, large, seg_size, base);
         st.pool_insert(k);
         let i = st.free.binary_search(&k).unwrap_or(0);
-        let ptr = st.take(&self.conf, i, rounded, size);
+        let ptr = st.take(&self.conf, i, rounded, size, stack);
         Ok(Grant {
             ptr,
             new_segment: Some((base, seg_size)),
@@ -456,11 +650,18 @@ impl SleepArena {
         })
     }
 
-    /// Free the block at `ptr`: `None` when no block in use starts there. A block of a live
-    /// segment returns to the cache; the last block of a paused segment frees the segment
-    /// (its memory, its backup, its reservation): `Some(Some((device, address)))` names the
-    /// segment given back.
-    pub fn free(&self, ptr: DevPtr) -> Option<Option<(i32, DevPtr)>> {
+    /// Free the block at `ptr` (`stack`: the free's): `None` when no block in use starts
+    /// there. A block of a live segment returns to the cache, at once or (once the program
+    /// has streams, as `main` says) after an ordering point; the last block of a paused
+    /// segment frees the segment (its memory, its backup, its reservation):
+    /// `Some(Some((device, address)))` names the segment given back.
+    pub fn free(
+        &self,
+        ptr: DevPtr,
+        stack: StackId,
+        main: &CachingAllocator,
+    ) -> Option<Option<(i32, DevPtr)>> {
+        let wait = main.frees_wait();
         let mut st = self.state.lock();
         let bi = st.block_index(ptr).ok()?;
         let b = st.blocks[bi].1;
@@ -469,23 +670,23 @@ impl SleepArena {
         }
         let seg = st.segs.get_mut(&b.seg)?;
         seg.used = seg.used.saturating_sub(1);
-        let (paused, left) = (seg.paused.is_some(), seg.used);
-        {
+        let (dev, paused) = (seg.dev, seg.paused.is_some());
+        // As the main cache records it: the allocation's stack when the free carries none.
+        let fstack = if stack == NO_STACK { b.stack } else { stack };
+        st.record(dev, Action::FreeRequested, ptr, b.requested, fstack);
+        // A paused segment's memory is gone, and the pause waited for the device's work.
+        if wait && !paused {
             let blk = &mut st.blocks[bi].1;
             blk.used = false;
-            blk.requested = 0;
-        }
-        if paused {
-            st.merge(bi, false);
-            if left == 0 {
-                return Some(self.give_back(&mut st, b.seg));
-            }
+            blk.waiting = true;
+            let seq = st.freed;
+            st.freed += 1;
+            st.waiting.push((seq, dev, ptr));
             return Some(None);
         }
-        let bi = st.merge(bi, true);
-        let (a, mb) = st.blocks[bi];
-        if let Some(k) = st.free_key(a, &mb) {
-            st.pool_insert(k);
+        let (seg, give_back) = st.complete_free(bi);
+        if give_back {
+            return Some(self.give_back(&mut st, seg));
         }
         Some(None)
     }
@@ -502,6 +703,7 @@ impl SleepArena {
             retry(|| d.unmap(dev, base, s.size)).ok()?;
         }
         let s = st.forget_segment(base)?;
+        st.record(dev, Action::SegmentFree, base, s.size, s.stack);
         if let Some(h) = s.handle {
             let _ = retry(|| d.release_physical(dev, h));
         }
@@ -557,6 +759,47 @@ impl SleepArena {
                 }
             })
             .collect()
+    }
+
+    /// Device `dev`'s segments with their blocks, for the snapshot: (address, the stack that
+    /// made it, its blocks in address order with their state and stack).
+    pub fn segment_blocks(&self, dev: i32) -> Vec<(DevPtr, StackId, Vec<BlockInfo>)> {
+        let st = self.state.lock();
+        st.segs
+            .iter()
+            .filter(|(_, s)| s.dev == dev)
+            .map(|(&addr, s)| {
+                let from = st.blocks.partition_point(|(a, _)| *a < addr);
+                let to = st.blocks.partition_point(|(a, _)| *a < addr + s.size);
+                let blocks = st.blocks[from..to]
+                    .iter()
+                    .map(|&(a, b)| BlockInfo {
+                        address: a,
+                        size: b.size,
+                        requested_size: b.requested,
+                        state: if b.used {
+                            BlockState::ActiveAllocated
+                        } else if b.waiting {
+                            BlockState::ActivePendingFree
+                        } else {
+                            BlockState::Inactive
+                        },
+                        stack: if b.is_free() { NO_STACK } else { b.stack },
+                    })
+                    .collect();
+                (addr, s.stack, blocks)
+            })
+            .collect()
+    }
+
+    /// Device `dev`'s recorded events, oldest first.
+    pub fn events(&self, dev: i32) -> Vec<TraceEvent> {
+        let st = self.state.lock();
+        usize::try_from(dev)
+            .ok()
+            .and_then(|d| st.sinks.get(d))
+            .map(|s| s.events())
+            .unwrap_or_default()
     }
 
     /// Bytes paused (reserved, without physical memory) of the tags `want` names.

@@ -11,7 +11,8 @@
 //! the driver refuses is retried, and a handle it keeps refusing stays with its segment (and
 //! is mapped again at resume), so every handle is released by the time its segment is.
 //!
-//! A pause first gives the tag's fully free cached segments back (they hold nothing to keep),
+//! A pause first waits for the device's work behind the cache's waiting frees (`arena.rs`,
+//! stream safety), which makes them reusable, then gives the tag's fully free cached segments back (they hold nothing to keep),
 //! so pausing releases the whole of the tag's memory. An allocation in a paused tag gets a
 //! new live segment; the paused ones come back with the next resume.
 
@@ -56,7 +57,7 @@ impl State {
         let (from, to) = self.span(base, size);
         for j in from..to {
             let (a, b) = self.blocks[j];
-            if !b.used {
+            if b.is_free() {
                 let k = (dev, t, large, b.size, a);
                 if out {
                     self.pool_remove(k);
@@ -77,6 +78,16 @@ impl SleepArena {
         let d = &*self.device;
         let mut guard = self.state.lock();
         let st = &mut *guard;
+        // Freed blocks waiting for an ordering point: the device's work is waited for, then
+        // they are reusable (and a segment that holds only them is fully free).
+        let mut waiting: Vec<i32> = st.waiting.iter().map(|w| w.1).collect();
+        waiting.sort_unstable();
+        waiting.dedup();
+        for &dev in &waiting {
+            d.synchronize_device(dev)?;
+        }
+        let upto = st.freed;
+        st.release_waiting(None, upto);
         let tags: Vec<u32> = (0..st.tags.len() as u32)
             .filter(|&t| tag::matches(&st.tags[t as usize], want))
             .collect();

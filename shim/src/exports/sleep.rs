@@ -1,8 +1,10 @@
 //! The allocation exports' sleep-mode path: with sleep mode on, `cudaMalloc`/`cuMemAlloc`
 //! are served by the sleep-mode cache (`cushim::sleep::arena`, through `life/sleep.rs`) and
-//! their frees go back to it. Each segment the cache takes from the device is recorded as an
-//! observed allocation of kind `sleep` (with the stack of the call that made it), so
-//! snapshots show it; a cached malloc or free records nothing here.
+//! their frees go back to it. Each malloc and free is recorded by the cache, with the call's
+//! stack captured here first (outside its lock), as the main cache records its own: the
+//! trace, the event log and the snapshot's blocks show each one. Each segment the cache takes
+//! from the device is also an observed allocation of kind `sleep` (`paused` while paused),
+//! for the figures of explained memory and the pause and resume events.
 //!
 //! Invariant: reached only after [`crate::life::sleep::on`] said yes (one relaxed load on
 //! the cache's path); a pointer the sleep cache does not own goes on to the cache's free.
@@ -19,14 +21,18 @@ use crate::life::sleep;
 #[inline(never)]
 pub fn malloc(s: &Shim, dev: i32, size: u64) -> Result<DevPtr, c_int> {
     let arena = sleep::arena().ok_or(sleep::OFF)?;
-    sleep::alloc(s, arena, dev, size)
+    let stack = s.history.alloc_stack();
+    sleep::alloc(s, arena, dev, size, stack)
 }
 
 /// Free `ptr` when the sleep cache owns it: `None` when it does not.
 #[inline(never)]
 pub fn free(s: &Shim, ptr: DevPtr, _dev: i32) -> Option<c_int> {
     let arena = sleep::arena()?;
-    let released = arena.free(ptr)?;
+    // Captured before the cache's one lock; a pointer it does not own (a stream-ordered
+    // allocation's, rare in sleep mode) pays the capture twice.
+    let stack = s.history.free_stack();
+    let released = arena.free(ptr, stack, &s.alloc)?;
     if let Some(seg) = released {
         sleep::segments_released(s, &[seg]);
     }

@@ -18,7 +18,7 @@ use cushim::alloc::observed::{Kind, Record};
 use cushim::config::alloc::AllocConf;
 use cushim::device::{DevPtr, DeviceError};
 use cushim::sleep::{Grant, GrowError, Mode, SleepArena, SleepError, SleepOutcome};
-use cushim::trace::event::NO_STACK;
+use cushim::trace::event::{StackId, NO_STACK};
 use once_cell::sync::OnceCell;
 
 use crate::life::shim::Shim;
@@ -36,7 +36,12 @@ pub const CAPTURING: c_int = 900;
 pub const CORRUPT: c_int = 214;
 
 /// Start sleep mode at start-up when configured (`device` is the shim's device).
-pub fn start(conf: &AllocConf, device: Arc<dyn cushim::device::Device>) {
+/// `make_sink(d)` gives device `d`'s event sink, as for the main cache.
+pub fn start(
+    conf: &AllocConf,
+    device: Arc<dyn cushim::device::Device>,
+    make_sink: &dyn Fn(i32) -> Box<dyn cushim::trace::event::EventSink>,
+) {
     if !conf.sleep_mode {
         return;
     }
@@ -47,7 +52,7 @@ pub fn start(conf: &AllocConf, device: Arc<dyn cushim::device::Device>) {
         );
         return;
     }
-    if ARENA.set(SleepArena::new(device, conf.clone())).is_ok() {
+    if ARENA.set(SleepArena::new(device, conf.clone(), make_sink)).is_ok() {
         ON.store(true, Ordering::Release);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(release_at_exit) };
@@ -74,12 +79,12 @@ pub fn empty_cache(s: &Shim) {
     }
 }
 
-/// Record segments the sleep cache gave back to the device (snapshots drop them).
+/// Forget segments the sleep cache gave back to the device (it recorded their
+/// `segment_free`; the observed records go, silently).
 #[cold]
 pub fn segments_released(s: &Shim, segs: &[(i32, DevPtr)]) {
     for &(dev, addr) in segs {
-        let stack = s.history.free_stack();
-        s.observed.free(addr, dev, stack);
+        s.observed.free(addr, dev, NO_STACK);
     }
 }
 
@@ -119,11 +124,17 @@ fn sleep_code(e: &SleepError) -> c_int {
 /// range path; on lack of memory the main cache's free segments are released and it tries
 /// once more. The address, or a CUDA code.
 #[inline]
-pub fn alloc(s: &Shim, arena: &SleepArena, dev: i32, size: u64) -> Result<DevPtr, c_int> {
-    match arena.alloc(dev, size) {
+pub fn alloc(
+    s: &Shim,
+    arena: &SleepArena,
+    dev: i32,
+    size: u64,
+    stack: StackId,
+) -> Result<DevPtr, c_int> {
+    match arena.alloc(dev, size, stack, &s.alloc) {
         Ok(g) if g.new_segment.is_none() && g.released.is_empty() => Ok(g.ptr),
-        Ok(g) => Ok(granted(s, dev, g)),
-        Err(e) => alloc_again(s, arena, dev, size, e),
+        Ok(g) => Ok(granted(s, dev, g, stack)),
+        Err(e) => alloc_again(s, arena, dev, size, stack, e),
     }
 }
 
@@ -134,6 +145,7 @@ fn alloc_again(
     arena: &SleepArena,
     dev: i32,
     size: u64,
+    stack: StackId,
     e: GrowError,
 ) -> Result<DevPtr, c_int> {
     segments_released(s, &e.released);
@@ -141,8 +153,8 @@ fn alloc_again(
         return Err(code(e.error));
     }
     s.alloc.empty_cache();
-    match arena.alloc(dev, size) {
-        Ok(g) => Ok(granted(s, dev, g)),
+    match arena.alloc(dev, size, stack, &s.alloc) {
+        Ok(g) => Ok(granted(s, dev, g, stack)),
         Err(e) => {
             segments_released(s, &e.released);
             Err(code(e.error))
@@ -153,10 +165,9 @@ fn alloc_again(
 /// Record what an allocation changed in the sleep cache's segments: the address.
 #[cold]
 #[inline(never)]
-fn granted(s: &Shim, dev: i32, g: Grant) -> DevPtr {
+fn granted(s: &Shim, dev: i32, g: Grant, stack: StackId) -> DevPtr {
     segments_released(s, &g.released);
     if let Some((base, bytes)) = g.new_segment {
-        let stack = s.history.alloc_stack();
         s.observed.alloc(
             dev,
             base,
