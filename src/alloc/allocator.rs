@@ -329,8 +329,7 @@ impl CachingAllocator {
         let all_streams_known = !self.per_thread.load(Ordering::SeqCst);
         let mut g = st.lock();
         g.shared_use = true;
-        g.pending
-            .order_now(&*self.device, dev, all_streams_known)
+        g.pending.order_now(&*self.device, dev, all_streams_known)
     }
 
     /// A cache beside this one made memory on device `dev`: when streams first appear, the

@@ -49,8 +49,8 @@ use super::backup::{map_rw, retry, Backup};
 use super::tag;
 use crate::alloc::caching::{oversize_refuses, splits};
 use crate::alloc::info::{BlockInfo, BlockState};
-use crate::alloc::CachingAllocator;
 use crate::alloc::rounding::{is_small, round_size, round_up, segment_size};
+use crate::alloc::CachingAllocator;
 use crate::config::alloc::AllocConf;
 use crate::device::{DevPtr, DevResult, Device, DeviceError, PhysHandle};
 use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STACK};
@@ -228,7 +228,14 @@ pub struct SleepArena {
 impl State {
     /// Record one event on device `dev` when history is on.
     #[inline(always)]
-    pub(crate) fn record(&mut self, dev: i32, action: Action, addr: u64, size: u64, stack: StackId) {
+    pub(crate) fn record(
+        &mut self,
+        dev: i32,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stack: StackId,
+    ) {
         if self.history {
             self.record_now(dev, action, addr, size, stack);
         }
@@ -236,7 +243,10 @@ impl State {
 
     #[inline(never)]
     fn record_now(&mut self, dev: i32, action: Action, addr: u64, size: u64, stack: StackId) {
-        if let Some(sink) = usize::try_from(dev).ok().and_then(|d| self.sinks.get_mut(d)) {
+        if let Some(sink) = usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.sinks.get_mut(d))
+        {
             sink.record(TraceEvent {
                 action,
                 device: dev,

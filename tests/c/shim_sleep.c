@@ -9,7 +9,10 @@
  *   capture             a pause during a CUDA graph capture refuses with 900, pauses nothing;
  *                       after the capture it pauses.
  *   forked              forks; the child allocates "weights", prints "child PID", and waits
- *                       (up to 120 s) until something outside paused them. */
+ *                       (up to 120 s) until something outside paused them.
+ *   trace               allocates in make_block (4 KiB, 8 KiB, then 4 KiB again, which the
+ *                       cache serves from the block freed before), frees in drop_block;
+ *                       the 4 KiB block stays live. Prints "ok". */
 #include <sys/wait.h>
 #include <unistd.h>
 #include "shim_util.h"
@@ -238,6 +241,27 @@ static int forked(void) {
     return p > 0 ? 0 : 10;
 }
 
+__attribute__((noinline)) static void *make_block(size_t n) {
+    void *p = NULL;
+    EXPECT_RC(0, cudaMalloc(&p, n));
+    return p;
+}
+
+__attribute__((noinline)) static void drop_block(void *p) {
+    EXPECT_RC(0, cudaFree(p));
+}
+
+static int trace(void) {
+    void *a = make_block(4096);
+    void *b = make_block(8192);
+    drop_block(a);
+    void *c = make_block(4096);
+    REQUIRE(c == a);
+    drop_block(b);
+    printf("ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -249,6 +273,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "off")) return off();
     if (!strcmp(argv[1], "capture")) return capture();
     if (!strcmp(argv[1], "forked")) return forked();
+    if (!strcmp(argv[1], "trace")) return trace();
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

@@ -38,7 +38,9 @@ fn arena() -> (Arc<FakeDevice>, SleepArena, CachingAllocator) {
 #[test]
 fn a_tags_blocks_share_its_segments_a_cached_pair_calls_no_driver_and_tags_never_share() {
     let (dev, a, main) = arena();
-    let w1 = a.alloc_tagged(0, MIB, Some("weights"), NO_STACK, &main).expect("first");
+    let w1 = a
+        .alloc_tagged(0, MIB, Some("weights"), NO_STACK, &main)
+        .expect("first");
     assert_eq!(
         w1.new_segment,
         Some((w1.ptr, 2 * MIB)),
@@ -76,7 +78,11 @@ fn a_tags_blocks_share_its_segments_a_cached_pair_calls_no_driver_and_tags_never
     let tags: Vec<String> = a.list().into_iter().map(|r| r.tag).collect();
     assert_eq!(tags.len(), 2);
     assert!(tags.contains(&"weights".to_string()) && tags.contains(&"kv_cache".to_string()));
-    assert_eq!(a.free(w1.ptr + 4096, NO_STACK, &main), None, "not a block start: not ours");
+    assert_eq!(
+        a.free(w1.ptr + 4096, NO_STACK, &main),
+        None,
+        "not a block start: not ours"
+    );
 }
 
 #[test]
@@ -89,8 +95,14 @@ fn a_pause_releases_only_the_tags_segments_and_a_resume_maps_them_at_the_same_ad
         .alloc_tagged(0, 3 * MIB, Some("weights"), NO_STACK, &main)
         .expect("idle segment");
     assert!(idle.new_segment.is_some());
-    assert_eq!(a.free(idle.ptr, NO_STACK, &main), Some(None), "cached, not released");
-    let k = a.alloc_tagged(0, 3 * MIB, Some("kv_cache"), NO_STACK, &main).expect("kv");
+    assert_eq!(
+        a.free(idle.ptr, NO_STACK, &main),
+        Some(None),
+        "cached, not released"
+    );
+    let k = a
+        .alloc_tagged(0, 3 * MIB, Some("kv_cache"), NO_STACK, &main)
+        .expect("kv");
     let mapped = dev.mapped_bytes(0);
     assert_eq!(mapped, 24 * MIB + 20 * MIB + 20 * MIB);
     let out = a.pause(Some("weights"), Mode::Discard).expect("pause");
@@ -100,7 +112,9 @@ fn a_pause_releases_only_the_tags_segments_and_a_resume_maps_them_at_the_same_ad
     assert_eq!(a.paused_bytes(Some("weights")), 24 * MIB);
     assert_eq!(a.paused_bytes(Some("kv_cache")), 0);
     // An allocation in the paused tag gets a new live segment, never a paused block.
-    let more = a.alloc_tagged(0, MIB, Some("weights"), NO_STACK, &main).expect("more");
+    let more = a
+        .alloc_tagged(0, MIB, Some("weights"), NO_STACK, &main)
+        .expect("more");
     assert!(more.new_segment.is_some());
     assert!(more.ptr < w.ptr || more.ptr >= w.ptr + 24 * MIB);
     let out = a.resume(None).expect("resume");
@@ -161,7 +175,10 @@ fn with_a_non_blocking_stream_a_freed_block_is_reused_only_after_the_main_caches
     let k = a
         .alloc_tagged(0, 12 * MIB, Some("w"), NO_STACK, &main)
         .expect("while capturing");
-    assert_ne!(k.ptr, g.ptr, "a waiting block is not reused without ordering");
+    assert_ne!(
+        k.ptr, g.ptr,
+        "a waiting block is not reused without ordering"
+    );
     assert!(k.new_segment.is_some());
 }
 

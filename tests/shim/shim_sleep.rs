@@ -376,3 +376,79 @@ fn cushim_pause_reaches_a_forked_child_through_its_own_request_thread() {
     let status = child.wait().expect("waiting for the program");
     assert!(status.success(), "{status}");
 }
+
+/// Whether `v` (a snapshot) shows the `trace` case: three allocs from make_block and two
+/// frees from drop_block in device 0's trace, each with the program's call site as its first
+/// frame, and the live 4 KiB block from make_block inside its 2 MiB segment.
+fn shows_each_sleep_allocation(v: &serde_json::Value, what: &str) {
+    let alloc_line = common::call_line("shim_sleep.c", "make_block", "cudaMalloc(");
+    let free_line = common::call_line("shim_sleep.c", "drop_block", "cudaFree(");
+    let trace = v["device_traces"][0].as_array().expect("device_traces[0]");
+    let from = |action: &str, name: &str, line: u64| {
+        trace
+            .iter()
+            .filter(|t| {
+                t["action"] == action
+                    && common::is_frame(&t["frames"][0], "shim_sleep.c", name, line)
+            })
+            .map(|t| t["size"].as_u64().unwrap_or(0))
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(
+        from("alloc", "make_block", alloc_line),
+        vec![4096, 8192, 4096],
+        "{what}: each alloc, the cached ones too, with its call site: {trace:?}"
+    );
+    assert_eq!(
+        from("free_requested", "drop_block", free_line),
+        vec![4096, 8192],
+        "{what}: each free with its call site"
+    );
+    let live = v["segments"].as_array().expect("segments").iter().any(|s| {
+        s["total_size"] == 2 << 20
+            && s["blocks"].as_array().is_some_and(|bs| {
+                bs.len() > 1
+                    && bs.iter().any(|b| {
+                        b["state"] == "active_allocated"
+                            && b["requested_size"] == 4096
+                            && common::is_frame(
+                                &b["frames"][0],
+                                "shim_sleep.c",
+                                "make_block",
+                                alloc_line,
+                            )
+                    })
+            })
+    });
+    assert!(
+        live,
+        "{what}: the live block inside its segment: {}",
+        v["segments"]
+    );
+}
+
+#[test]
+fn each_sleep_mode_malloc_and_free_is_in_the_snapshot_and_the_log_with_its_call_site() {
+    let dir = common::scratch("sleep-trace");
+    let snap = dir.join("snap.pickle");
+    let log = dir.join("run.log");
+    let out = common::run_ok(
+        common::shim_cmd(exe())
+            .arg("trace")
+            .env(SLEEP.0, SLEEP.1)
+            .env("CUSHIM_SNAPSHOT", &snap)
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,context=all,stacks=native"),
+    );
+    assert_eq!(out, "ok\n");
+    shows_each_sleep_allocation(&common::load_snapshot(&snap), "snapshot");
+    let from_log = dir.join("from-log.pickle");
+    common::run_ok(
+        Command::new(common::cushim_bin())
+            .arg("snapshot")
+            .arg(&log)
+            .args(["--end", "-o"])
+            .arg(&from_log),
+    );
+    shows_each_sleep_allocation(&common::load_snapshot(&from_log), "log");
+}

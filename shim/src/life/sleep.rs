@@ -52,7 +52,10 @@ pub fn start(
         );
         return;
     }
-    if ARENA.set(SleepArena::new(device, conf.clone(), make_sink)).is_ok() {
+    if ARENA
+        .set(SleepArena::new(device, conf.clone(), make_sink))
+        .is_ok()
+    {
         ON.store(true, Ordering::Release);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(release_at_exit) };
