@@ -308,13 +308,22 @@ impl CachingAllocator {
     /// For a cache beside this one (sleep mode's, `crate::sleep`), which follows the same
     /// stream-safety rule with this allocator's streams and barriers: whether a block freed
     /// now must wait for an ordering point ([`Self::order_for_reuse`]) before it is handed
-    /// out again. False only while `free_sync:auto` has seen no stream (nor several threads
-    /// with per-thread default streams): all work is then in the legacy stream's order. Notes
-    /// the calling thread, as this allocator's own calls do.
+    /// out again. False while `free_sync:auto` has seen no stream (nor several threads with
+    /// per-thread default streams): all work is then in the legacy stream's order; and
+    /// always under `free_sync:none`. Notes the calling thread, as this allocator's own
+    /// calls do.
     #[inline]
     pub fn frees_wait(&self) -> bool {
+        self.note_thread();
+        self.solo.load(Ordering::Relaxed) == SHARED && self.conf.free_sync != FreeSync::None
+    }
+
+    /// For a cache beside this one: note the calling thread at an allocation, as this
+    /// allocator's own calls do (a second thread with per-thread default streams orders
+    /// everything queued so far, and makes later frees wait).
+    #[inline]
+    pub fn note_thread(&self) {
         let _ = self.ctx_noting_thread();
-        self.solo.load(Ordering::Relaxed) == SHARED
     }
 
     /// For a cache beside this one: order, on device `dev`, everything queued so far before

@@ -546,6 +546,7 @@ impl SleepArena {
         stack: StackId,
         main: &CachingAllocator,
     ) -> Result<Grant, GrowError> {
+        main.note_thread();
         let rounded = round_size(size.max(1), &self.conf);
         let large = !is_small(rounded);
         let range_id = if explicit.is_some() {

@@ -452,3 +452,52 @@ fn each_sleep_mode_malloc_and_free_is_in_the_snapshot_and_the_log_with_its_call_
     );
     shows_each_sleep_allocation(&common::load_snapshot(&from_log), "log");
 }
+
+/// `shim_stream_matrix` (`args`: the kind of stream) under sleep mode with `extra` settings:
+/// (the next owner got the freed block's address, its bytes are intact).
+fn sleep_matrix(extra: &str, args: &[&str]) -> (bool, bool) {
+    let exe = common::compile("shim_stream_matrix", &["-lpthread"]);
+    let conf = format!("sleep_mode:True{extra}");
+    let mut cmd = common::shim_cmd(&exe);
+    cmd.args(args).env("CUSHIM_ALLOC_CONF", &conf);
+    if extra.contains("free_sync:none") {
+        // Unprotected: force the late write after the owner's (see the C file).
+        cmd.env("MATRIX_RACE", "1");
+    }
+    let out = common::run_ok(&mut cmd);
+    let kv = common::kv(&out);
+    assert_eq!(
+        common::num(&kv, "shim_allocations"),
+        0,
+        "{conf} {args:?}: the sleep cache served them, not the main one: {out}"
+    );
+    (
+        common::num(&kv, "same_address") == 1,
+        common::num(&kv, "intact") == 1,
+    )
+}
+
+#[test]
+fn in_sleep_mode_work_queued_before_a_free_on_any_stream_never_reaches_the_blocks_next_owner() {
+    let kinds: [&[&str]; 6] = [
+        &["nonblocking", "1"],
+        &["nonblocking", "4"],
+        &["blocking"],
+        &["perthread"],
+        &["newstream"],
+        &["exited"],
+    ];
+    for args in kinds {
+        let (same, intact) = sleep_matrix("", args);
+        assert!(
+            same && intact,
+            "{args:?}: reused from the sleep cache once ordered: same={same} intact={intact}"
+        );
+        // The scenario really races: unprotected, the late write lands in the next owner.
+        let (same, intact) = sleep_matrix(",free_sync:none", args);
+        assert!(
+            same && !intact,
+            "{args:?}, free_sync:none: same={same} intact={intact}"
+        );
+    }
+}
