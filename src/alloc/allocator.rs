@@ -50,6 +50,9 @@ pub struct CachingAllocator {
     solo: Arc<AtomicUsize>,
     /// Whether the program used a per-thread default stream ([`Self::per_thread_streams_used`]).
     per_thread: AtomicBool,
+    /// Per device: whether sleep mode's cache made memory there ([`Self::note_shared_use`];
+    /// atomics, so that cache marks it under its own lock without taking a device's).
+    shared_use: Vec<AtomicBool>,
 }
 
 /// [`CachingAllocator::solo`]: streams (or several threads and per-thread default streams)
@@ -89,6 +92,7 @@ impl CachingAllocator {
             states,
             solo: Arc::new(AtomicUsize::new(if conf_auto { 0 } else { SHARED })),
             per_thread: AtomicBool::new(false),
+            shared_use: (0..n).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -164,7 +168,11 @@ impl CachingAllocator {
                 let mut g = st.lock();
                 // A device that never allocated (here or in sleep mode's cache) has nothing
                 // to order.
-                if g.stats.num_device_alloc > 0 || g.shared_use {
+                let shared = self
+                    .shared_use
+                    .get(d)
+                    .is_some_and(|u| u.load(Ordering::Relaxed));
+                if g.stats.num_device_alloc > 0 || shared {
                     g.pending.order_all(&*self.device, d as i32);
                 }
             }
@@ -337,16 +345,18 @@ impl CachingAllocator {
         };
         let all_streams_known = !self.per_thread.load(Ordering::SeqCst);
         let mut g = st.lock();
-        g.shared_use = true;
         g.pending.order_now(&*self.device, dev, all_streams_known)
     }
 
     /// A cache beside this one made memory on device `dev`: when streams first appear, the
-    /// device's past work is ordered as if this allocator had allocated there.
+    /// device's past work is ordered as if this allocator had allocated there. Takes no lock.
     #[cold]
     pub fn note_shared_use(&self, dev: i32) {
-        if let Some(st) = self.state(dev) {
-            st.lock().shared_use = true;
+        if let Some(u) = usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.shared_use.get(d))
+        {
+            u.store(true, Ordering::Relaxed);
         }
     }
 

@@ -56,9 +56,6 @@ pub struct DeviceState {
     pub(crate) deferred_hits: u64,
     pub(crate) scratch: Vec<BlockId>,
     pub(crate) total_memory: u64,
-    /// Whether sleep mode's cache made memory on this device (it follows this device's
-    /// stream ordering: `CachingAllocator::order_for_reuse`).
-    pub(crate) shared_use: bool,
 }
 
 impl DeviceState {
@@ -80,7 +77,6 @@ impl DeviceState {
             deferred_hits: 0,
             scratch: Vec::new(),
             total_memory: 0,
-            shared_use: false,
         }
     }
 

@@ -460,18 +460,16 @@ impl State {
     /// Release the waiting blocks of device `dev` (every device: `None`) freed before
     /// sequence number `upto`, after an ordering point made then: whether any was.
     pub(crate) fn release_waiting(&mut self, dev: Option<i32>, upto: u64) -> bool {
+        let mut ready = Vec::new();
+        self.waiting.retain(|&(seq, d, addr)| {
+            let go = seq < upto && dev.map_or(true, |x| x == d);
+            if go {
+                ready.push(addr);
+            }
+            !go
+        });
         let mut any = false;
-        let mut i = 0;
-        while i < self.waiting.len() {
-            let (seq, d, addr) = self.waiting[i];
-            if seq >= upto {
-                break;
-            }
-            if dev.is_some_and(|x| x != d) {
-                i += 1;
-                continue;
-            }
-            self.waiting.remove(i);
+        for addr in ready {
             if let Ok(bi) = self.block_index(addr) {
                 if self.blocks[bi].1.waiting {
                     self.complete_free(bi);
