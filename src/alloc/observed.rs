@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::addr_hash::AddrMap;
 use super::info::{BlockInfo, BlockState, SegmentInfo};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+use crate::trace::event::{Action, EventSink, StackId, TraceEvent};
 
 /// What kind of allocation a record is (kept in the snapshot's segment as `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,17 +130,14 @@ impl Table {
 
     fn emit(&mut self, action: Action, addr: u64, r: &Record, stack: StackId) {
         if self.on {
-            self.sink.record(TraceEvent {
+            self.sink.record(TraceEvent::now(
                 action,
-                device: self.device,
+                self.device,
                 addr,
-                size: r.size,
-                stream: r.stream,
-                time_us: now_us(),
+                r.size,
+                r.stream,
                 stack,
-                device_free: 0,
-                range: 0,
-            });
+            ));
         }
     }
 

@@ -53,7 +53,7 @@ use crate::alloc::rounding::{is_small, round_size, round_up, segment_size};
 use crate::alloc::CachingAllocator;
 use crate::config::alloc::AllocConf;
 use crate::device::{DevPtr, DevResult, Device, DeviceError, PhysHandle};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent, NO_STACK};
+use crate::trace::event::{Action, EventSink, StackId, TraceEvent, NO_STACK};
 use crate::trace::range::{self, RangeId, NO_RANGE};
 
 /// What a pause does with the contents.
@@ -247,17 +247,7 @@ impl State {
             .ok()
             .and_then(|d| self.sinks.get_mut(d))
         {
-            sink.record(TraceEvent {
-                action,
-                device: dev,
-                addr,
-                size,
-                stream: 0,
-                time_us: now_us(),
-                stack,
-                device_free: 0,
-                range: 0,
-            });
+            sink.record(TraceEvent::now(action, dev, addr, size, 0, stack));
         }
     }
 
