@@ -56,7 +56,7 @@ fn python() -> Option<&'static Path> {
     .as_deref()
 }
 
-fn python_or_skip(what: &str) -> Option<&'static Path> {
+pub(crate) fn python_or_skip(what: &str) -> Option<&'static Path> {
     let py = python();
     if py.is_none() {
         common::skip::skip(
@@ -70,7 +70,7 @@ fn python_or_skip(what: &str) -> Option<&'static Path> {
 }
 
 /// Run `code` with the venv's Python and `args`; its stdout as JSON.
-fn py_json(py: &Path, code: &str, args: &[&Path]) -> Value {
+pub(crate) fn py_json(py: &Path, code: &str, args: &[&Path]) -> Value {
     let out = common::run_ok(Command::new(py).arg("-c").arg(code).args(args));
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -99,14 +99,14 @@ fn four_ranks(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn cushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
+pub(crate) fn cushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(common::cushim_bin())
         .args(args)
         .output()
         .expect("running cushim")
 }
 
-fn export_parquet(files: &[PathBuf], out: &Path) -> String {
+pub(crate) fn export_parquet(files: &[PathBuf], out: &Path) -> String {
     let mut args: Vec<&std::ffi::OsStr> = vec!["export".as_ref()];
     args.extend(files.iter().map(|f| f.as_os_str()));
     args.push("--parquet".as_ref());
@@ -459,4 +459,49 @@ fn walk(d: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn a_logged_programs_categories_and_phases_come_from_its_nvtx_range_paths() {
+    // The program's frames say nothing of its phases; its NVTX ranges (step/forward,
+    // [loader]/worker/backward) do: the log records them per event and the categories read
+    // them, as they read a snapshot's user_metadata.
+    let dir = common::scratch("categories-ranges");
+    let Some(log) = common::nvtx::logged_run(&dir) else {
+        return;
+    };
+    let o = cushim(&[
+        "summary".as_ref(),
+        "--by".as_ref(),
+        "category".as_ref(),
+        "--json".as_ref(),
+        log.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let dev = &v["devices"][0];
+    let phases: Vec<&str> = dev["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter_map(|p| p["phase"].as_str())
+        .collect();
+    assert!(
+        phases.contains(&"forward") && phases.contains(&"backward"),
+        "{phases:?}"
+    );
+    let bytes = |name: &str| {
+        dev["categories"]
+            .as_array()
+            .expect("categories")
+            .iter()
+            .find(|c| c["category"] == name)
+            .and_then(|c| c["bytes"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(bytes("backward temporaries") > 0, "{dev}");
+    assert!(
+        bytes("unclassified") < dev["allocated_bytes"].as_u64().expect("allocated"),
+        "{dev}"
+    );
 }

@@ -111,3 +111,47 @@ sys.stdout.buffer.write(pickle.dumps({{"segments": segs, "device_traces": [trace
         "{c}"
     );
 }
+
+/// PyTorch's best fit breaks ties between free blocks of one size by address, and CUDA's
+/// driver mostly hands each new allocation out below the earlier ones. A 200 MiB request
+/// with two equal free blocks, the tail of a 400 MiB segment and a later, lower 200 MiB
+/// segment, took the lower one; so the 400 MiB segment became whole again and held the
+/// 400 MiB request that followed (600 MiB reserved). With the replay's device handing out
+/// rising addresses the tie went the other way and a third segment was needed (1000 MiB).
+#[test]
+fn a_tie_between_equal_free_blocks_goes_where_the_recording_sent_it() {
+    let dir = common::scratch("analyze-real-shapes-tie");
+    let Some(p) = python(&format!(
+        r#"{FRAMES_PY}
+a, b = 0x7f0040000000, 0x7f0000000000
+def e(action, x, n): return {{"action": action, "addr": x, "size": n, "stream": 0, "frames": bert}}
+def free(x, n): return [e("free_requested", x, n), e("free_completed", x, n)]
+trace = ([e("segment_alloc", a, 400 * MIB), e("alloc", a, 400 * MIB)] + free(a, 400 * MIB)
+         + [e("alloc", a, 200 * MIB), e("alloc", a + 200 * MIB, 200 * MIB),
+            e("segment_alloc", b, 200 * MIB), e("alloc", b, 200 * MIB)]
+         + free(a + 200 * MIB, 200 * MIB) + free(b, 200 * MIB)
+         + [e("alloc", b, 200 * MIB)] + free(a, 200 * MIB) + [e("alloc", a, 400 * MIB)])
+def seg(x, n):
+    return {{"device": 0, "address": x, "total_size": n, "stream": 0, "segment_type": "large",
+             "is_expandable": False, "frames": bert,
+             "blocks": [{{"address": x, "size": n, "requested_size": n,
+                         "state": "active_allocated", "frames": bert}}]}}
+s = {{"segments": [seg(a, 400 * MIB), seg(b, 200 * MIB)], "device_traces": [trace],
+     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
+"#
+    )) else {
+        eprintln!("skipping: python3 is not installed");
+        return;
+    };
+    let f = write(&dir, "tie.pickle", &p);
+    let out = ok(&["replay", "--conf", ""], &[&f]);
+    assert_eq!(replay_row(&out, "recorded")[1], "600.0", "{out}");
+    let replayed = replay_row(&out, "replay: recorded");
+    assert_eq!(
+        (replayed[1].as_str(), replayed[4].as_str()),
+        ("600.0", "2"),
+        "two segments, the tie sent to the lower one\n{out}"
+    );
+}

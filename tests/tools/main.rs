@@ -6,6 +6,7 @@ mod common;
 
 mod analyze_cli;
 mod analyze_export;
+mod analyze_export_categories;
 mod analyze_pytorch_fields;
 mod analyze_real;
 mod analyze_real_shapes;

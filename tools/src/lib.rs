@@ -14,4 +14,5 @@ pub mod artifacts;
 pub mod export;
 pub mod replay_device;
 pub mod snapshot;
+pub mod state;
 pub mod workloads;

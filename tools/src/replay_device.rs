@@ -11,6 +11,15 @@
 //! mappings only inside reservations and never overlapping, physical memory released only
 //! when unmapped, frees only of live allocations) and counts every call. Nothing is ever
 //! backed by memory; addresses are never reused, so a stale pointer can never alias.
+//!
+//! Addresses of `malloc` rise by default; [`ReplayDevice::set_descending`] makes each new
+//! allocation lie below every earlier one instead, as CUDA's driver mostly hands them out
+//! (in public PyTorch recordings consecutive `cudaMalloc`s fall more often than they rise).
+//! The order matters to a replay: PyTorch's best fit breaks ties between free blocks of
+//! one size by address, so which of two equal cached blocks is reused, and so which
+//! segment stays whole to be released, follows it (on one public recording that calls
+//! `empty_cache` every iteration, rising addresses kept one more 392 MiB segment per
+//! iteration than the recording: +7% peak reserved; falling ones reproduce it exactly).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -107,6 +116,8 @@ struct Inner<F> {
     used: Vec<u64>,
     peak_used: Vec<u64>,
     next_addr: Vec<u64>,
+    /// With descending addresses: the lowest address handed out so far, per device.
+    next_down: Option<Vec<u64>>,
     segments: HashMap<DevPtr, (i32, u64)>,
     reservations: BTreeMap<DevPtr, (i32, u64)>,
     handles: HashMap<u64, (i32, u64, u32)>,
@@ -132,6 +143,9 @@ pub struct ReplayDevice<F = NoFaults> {
 }
 
 const DEV_SPAN: u64 = 1 << 44;
+/// Where descending addresses live: above 2^62, 64 PiB per device.
+const DOWN_BASE: u64 = 1 << 62;
+const DOWN_SPAN: u64 = 1 << 56;
 
 impl<F: Faults> ReplayDevice<F> {
     pub fn new(count: usize, capacity: u64) -> ReplayDevice<F> {
@@ -145,6 +159,7 @@ impl<F: Faults> ReplayDevice<F> {
                 used: vec![0; count],
                 peak_used: vec![0; count],
                 next_addr: (0..count as u64).map(|d| (d + 1) * DEV_SPAN).collect(),
+                next_down: None,
                 segments: HashMap::new(),
                 reservations: BTreeMap::new(),
                 handles: HashMap::new(),
@@ -166,6 +181,16 @@ impl<F: Faults> ReplayDevice<F> {
     /// Whether `vmm_supported` reports true (default true).
     pub fn set_vmm(&self, on: bool) {
         self.inner.lock().vmm = on;
+    }
+
+    /// Hand out each `malloc` below every earlier one (the driver's usual order; see the
+    /// module comment). Each device falls from the top of its own 64 PiB above 2^62, clear
+    /// of the rising addresses of reservations and host memory, and never exhausted (a
+    /// replay's device allocations, all told, stay far below 64 PiB).
+    pub fn set_descending(&self) {
+        let mut g = self.inner.lock();
+        let n = g.next_addr.len() as u64;
+        g.next_down = Some((0..n).map(|d| DOWN_BASE + (d + 1) * DOWN_SPAN).collect());
     }
 
     /// Whether recorded events complete at once (default true). When false they complete at
@@ -285,6 +310,18 @@ impl<F: Faults> Inner<F> {
         Ok(())
     }
 
+    /// A `malloc`'s address: below the last one when descending, else as any other.
+    fn take_malloc_addr(&mut self, d: usize, size: u64, align: u64) -> DevPtr {
+        match self.next_down.as_mut().and_then(|v| v.get_mut(d)) {
+            Some(top) => {
+                let a = top.saturating_sub(size.max(1)) / align * align;
+                *top = a;
+                a
+            }
+            None => self.take_addr(d, size, align),
+        }
+    }
+
     fn take_addr(&mut self, d: usize, size: u64, align: u64) -> DevPtr {
         let a = self.next_addr[d].div_ceil(align) * align;
         self.next_addr[d] = a + size.max(1);
@@ -311,7 +348,7 @@ impl<F: Faults> Device for ReplayDevice<F> {
             return Err(DeviceError::OutOfMemory);
         }
         g.charge(d, size)?;
-        let p = g.take_addr(d, size, 2 << 20);
+        let p = g.take_malloc_addr(d, size, 2 << 20);
         g.segments.insert(p, (dev, size));
         Ok(p)
     }

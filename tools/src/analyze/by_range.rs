@@ -401,21 +401,11 @@ pub fn by_range_log(path: &Path) -> Result<Vec<DeviceRanges>, String> {
 
 /// Bytes by range path of a snapshot or a whole-run log (told apart by content).
 pub fn by_range_file(path: &Path) -> Result<Vec<DeviceRanges>, String> {
-    if is_log_file(path) {
+    if crate::snapshot::sniff::is_log_file(path) {
         return by_range_log(path);
     }
     let snap = crate::snapshot::reader::read_file(path)?;
     by_range(&snap)
-}
-
-/// Whether `path` starts as a whole-run log.
-pub fn is_log_file(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && log_reader::is_log(&magic)
 }
 
 use crate::analyze::units::mib1 as mib;

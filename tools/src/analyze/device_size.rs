@@ -15,9 +15,13 @@
 //!    failed attempt bounds the usable memory from above (reserved before the release plus
 //!    the new segment), every segment held bounds it from below (the peak reserved). The
 //!    replay runs at the middle of the tightest bounds, so both the failures and the
-//!    successes of the recording happen again. An episode whose bound is below the peak
-//!    reserved was a program's own `empty_cache` before an allocation, not a failure, and
-//!    is ignored.
+//!    successes of the recording happen again. An episode is the program's own
+//!    `empty_cache` before an allocation, not a failure, and bounds nothing, when its
+//!    bound is below the peak reserved, or when a segment it freed (whole, so one free
+//!    block) on the request's stream and pool would have held the request that followed:
+//!    PyTorch looks in its cache before it asks the device, so it would have served the
+//!    request from that block and never released anything (a loop that calls
+//!    `empty_cache` every iteration frees all it holds and allocates again at once).
 //! 5. Otherwise 256 GiB, beyond any GPU so far (no replay runs out of memory).
 
 use crate::analyze::model::{Device, Event};
@@ -54,12 +58,21 @@ pub struct Evidence {
 
 /// One run of segment frees: where it began, what it bounds when an allocation followed,
 /// and whether an out-of-memory ended it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct FreeRun {
     at: usize,
     bound: Option<u64>,
     oom: bool,
+    /// The largest segment the run freed, per stream and pool (small: 2 MiB segments), so
+    /// the request that followed can be checked against what the cache held.
+    freed: Vec<(u64, bool, u64)>,
+    /// Whether a freed segment would have held the request that followed.
+    served: bool,
 }
+
+/// PyTorch's small pool's segment size: requests of at most 1 MiB come from 2 MiB segments.
+const SMALL_SEGMENT: u64 = 2 << 20;
+const SMALL_REQUEST: u64 = 1 << 20;
 
 /// The walk of [`evidence`], fed an event at a time (so that it shares one walk of the
 /// trace with other analyses).
@@ -72,6 +85,9 @@ pub struct EvidenceWalk {
     /// The index of the event being walked.
     i: usize,
     runs: Vec<FreeRun>,
+    /// A run ended by a segment allocation waits for that allocation's request (the next
+    /// `alloc`) to tell whether the cache could have served it.
+    awaiting_request: bool,
 }
 
 impl EvidenceWalk {
@@ -86,6 +102,7 @@ impl EvidenceWalk {
             run_start: None,
             i: 0,
             runs: Vec::new(),
+            awaiting_request: false,
         }
     }
 
@@ -99,11 +116,27 @@ impl EvidenceWalk {
                 e.segment_frees += u64::from(ev.action == Action::SegmentFree);
                 if self.run_start.is_none() {
                     self.run_start = Some(self.reserved);
+                    self.awaiting_request = false;
                     self.runs.push(FreeRun {
                         at: i,
                         bound: None,
                         oom: false,
+                        freed: Vec::new(),
+                        served: false,
                     });
+                }
+                if ev.action == Action::SegmentFree {
+                    if let Some(run) = self.runs.last_mut() {
+                        let small = ev.size == SMALL_SEGMENT;
+                        match run
+                            .freed
+                            .iter_mut()
+                            .find(|(st, sm, _)| *st == ev.stream && *sm == small)
+                        {
+                            Some(f) => f.2 = f.2.max(ev.size),
+                            None => run.freed.push((ev.stream, small, ev.size)),
+                        }
+                    }
                 }
                 self.reserved = self.reserved.saturating_sub(ev.size);
             }
@@ -111,6 +144,7 @@ impl EvidenceWalk {
                 if let Some(r) = self.run_start.take() {
                     if let Some(run) = self.runs.last_mut() {
                         run.bound = Some(r.saturating_add(ev.size));
+                        self.awaiting_request = true;
                     }
                 }
                 self.reserved = self.reserved.saturating_add(ev.size);
@@ -127,6 +161,17 @@ impl EvidenceWalk {
                 let c = self.reserved.saturating_add(ev.addr);
                 e.oom_capacity = Some(e.oom_capacity.map_or(c, |o: u64| o.max(c)));
             }
+            Action::Alloc if self.awaiting_request => {
+                self.awaiting_request = false;
+                if let Some(run) = self.runs.last_mut() {
+                    let small = ev.size <= SMALL_REQUEST;
+                    run.served = run
+                        .freed
+                        .iter()
+                        .any(|&(st, sm, size)| st == ev.stream && sm == small && size >= ev.size);
+                }
+                self.run_start = None;
+            }
             _ => self.run_start = None,
         }
     }
@@ -141,9 +186,10 @@ impl EvidenceWalk {
         let mut e = self.e;
         let peak = e.peak_reserved;
         // A release-and-retry allocates past everything held before it (the device
-        // refused the allocation): its bound is above the peak. Any other run of frees
-        // not ending in an out-of-memory is the program's.
-        let retry = |r: &FreeRun| r.bound.is_some_and(|b| b > peak);
+        // refused the allocation): its bound is above the peak, and the cache held no
+        // block for the request. Any other run of frees not ending in an out-of-memory is
+        // the program's.
+        let retry = |r: &FreeRun| !r.served && r.bound.is_some_and(|b| b > peak);
         let valid: Vec<u64> = self
             .runs
             .iter()
@@ -297,6 +343,44 @@ mod tests {
         assert_eq!(choose(None, Some(g), &e).bytes, g);
         let none = evidence(&Device::default(), &Start::default());
         assert_eq!(choose(None, None, &none).bytes, UNLIMITED);
+    }
+
+    #[test]
+    fn a_release_whose_freed_segment_held_the_next_request_is_the_programs_empty_cache() {
+        let m = 1u64 << 20;
+        // Each iteration: 26 MiB and 1 GiB segments, everything freed, then a 26 MiB
+        // request: the freed 26 MiB segment would have held it, so PyTorch never asked the
+        // device and released nothing of its own accord.
+        let mut evs = Vec::new();
+        for _ in 0..3 {
+            evs.push(ev(Action::SegmentAlloc, 0, 26 * m));
+            evs.push(ev(Action::Alloc, 0, 26 * m));
+            evs.push(ev(Action::SegmentAlloc, 0, 1024 * m));
+            evs.push(ev(Action::Alloc, 0, 1024 * m));
+            evs.push(ev(Action::FreeCompleted, 0, 26 * m));
+            evs.push(ev(Action::FreeCompleted, 0, 1024 * m));
+            evs.push(ev(Action::SegmentFree, 0, 26 * m));
+            evs.push(ev(Action::SegmentFree, 0, 1024 * m));
+        }
+        let dev = Device {
+            ordinal: 0,
+            segments: Vec::new(),
+            events: evs.clone().into(),
+        };
+        let e = evidence(&dev, &Start::default());
+        assert_eq!((e.retries, e.explicit_releases), (0, 3), "{e:?}");
+        assert_eq!(choose(None, None, &e).bytes, UNLIMITED);
+        // The same with a request no freed segment held (2 GiB): a release-and-retry.
+        let mut retry = evs[..8].to_vec();
+        retry.push(ev(Action::SegmentAlloc, 0, 2048 * m));
+        retry.push(ev(Action::Alloc, 0, 2048 * m));
+        let dev = Device {
+            ordinal: 0,
+            segments: Vec::new(),
+            events: retry.into(),
+        };
+        let e = evidence(&dev, &Start::default());
+        assert_eq!((e.retries, e.explicit_releases), (1, 0), "{e:?}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::sites::{by_site, SiteRow};
 use crate::analyze::summary::mib;
 use crate::analyze::timeline::{peaks_and_end, start_of, state_after, Peaks};
+use crate::analyze::units::signed_mib2;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -165,10 +166,6 @@ pub fn diff_paired(a: &Snapshot, b: &Snapshot, depth: usize, pairing: Pairing) -
         .collect()
 }
 
-fn signed_mib(d: i128) -> String {
-    format!("{:+.2} MiB", d as f64 / (1024.0 * 1024.0))
-}
-
 /// The text `cushim diff` prints (at most `top` sites per list).
 pub fn render(diffs: &[DeviceDiff], top: usize) -> String {
     let mut out = String::new();
@@ -194,14 +191,14 @@ pub fn render(diffs: &[DeviceDiff], top: usize) -> String {
             "  peak allocated: {} -> {} ({})",
             mib(d.a.allocated),
             mib(d.b.allocated),
-            signed_mib(i128::from(d.b.allocated) - i128::from(d.a.allocated))
+            signed_mib2(i128::from(d.b.allocated) - i128::from(d.a.allocated))
         );
         let _ = writeln!(
             out,
             "  peak reserved:  {} -> {} ({})",
             mib(d.a.reserved),
             mib(d.b.reserved),
-            signed_mib(i128::from(d.b.reserved) - i128::from(d.a.reserved))
+            signed_mib2(i128::from(d.b.reserved) - i128::from(d.a.reserved))
         );
         for (title, list) in [("at the peak", &d.at_peak), ("at the end", &d.at_end)] {
             if list.is_empty() {
@@ -214,7 +211,7 @@ pub fn render(diffs: &[DeviceDiff], top: usize) -> String {
                     out,
                     "    {:>9} {:>14}  {} -> {}  {}",
                     c.verdict(),
-                    signed_mib(c.delta()),
+                    signed_mib2(c.delta()),
                     mib(c.a),
                     mib(c.b),
                     c.site

@@ -43,6 +43,9 @@ pub struct StackMap {
     /// Dense ids (the shim numbers its stacks from 0 up).
     dense: Vec<u32>,
     sparse: HashMap<u32, u32>,
+    /// (stack id, NVTX range path id) -> the list of that stack with the range path's mark
+    /// (`analyze::log_model`: what the categories and steps read a log's ranges from).
+    ranged: HashMap<(u32, u32), u32>,
 }
 
 /// Ids below this go in the dense table.
@@ -61,6 +64,27 @@ impl StackMap {
             None if id < DENSE_IDS => None,
             None => self.sparse.get(&id).copied(),
         }
+    }
+
+    /// The list index of stack `id` made inside NVTX range path `range` (0: none).
+    #[inline]
+    pub fn get_in(&self, id: u32, range: u32) -> Option<u32> {
+        if range == 0 {
+            return self.get(id);
+        }
+        self.ranged
+            .get(&(id, range))
+            .copied()
+            .or_else(|| self.get(id))
+    }
+
+    /// The list index of stack `id` inside range path `range`, if assigned.
+    pub fn ranged(&self, id: u32, range: u32) -> Option<u32> {
+        self.ranged.get(&(id, range)).copied()
+    }
+
+    pub fn insert_ranged(&mut self, id: u32, range: u32, list: u32) {
+        self.ranged.insert((id, range), list);
     }
 
     pub fn insert(&mut self, id: u32, list: u32) {
@@ -349,7 +373,7 @@ impl<'a> ChunkDecoder<'a> {
                         },
                         size: e.size,
                         stream: e.stream,
-                        stack: stacks.get(e.stack).unwrap_or(0),
+                        stack: stacks.get_in(e.stack, e.range).unwrap_or(0),
                     });
                 }
             })

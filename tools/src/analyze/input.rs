@@ -7,8 +7,8 @@
 
 use crate::analyze::load::Loader;
 use crate::analyze::model::{Device, Event, Snapshot};
-use crate::snapshot::reader::{detect, read_pickle_file_with, read_pickle_with};
-use crate::snapshot::sniff::{compression, describe, name_error, not_snapshot};
+use crate::snapshot::reader::{read_pickle_file_with, read_pickle_with};
+use crate::snapshot::sniff::{describe, file_kind, kind, name_error, not_snapshot, Kind, HEAD};
 use cushim::snapshot::Format;
 use cushim::trace::event::Action;
 use std::path::Path;
@@ -19,26 +19,20 @@ type R<T> = Result<T, String>;
 /// file, trace entries becoming events as they are read; other kinds are read whole.
 pub fn read(path: &Path) -> R<Snapshot> {
     let at = |e: String| name_error(path, &e);
-    let mut first = [0u8; 8];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut first))
-        .map_err(|e| at(e.to_string()))?;
-    if crate::snapshot::log_reader::is_log(&first[..n]) {
-        return crate::analyze::log_model::from_log_file(path).map_err(at);
+    match file_kind(path).map_err(at)? {
+        Kind::Log => crate::analyze::log_model::from_log_file(path).map_err(at),
+        Kind::Pickle => {
+            let mut loader = Loader::new();
+            let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
+            loader.model(&v, len).map_err(at)
+        }
+        Kind::Compressed(_) => read_compressed(path).map_err(at),
+        k @ (Kind::Json | Kind::Msgpack) => read_streamed(path, k == Kind::Json).map_err(at),
+        _ => {
+            let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+            from_bytes(&bytes).map_err(at)
+        }
     }
-    if n >= 1 && first[0] == 0x80 {
-        let mut loader = Loader::new();
-        let (v, len) = read_pickle_file_with(path, &mut loader).map_err(at)?;
-        return loader.model(&v, len).map_err(at);
-    }
-    if compression(&first[..n]).is_some() {
-        return read_compressed(path).map_err(at);
-    }
-    if let Some(r) = read_streamed(path) {
-        return r.map_err(at);
-    }
-    let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
-    from_bytes(&bytes).map_err(at)
 }
 
 /// Counts the bytes read through it (the decompressed length, known only at the end).
@@ -66,21 +60,19 @@ fn read_compressed(path: &Path) -> R<Snapshot> {
     let src = Box::new(std::io::BufReader::with_capacity(1 << 20, src));
     let (mut r, _) = crate::snapshot::sniff::decompressing(src)?;
     let head = r.fill_buf().map_err(|e| e.to_string())?;
-    let head = head[..head.len().min(4096)].to_vec();
-    let other = crate::snapshot::log_reader::is_log(&head);
-    let pickle = !other && head.first() == Some(&0x80);
-    let json = !other && detect(&head) == Format::Json;
-    let msgpack = !other && crate::snapshot::sniff::starts_msgpack_map(&head);
+    let head = head[..head.len().min(HEAD)].to_vec();
+    let k = kind(&head);
     // Budgets that scale with the input use the decompressed length where it is known
     // only at the end; a compressed file is taken to hold at most this many times its size.
     const RATIO: u64 = 64;
     let budget = usize::try_from(len.saturating_mul(RATIO)).unwrap_or(usize::MAX);
     let mut loader = Loader::new();
-    if pickle {
+    if k == Kind::Pickle {
         let (v, read) = crate::snapshot::reader::read_pickle_stream_with(r, budget, &mut loader)?;
         return loader.model(&v, read);
     }
-    if json || msgpack {
+    if let k @ (Kind::Json | Kind::Msgpack) = k {
+        let json = k == Kind::Json;
         let n = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let src = Counting {
             inner: r,
@@ -109,31 +101,15 @@ fn read_compressed(path: &Path) -> R<Snapshot> {
     from_bytes(&bytes)
 }
 
-/// A JSON or msgpack snapshot streamed from `path` (trace entries become events as they
-/// are read, so the file is never in memory whole); `None` when `path` holds something
-/// else (a log, a compressed file, not a snapshot), which is read whole.
-fn read_streamed(path: &Path) -> Option<R<Snapshot>> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    let mut head = vec![0u8; 4096];
-    let n = std::io::Read::read(&mut f, &mut head).ok()?;
-    head.truncate(n);
-    if let Some(line) = first_text_line(&head) {
-        let l = line.to_ascii_lowercase();
-        if l.starts_with("thread,time,action") || is_log_line(line) {
-            return None;
-        }
-    }
-    let json = detect(&head) == Format::Json;
-    if !json && !crate::snapshot::sniff::starts_msgpack_map(&head) {
-        return None;
-    }
+/// A JSON (`json`) or msgpack snapshot streamed from `path` (trace entries become events
+/// as they are read, so the file is never in memory whole).
+fn read_streamed(path: &Path, json: bool) -> R<Snapshot> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
     // Parsed as one mapped slice (`snapshot::mapped`): the pages behind the parse point
     // are given back as it goes, so memory stays a window of the file.
-    let map = match crate::snapshot::mapped::Mapped::open(&f) {
-        Ok(m) => m,
-        Err(e) => return Some(Err(e)),
-    };
+    let map = crate::snapshot::mapped::Mapped::open(&f)?;
+    let head = map.bytes()[..map.bytes().len().min(HEAD)].to_vec();
     let mut progress = crate::snapshot::progress::Progress::new(
         std::io::empty(),
         &path.display().to_string(),
@@ -152,23 +128,20 @@ fn read_streamed(path: &Path) -> Option<R<Snapshot>> {
         false,
         Some(&mut reached),
     );
-    let v = match v {
-        Ok(v) => v,
-        Err(e) => {
-            // Text starting with a bracket that is not JSON is not a snapshot; a damaged
-            // snapshot (it names its keys near the start) keeps the precise error.
-            let named = head
-                .windows(8)
-                .any(|w| w == b"segments" || w == b"device_t");
-            return Some(Err(if json && !named && is_syntax(&e) {
-                not_snapshot(describe(&head))
-            } else {
-                e
-            }));
+    let v = v.map_err(|e| {
+        // Text starting with a bracket that is not JSON is not a snapshot; a damaged
+        // snapshot (it names its keys near the start) keeps the precise error.
+        let named = head
+            .windows(8)
+            .any(|w| w == b"segments" || w == b"device_t");
+        if json && !named && is_syntax(&e) {
+            not_snapshot(describe(&head))
+        } else {
+            e
         }
-    };
+    })?;
     let len = usize::try_from(len).unwrap_or(usize::MAX);
-    Some(loader.model(&v, len))
+    loader.model(&v, len)
 }
 
 /// Whether a JSON error says the text is not JSON at all (not that it nests too deep).
@@ -178,40 +151,29 @@ fn is_syntax(e: &str) -> bool {
 
 /// Model input bytes of any supported kind.
 pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
-    if crate::snapshot::log_reader::is_log(bytes) {
-        return crate::analyze::log_model::from_log(bytes);
-    }
-    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-        return Err("empty file".into());
-    }
-    let first_line = first_text_line(bytes);
-    if let Some(line) = first_line {
-        let l = line.to_ascii_lowercase();
-        if l.starts_with("thread,time,action") {
-            return rmm_csv(bytes);
+    let json = match kind(&bytes[..bytes.len().min(HEAD)]) {
+        Kind::Log => return crate::analyze::log_model::from_log(bytes),
+        Kind::Empty => return Err("empty file".into()),
+        Kind::RmmCsv => return rmm_csv(bytes),
+        Kind::PlainLog => return plain_log(bytes),
+        Kind::Pickle => {
+            // Stream: trace entries become compact events as they are read.
+            let mut loader = Loader::new();
+            let v = read_pickle_with(bytes, &mut loader)?;
+            return loader.model(&v, bytes.len());
         }
-        if is_log_line(line) {
-            return plain_log(bytes);
-        }
-    }
-    if detect(bytes) == Format::Pickle {
-        // Stream: trace entries become compact events as they are read.
-        let mut loader = Loader::new();
-        let v = read_pickle_with(bytes, &mut loader)?;
-        return loader.model(&v, bytes.len());
-    }
-    let json = detect(bytes) == Format::Json;
-    if !json && !crate::snapshot::sniff::starts_msgpack_map(bytes) {
-        return Err(not_snapshot(describe(bytes)));
-    }
-    // The same reader as a file's (same tree, same errors).
+        Kind::Json => true,
+        Kind::Msgpack => false,
+        Kind::Compressed(_) | Kind::Other => return Err(not_snapshot(describe(bytes))),
+    };
+    // The same stream readers as a file's (same tree, same errors).
     let format = if json { Format::Json } else { Format::Msgpack };
     let mut loader = Loader::new();
     let v = crate::snapshot::stream::read_slice(format, bytes, Some(&mut loader), false, None);
     let v = v.map_err(|e| {
         // Text starting with a bracket that is not JSON is not a snapshot; a damaged
         // snapshot (it names its keys near the start) keeps the precise JSON error.
-        let head = &bytes[..bytes.len().min(4096)];
+        let head = &bytes[..bytes.len().min(HEAD)];
         let named = head
             .windows(8)
             .any(|w| w == b"segments" || w == b"device_t");
@@ -222,23 +184,6 @@ pub fn from_bytes(bytes: &[u8]) -> R<Snapshot> {
         }
     })?;
     loader.model(&v, bytes.len())
-}
-
-/// The first non-blank, non-comment line, if the file starts as text.
-fn first_text_line(bytes: &[u8]) -> Option<&str> {
-    let head = &bytes[..bytes.len().min(4096)];
-    let text = match std::str::from_utf8(head) {
-        Ok(t) => t,
-        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
-    };
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-}
-
-fn is_log_line(l: &str) -> bool {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    f.len() == 3 && f.iter().all(|x| x.parse::<f64>().is_ok())
 }
 
 fn text(bytes: &[u8]) -> R<&str> {

@@ -11,6 +11,7 @@
 //! A reading that stopped early (torn tail, damaged chunk) or a log that counts dropped
 //! events is modelled from what it holds, and one line on stderr says so.
 
+use crate::analyze::category_rules::RANGE_MARK;
 use crate::analyze::event_list::{ChunkRef, EventList, LogEvents, LogFile, StackMap};
 use crate::analyze::model::{Device, Event, Frame, Snapshot, Stacks};
 use crate::snapshot::log_reader::{read_log, read_log_from, LogFrame, LogInfo, LogVisitor};
@@ -40,6 +41,11 @@ struct Builder {
     /// Log stack id -> model list index.
     list_of: StackMap,
     lists: Vec<Vec<u64>>,
+    /// NVTX range path id -> path.
+    ranges: HashMap<u32, String>,
+    /// Lists of a stack inside a range path: (list index, stack id, range path id), filled
+    /// when modelled (the stack's frames, then the path's mark).
+    ranged: Vec<(u32, u32, u32)>,
 }
 
 impl Builder {
@@ -54,13 +60,34 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// The list of stack `id` made inside range path `range`.
+    fn list_in(&mut self, id: u32, range: u32) -> u32 {
+        if range == 0 {
+            return self.list(id);
+        }
+        if let Some(l) = self.list_of.ranged(id, range) {
+            return l;
+        }
+        self.lists.push(Vec::new());
+        let l = self.lists.len() as u32;
+        self.list_of.insert_ranged(id, range, l);
+        self.ranged.push((l, id, range));
+        l
+    }
+}
+
 impl LogVisitor for Builder {
+    fn range(&mut self, id: u32, path: String) {
+        self.ranges.insert(id, path);
+    }
+
     fn events_chunk(&mut self, at: u64, len: u32) {
         self.chunk = (at, len);
     }
 
     fn event(&mut self, ev: TraceEvent) {
-        let stack = self.list(ev.stack);
+        let stack = self.list_in(ev.stack, ev.range);
         let (at, len) = self.chunk;
         let i = match self.devices.get(self.last) {
             Some((o, _)) if *o == ev.device => self.last,
@@ -190,9 +217,37 @@ fn model(mut b: Builder, info: &LogInfo, file: Option<(std::fs::File, String)>) 
             }
         })
         .collect();
+    let mut frames = frames;
     let mut lists: Vec<Box<[u32]>> = vec![Box::new([])];
     for l in &b.lists {
         lists.push(l.iter().filter_map(|f| index.get(f).copied()).collect());
+    }
+    // A stack made inside an NVTX range: its frames, then the range path's mark (as a
+    // snapshot's `user_metadata` is read, `analyze::load`), for the categories and steps.
+    let mut marks: HashMap<u32, u32> = HashMap::new();
+    for &(l, id, range) in &b.ranged {
+        let Some(path) = b
+            .ranges
+            .get(&range)
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let mark = *marks.entry(range).or_insert_with(|| {
+            frames.push(Frame {
+                name: Arc::from(RANGE_MARK),
+                file: Arc::from(path),
+                line: 0,
+            });
+            frames.len() as u32 - 1
+        });
+        let base = b.list_of.get(id).and_then(|k| lists.get(k as usize));
+        let mut v: Vec<u32> = base.map(|k| k.to_vec()).unwrap_or_default();
+        v.push(mark);
+        if let Some(slot) = lists.get_mut(l as usize) {
+            *slot = v.into_boxed_slice();
+        }
     }
     let log = file.map(|(f, name)| {
         Arc::new(LogFile::new(

@@ -36,6 +36,7 @@ use crate::analyze::model::{Device, Event, Snapshot};
 use crate::analyze::pytorch_pages::{parse_conf as parse, recorded_conf};
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
+use crate::analyze::units::mib1;
 use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::round_size;
@@ -203,6 +204,9 @@ impl Run {
         }
         let capacity = capacity.min(UNLIMITED);
         let fake = Arc::new(ReplayDevice::<NoFaults>::new(1, capacity));
+        // Device allocations fall in address, as the driver mostly gives them: PyTorch's
+        // best fit breaks ties by address (see `ReplayDevice::set_descending`).
+        fake.set_descending();
         let a = CachingAllocator::new(fake, c.clone(), &|_| Box::new(NullSink));
         let mut run = Run {
             a,
@@ -624,10 +628,6 @@ fn shown(conf: &str) -> &str {
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / (1024.0 * 1024.0))
-}
-
 /// The text `cushim replay` prints.
 pub fn render(r: &Replay) -> String {
     use std::fmt::Write;
@@ -656,7 +656,7 @@ pub fn render(r: &Replay) -> String {
             let allocs = row
                 .device_allocs
                 .map_or_else(|| "-".to_string(), |n| n.to_string());
-            let reserved = row.peak_reserved.map_or_else(|| "-".to_string(), mib);
+            let reserved = row.peak_reserved.map_or_else(|| "-".to_string(), mib1);
             let frag = row
                 .fragmentation()
                 .map_or_else(|| "-".to_string(), |f| format!("{:.1}%", f * 100.0));
@@ -665,11 +665,11 @@ pub fn render(r: &Replay) -> String {
                 .map_or_else(|| "-".to_string(), |n| n.to_string());
             let _ = writeln!(
                 out,
-                "  {:<width$} {:>9} {:>10} MiB {:>11} MiB {:>8} {:>13} {:>5}",
+                "  {:<width$} {:>9} {:>14} {:>15} {:>8} {:>13} {:>5}",
                 row.label,
                 seg_frees,
                 reserved,
-                mib(row.peak_allocated),
+                mib1(row.peak_allocated),
                 frag,
                 allocs,
                 row.ooms

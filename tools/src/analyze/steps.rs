@@ -258,8 +258,8 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
     let mut totals_at: Vec<Vec<u64>> = vec![Vec::new(); out.len()];
     let note = |out: &mut [Step], totals_at: &mut [Vec<u64>], k: usize, i: usize, w: &Walker| {
         if let Some(st) = out.get_mut(k) {
-            if i >= st.from && i <= st.to && (w.bytes > st.peak || totals_at[k].is_empty()) {
-                st.peak = w.bytes;
+            if i >= st.from && i <= st.to && (w.bytes() > st.peak || totals_at[k].is_empty()) {
+                st.peak = w.bytes();
                 st.peak_after = i;
                 totals_at[k] = w.totals.clone();
             }
@@ -307,6 +307,7 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
         while peaks.get(pi).is_some_and(|p| p.0 == i) {
             let k = peaks[pi].1;
             let live: Vec<Live> = w
+                .mem
                 .allocated
                 .values()
                 .map(|b| Live {
@@ -326,6 +327,7 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
             let k = ends[ei].1;
             let prev_end = if k == 0 { out[k].from } else { out[k - 1].to };
             out[k].growth = w
+                .mem
                 .allocated
                 .values()
                 .filter(|b| b.id != BEFORE && (b.id as usize) >= prev_end)

@@ -5,13 +5,13 @@
 //! the end (the segments), undo every event newest first. A block live at the start whose
 //! allocation the trace did not see has no known allocation site: it keeps the stack of
 //! the block (if it is still live at the end) or of the free that released it, and is
-//! flagged `before_trace`. Blocks pending a free (freed by the program, waiting for other
-//! streams) are counted apart from allocated ones, as PyTorch's `allocated_bytes` does; a
-//! trace without `free_requested` entries (older PyTorch, logs) frees at `free_completed`.
-//! Events that contradict the state (a free of an unknown block) are counted, not fatal.
+//! flagged `before_trace`. The rules that apply (and undo) an event, what is pending and
+//! what each peak counts are `crate::state`'s, shared by every walk of the tools. Events
+//! that contradict the state (an allocation undone that is not there) are counted, not
+//! fatal.
 
 use crate::analyze::model::{BlockState, Device, Event, Snapshot};
-use cushim::alloc::AddrMap;
+use crate::state::{Block, Memory};
 use cushim::trace::event::Action;
 
 /// One live block.
@@ -23,41 +23,15 @@ pub struct Live {
     pub before_trace: bool,
 }
 
-/// The memory of one device at one moment.
-#[derive(Debug, Clone, Default)]
-pub struct State {
-    /// Keyed by address, with the engine's address hasher (the walks look blocks up once
-    /// or twice per event).
-    pub allocated: AddrMap<Live>,
-    pub pending: AddrMap<Live>,
-    pub allocated_bytes: u64,
-    pub pending_bytes: u64,
-    pub reserved: u64,
+impl Block for Live {
+    #[inline]
+    fn size(&self) -> u64 {
+        self.size
+    }
 }
 
-impl State {
-    fn add(&mut self, pending: bool, addr: u64, l: Live) {
-        let (map, bytes) = if pending {
-            (&mut self.pending, &mut self.pending_bytes)
-        } else {
-            (&mut self.allocated, &mut self.allocated_bytes)
-        };
-        if let Some(old) = map.insert(addr, l) {
-            *bytes = bytes.saturating_sub(old.size);
-        }
-        *bytes = bytes.saturating_add(l.size);
-    }
-    fn take(&mut self, pending: bool, addr: u64) -> Option<Live> {
-        let (map, bytes) = if pending {
-            (&mut self.pending, &mut self.pending_bytes)
-        } else {
-            (&mut self.allocated, &mut self.allocated_bytes)
-        };
-        let l = map.remove(&addr)?;
-        *bytes = bytes.saturating_sub(l.size);
-        Some(l)
-    }
-}
+/// The memory of one device at one moment (the rules that change it: `crate::state`).
+pub type State = Memory<Live>;
 
 /// The state at the start of a device's trace, and how many events contradicted it.
 #[derive(Debug, Clone, Default)]
@@ -85,8 +59,12 @@ pub fn end_state(dev: &Device) -> State {
                 before_trace: false,
             };
             match b.state {
-                BlockState::Allocated => s.add(false, b.address, l),
-                BlockState::PendingFree => s.add(true, b.address, l),
+                BlockState::Allocated => {
+                    s.add(false, b.address, l);
+                }
+                BlockState::PendingFree => {
+                    s.add(true, b.address, l);
+                }
                 BlockState::Inactive => {}
             }
         }
@@ -107,44 +85,19 @@ pub fn start_of(snap: &Snapshot, dev: &Device) -> Start {
     }
 }
 
-/// Undo `dev`'s events newest first from its end state.
+/// Undo `dev`'s events newest first from its end state (`Memory::undo`).
 pub fn start(dev: &Device) -> Start {
     let requests = uses_requests(dev);
     let mut s = end_state(dev);
     let mut inconsistent = 0;
     for ev in dev.events.iter().rev() {
-        match ev.action {
-            Action::Alloc => {
-                if s.take(false, ev.addr).is_none() && s.take(true, ev.addr).is_none() {
-                    inconsistent += 1;
-                }
-            }
-            Action::FreeRequested => {
-                let l = s.take(true, ev.addr).unwrap_or(Live {
-                    size: ev.size,
-                    stack: ev.stack,
-                    before_trace: true,
-                });
-                s.add(false, ev.addr, l);
-            }
-            Action::FreeCompleted => {
-                let l = Live {
-                    size: ev.size,
-                    stack: ev.stack,
-                    before_trace: true,
-                };
-                s.add(requests, ev.addr, l);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if s.reserved < ev.size {
-                    inconsistent += 1;
-                }
-                s.reserved = s.reserved.saturating_sub(ev.size);
-            }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                s.reserved = s.reserved.saturating_add(ev.size)
-            }
-            Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
+        let before = || Live {
+            size: ev.size,
+            stack: ev.stack,
+            before_trace: true,
+        };
+        if !s.undo(ev.action, ev.addr, ev.size, requests, before) {
+            inconsistent += 1;
         }
     }
     Start {
@@ -154,36 +107,14 @@ pub fn start(dev: &Device) -> Start {
     }
 }
 
-/// Apply one event to `s` (the forward direction of [`start`]).
-pub fn apply(s: &mut State, ev: &Event, requests: bool) {
-    match ev.action {
-        Action::Alloc => s.add(
-            false,
-            ev.addr,
-            Live {
-                size: ev.size,
-                stack: ev.stack,
-                before_trace: false,
-            },
-        ),
-        Action::FreeRequested => {
-            if let Some(l) = s.take(false, ev.addr) {
-                s.add(true, ev.addr, l);
-            }
-        }
-        Action::FreeCompleted => {
-            if s.take(requests, ev.addr).is_none() {
-                s.take(!requests, ev.addr);
-            }
-        }
-        Action::SegmentAlloc | Action::SegmentMap => {
-            s.reserved = s.reserved.saturating_add(ev.size)
-        }
-        Action::SegmentFree | Action::SegmentUnmap => {
-            s.reserved = s.reserved.saturating_sub(ev.size)
-        }
-        Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
-    }
+/// Apply one event to `s` (`Memory::apply`).
+#[inline]
+pub fn apply(s: &mut State, ev: &Event) {
+    s.apply(ev.action, ev.addr, ev.size, || Live {
+        size: ev.size,
+        stack: ev.stack,
+        before_trace: false,
+    });
 }
 
 /// Peaks over a device's recorded window.
@@ -202,7 +133,6 @@ pub struct Peaks {
 pub struct PeakWalk {
     pub state: State,
     pub peaks: Peaks,
-    requests: bool,
     n: usize,
 }
 
@@ -217,7 +147,6 @@ impl PeakWalk {
                 ooms: 0,
             },
             state: s,
-            requests: start.requests,
             n: 0,
         }
     }
@@ -225,7 +154,7 @@ impl PeakWalk {
     #[inline]
     pub fn step(&mut self, ev: &Event) {
         let (s, p) = (&mut self.state, &mut self.peaks);
-        apply(s, ev, self.requests);
+        apply(s, ev);
         self.n += 1;
         if ev.action == Action::Oom {
             p.ooms += 1;
@@ -256,11 +185,11 @@ pub fn state_after(dev: &Device, start: &Start, n: usize) -> State {
     let mut s = start.state.clone();
     if n >= dev.events.len() {
         dev.events
-            .for_each_slice(|evs| evs.iter().for_each(|e| apply(&mut s, e, start.requests)));
+            .for_each_slice(|evs| evs.iter().for_each(|e| apply(&mut s, e)));
         return s;
     }
     for ev in dev.events.iter().take(n) {
-        apply(&mut s, &ev, start.requests);
+        apply(&mut s, &ev);
     }
     s
 }

@@ -13,3 +13,8 @@ pub fn mib1(b: u64) -> String {
 pub fn mib2(b: u64) -> String {
     format!("{:.2} MiB", b as f64 / MIB)
 }
+
+/// A signed difference of bytes as MiB with two decimals: `+12.50 MiB`, `-3.00 MiB`.
+pub fn signed_mib2(d: i128) -> String {
+    format!("{:+.2} MiB", d as f64 / MIB)
+}

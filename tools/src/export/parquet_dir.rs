@@ -181,12 +181,16 @@ impl Sink for Tables {
         t.i64(8, r.stream as i64);
         t.opt_str(9, r.pool.cloned());
         t.opt_i64(10, r.segment.map(|s| s as i64));
-        t.opt_str(11, None);
+        t.opt_str(11, r.category.cloned());
         t.opt_str(12, r.site.cloned());
         t.opt_str(13, r.range.cloned());
         t.i64(14, i64::from(r.stack_id));
         t.opt_i64(15, r.device_free.map(|f| f as i64));
         t.end_row()
+    }
+
+    fn categories(&self) -> bool {
+        true
     }
 
     fn stack(&mut self, id: u32, frames: &[&Frame]) -> Result<(), String> {

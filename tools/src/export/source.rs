@@ -15,11 +15,19 @@
 //! address of the segment (or expandable mapping) the block lies in, from the segment
 //! events before it (a snapshot's end state when none did). The **pool** is the private
 //! pool a snapshot's segment records (`segment_pool_id`, as `A,B`); logs record none.
-//! The **category** is not derived here yet: always null.
+//! The **category** is what `cushim summary --by category` counts the block in
+//! (`export::categories`, the summary's classifier): an allocation's own, a free's that of
+//! the allocation it frees; null for segment and other events. The classifier needs a
+//! device's whole trace first, so a log is also modelled (`analyze::log_model`, the events
+//! staying in the file) and read again; it holds one bit per event, not the events.
 
+use crate::analyze::category::CatId;
 use crate::analyze::frames::site;
 use crate::analyze::model::{BlockState, Frame, Snapshot, Stacks};
+use crate::analyze::timeline::Start;
+use crate::export::categories::Categories;
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogVisitor};
+use crate::state::{Block, Memory, Segments};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
 use cushim::trace::log::codec::RangeMark;
 use parquet::data_type::ByteArray;
@@ -42,6 +50,8 @@ pub struct Row<'a> {
     pub pool: Option<&'a ByteArray>,
     pub segment: Option<u64>,
     pub site: Option<&'a ByteArray>,
+    /// What the block is (`cushim summary --by category`'s name).
+    pub category: Option<&'a ByteArray>,
     pub range: Option<&'a ByteArray>,
     /// The input's own stack id (0: none).
     pub stack_id: u32,
@@ -84,6 +94,10 @@ pub trait Sink {
     fn mark(&mut self, _m: &Mark) -> Result<(), String> {
         Ok(())
     }
+    /// Whether the rows' categories are wanted (they cost walks of the trace beforehand).
+    fn categories(&self) -> bool {
+        false
+    }
 }
 
 /// An input, opened: what it is and who wrote it.
@@ -109,7 +123,7 @@ impl Input {
 
 /// The header of the log at `path`, or `None` when it is not a log.
 fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
-    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAGIC, MAX_PAYLOAD};
+    use cushim::trace::log::format::{kind, CHUNK_HEAD, MAX_PAYLOAD};
     let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut head = [0u8; 8 + CHUNK_HEAD];
     let mut n = 0;
@@ -121,7 +135,7 @@ fn log_header(path: &Path) -> Result<Option<serde_json::Value>, String> {
             Err(e) => return Err(e.to_string()),
         }
     }
-    if !head[..n].starts_with(MAGIC) {
+    if crate::snapshot::sniff::kind(&head[..n]) != crate::snapshot::sniff::Kind::Log {
         return Ok(None);
     }
     if n < head.len() || head[8] != kind::HEADER {
@@ -161,61 +175,122 @@ pub fn open(path: &Path) -> Result<Input, String> {
     })
 }
 
-/// The live segments and blocks of a walk, for the rows' segment and site.
+/// A live block of a walk: its size and its allocation's site and category.
+#[derive(Clone)]
+struct SiteBlock {
+    size: u64,
+    site: Option<ByteArray>,
+    cat: Option<CatId>,
+}
+
+impl Block for SiteBlock {
+    #[inline]
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// The live segments and blocks of a walk, per device, for the rows' segment and site
+/// (the rules: `crate::state`).
 #[derive(Default)]
 struct Tracker {
-    /// (device, address) -> the segment's row so far.
-    segments: BTreeMap<(i32, u64), SegRow>,
-    /// (device, address) -> the site of the live block there.
-    blocks: HashMap<(i32, u64), Option<ByteArray>>,
+    devs: Vec<(i32, Memory<SiteBlock>, Segments<SegRow>)>,
 }
 
 impl Tracker {
-    fn segment_of(&self, device: i32, addr: u64) -> Option<&SegRow> {
-        let (_, s) = self.segments.range(..=(device, addr)).next_back()?;
-        (s.device == device && addr < s.address.saturating_add(s.size)).then_some(s)
+    fn dev(&self, device: i32) -> Option<&(i32, Memory<SiteBlock>, Segments<SegRow>)> {
+        self.devs.iter().find(|d| d.0 == device)
     }
 
-    /// Track `r` (its site is the block's); a segment it releases is handed back.
-    fn apply(&mut self, r: &Row) -> Option<SegRow> {
-        let (device, addr, size, stream, time) = (r.device, r.addr, r.size, r.stream, r.time_us);
-        match r.action {
-            Action::Alloc => {
-                self.blocks.insert((device, addr), r.site.cloned());
+    fn segment_of(&self, device: i32, addr: u64) -> Option<&SegRow> {
+        let (_, _, segs) = self.dev(device)?;
+        segs.containing(addr, |s| s.size).map(|(_, s)| s)
+    }
+
+    fn dev_mut(&mut self, device: i32) -> &mut (i32, Memory<SiteBlock>, Segments<SegRow>) {
+        let k = match self.devs.iter().position(|d| d.0 == device) {
+            Some(k) => k,
+            None => {
+                self.devs
+                    .push((device, Memory::default(), Segments::default()));
+                self.devs.len() - 1
             }
-            Action::FreeCompleted => {
-                self.blocks.remove(&(device, addr));
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                self.segments.insert(
-                    (device, addr),
-                    SegRow {
-                        device,
-                        address: addr,
-                        size,
-                        stream,
-                        created_us: time,
-                        ..Default::default()
+        };
+        &mut self.devs[k]
+    }
+
+    /// The blocks live before the trace began (a snapshot's start), so that their frees
+    /// carry a site and a category.
+    fn seed(
+        &mut self,
+        device: i32,
+        start: &Start,
+        mut site: impl FnMut(u32) -> ByteArray,
+        cat: Option<CatId>,
+    ) {
+        let (_, mem, _) = self.dev_mut(device);
+        for (pending, map) in [
+            (false, &start.state.allocated),
+            (true, &start.state.pending),
+        ] {
+            for (a, l) in map {
+                mem.add(
+                    pending,
+                    *a,
+                    SiteBlock {
+                        size: l.size,
+                        site: Some(site(l.stack)),
+                        cat,
                     },
                 );
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                let mut s = self.segments.remove(&(device, addr))?;
-                s.freed_us = time;
-                return Some(s);
-            }
-            Action::FreeRequested
-            | Action::Oom
-            | Action::Snapshot
-            | Action::Pause
-            | Action::Resume => {}
         }
-        None
     }
 
-    /// The site of the block a free at `addr` frees.
-    fn block_site(&self, device: i32, addr: u64) -> Option<&ByteArray> {
-        self.blocks.get(&(device, addr)).and_then(Option::as_ref)
+    /// Track `r` (its site is the block's, `cat` its category); a segment it releases is
+    /// handed back.
+    fn apply(&mut self, r: &Row, cat: Option<CatId>) -> Option<SegRow> {
+        let (_, mem, segs) = self.dev_mut(r.device);
+        mem.apply(r.action, r.addr, r.size, || SiteBlock {
+            size: r.size,
+            site: r.site.cloned(),
+            cat,
+        });
+        let freed = matches!(r.action, Action::SegmentFree | Action::SegmentUnmap);
+        let mut s = segs.apply(r.action, r.addr, || SegRow {
+            device: r.device,
+            address: r.addr,
+            size: r.size,
+            stream: r.stream,
+            created_us: r.time_us,
+            ..Default::default()
+        })?;
+        if !freed {
+            return None;
+        }
+        s.freed_us = r.time_us;
+        Some(s)
+    }
+
+    /// The block a free at `addr` frees (allocated or pending).
+    fn block(&self, device: i32, addr: u64) -> Option<&SiteBlock> {
+        let (_, mem, _) = self.dev(device)?;
+        mem.allocated.get(&addr).or_else(|| mem.pending.get(&addr))
+    }
+
+    /// The site and category of the block a free at `addr` frees.
+    fn freed(&self, device: i32, addr: u64) -> (Option<ByteArray>, Option<CatId>) {
+        self.block(device, addr)
+            .map_or((None, None), |b| (b.site.clone(), b.cat))
+    }
+
+    /// The segments still live, by device and address.
+    fn into_live(mut self) -> Vec<SegRow> {
+        self.devs.sort_by_key(|d| d.0);
+        self.devs
+            .into_iter()
+            .flat_map(|d| d.2.by_addr.into_values())
+            .collect()
     }
 }
 
@@ -225,8 +300,9 @@ fn bytes(s: &str) -> ByteArray {
 }
 
 /// The log's content as it streams, handed to the sink.
-struct LogWalk<'s> {
+struct LogWalk<'s, 'm> {
     sink: &'s mut dyn Sink,
+    cats: Categories<'m>,
     error: Option<String>,
     seq: u64,
     /// Log frame id -> index in `stacks.frames`.
@@ -239,7 +315,7 @@ struct LogWalk<'s> {
     tracker: Tracker,
 }
 
-impl LogWalk<'_> {
+impl LogWalk<'_, '_> {
     fn fail(&mut self, r: Result<(), String>) {
         if let Err(e) = r {
             self.error.get_or_insert(e);
@@ -260,7 +336,7 @@ impl LogWalk<'_> {
     }
 }
 
-impl LogVisitor for LogWalk<'_> {
+impl LogVisitor for LogWalk<'_, '_> {
     fn event(&mut self, ev: TraceEvent) {
         if self.error.is_some() {
             return;
@@ -273,10 +349,11 @@ impl LogVisitor for LogWalk<'_> {
             _ => None,
         };
         let freed = matches!(ev.action, Action::FreeRequested | Action::FreeCompleted);
-        let site = if freed {
-            self.tracker.block_site(ev.device, ev.addr).cloned()
+        let made = self.cats.next(ev.device, ev.action, ev.stack, ev.range);
+        let (site, cat) = if freed {
+            self.tracker.freed(ev.device, ev.addr)
         } else {
-            own
+            (own, made)
         };
         let block = matches!(
             ev.action,
@@ -303,12 +380,13 @@ impl LogVisitor for LogWalk<'_> {
             pool: None,
             segment,
             site: site.as_ref(),
+            category: cat.and_then(|c| self.cats.name(c)),
             range,
             stack_id: ev.stack,
             device_free: (ev.action == Action::Oom).then_some(ev.device_free),
         };
         let r = self.sink.event(&row);
-        let released = self.tracker.apply(&row);
+        let released = self.tracker.apply(&row, made);
         self.fail(r);
         self.seq += 1;
         if let Some(s) = released {
@@ -370,9 +448,19 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
     let at = |e: String| format!("{}: {e}", input.name);
     match &input.body {
         Body::Log(path) => {
+            // The classifiers first (the log modelled, its events read again), then the rows.
+            let model = if sink.categories() {
+                Some(crate::analyze::log_model::from_log_file(path).map_err(at)?)
+            } else {
+                None
+            };
             let file = std::fs::File::open(path).map_err(|e| at(e.to_string()))?;
+            let cats = model
+                .as_ref()
+                .map_or_else(Categories::none, Categories::new);
             let mut w = LogWalk {
                 sink,
+                cats,
                 error: None,
                 seq: 0,
                 frame_of: HashMap::new(),
@@ -387,15 +475,14 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
             if let Some(e) = w.error.take() {
                 return Err(e);
             }
-            if let Some(p) = &info.problem {
+            // Said once: modelling the log (for the categories) already said it.
+            if let (Some(p), None) = (&info.problem, &model) {
                 eprintln!(
                     "cushim: {}: the log ends early ({p}); exported the {} events before it",
                     input.name, info.events
                 );
             }
-            let live: Vec<SegRow> = std::mem::take(&mut w.tracker.segments)
-                .into_values()
-                .collect();
+            let live = std::mem::take(&mut w.tracker).into_live();
             for s in &live {
                 w.sink.segment(s)?;
             }
@@ -415,6 +502,11 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
         sink.stack(id, &fr)?;
     }
     let mut sites: HashMap<u32, ByteArray> = HashMap::new();
+    let mut cats = if sink.categories() {
+        Categories::new(snap)
+    } else {
+        Categories::none()
+    };
     let mut seq = 0u64;
     for dev in snap.devices.iter().chain(snap.host.iter()) {
         let device = dev.ordinal as i32;
@@ -428,6 +520,16 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
             (addr < a.saturating_add(*size)).then_some((a, pool))
         };
         let mut tracker = Tracker::default();
+        if let Some(start) = cats.start(device).cloned() {
+            let before = cats.before(device);
+            let site_of = |stack: u32| {
+                sites
+                    .entry(stack)
+                    .or_insert_with(|| bytes(&site(&snap.stacks, stack, 1)))
+                    .clone()
+            };
+            tracker.seed(device, &start, site_of, before);
+        }
         let mut failed = None;
         dev.events.for_each_slice(|evs| {
             if failed.is_some() {
@@ -439,10 +541,11 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     .or_insert_with(|| bytes(&site(&snap.stacks, e.stack, 1)))
                     .clone();
                 let freed = matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
-                let site = if freed {
-                    tracker.block_site(device, e.addr).cloned()
+                let made = cats.next(device, e.action, e.stack, 0);
+                let (site, cat) = if freed {
+                    tracker.freed(device, e.addr)
                 } else {
-                    Some(own)
+                    (Some(own), made)
                 };
                 let block = matches!(
                     e.action,
@@ -468,6 +571,7 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     pool: end_seg.map(|s| s.1),
                     segment,
                     site: site.as_ref(),
+                    category: cat.and_then(|c| cats.name(c)),
                     range: None,
                     stack_id: e.stack,
                     device_free: None,
@@ -477,7 +581,7 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
                     return;
                 }
                 seq += 1;
-                let freed_seg = tracker.apply(&row);
+                let freed_seg = tracker.apply(&row, made);
                 if let Some(s) = freed_seg {
                     if let Err(x) = sink.segment(&s) {
                         failed = Some(x);

@@ -1,11 +1,11 @@
 //! A snapshot of one moment of a whole-run event log (`cushim snapshot LOG --at/--peak/--end`),
 //! in PyTorch's layout so memory_viz opens it.
 //!
-//! Policy: the state at the moment is rebuilt by applying the log's events in order:
-//! `segment_alloc`/`segment_map` add a segment (the address range they name),
-//! `segment_free`/`segment_unmap` remove the one at that address; `alloc` makes a block
-//! `active_allocated`, `free_requested` makes it `active_pending_free`, `free_completed`
-//! ends it. Each segment's blocks tile it: the live blocks, with the gaps between them as
+//! Policy: the state at the moment is rebuilt by applying the log's events in order, with
+//! the rules every walk of the tools shares (`crate::state`): a segment event adds or
+//! removes a segment (the address range it names); an allocated block is
+//! `active_allocated`, a pending one `active_pending_free`. `--peak` is the peak active
+//! (allocated and pending bytes, all devices together). Each segment's blocks tile it: the live blocks, with the gaps between them as
 //! `inactive` blocks. A block's size is the size its events carry (the requested size, as
 //! PyTorch records it), so a block's rounding slack shows as part of the inactive gap
 //! after it. An expandable segment appears as one segment per run of mapped pages side by
@@ -26,6 +26,7 @@
 //! the log twice (first to find the moment).
 
 use crate::snapshot::log_reader::{read_log_from, LogFrame, LogInfo, LogVisitor};
+use crate::state::{Block, Memory, Segments};
 use cushim::snapshot::value::{Strings, Value};
 use cushim::trace::event::{Action, TraceEvent, NO_STACK};
 use cushim::trace::log::codec::RangeMark;
@@ -37,7 +38,8 @@ use std::path::Path;
 pub enum Moment {
     /// Seconds after the log's clock origin.
     At(f64),
-    /// The event after which the most bytes were allocated (all devices together).
+    /// The event after which the most bytes were held by blocks, allocated or pending (the
+    /// peak active of `crate::state`, all devices together).
     Peak,
     /// After the last event.
     End,
@@ -61,7 +63,8 @@ struct Walk {
     applied: u64,
     time_us: Option<i64>,
     st: State,
-    /// The most bytes allocated after an event, and after how many events.
+    /// The peak active bytes (`crate::state`: allocated and pending, all devices), and
+    /// after how many events it was first reached.
     peak: (u64, u64),
     keep: usize,
     /// Per device (index = ordinal), the last `keep` events applied.
@@ -116,8 +119,8 @@ impl LogVisitor for Walk {
         self.st.apply(&ev);
         self.applied += 1;
         self.time_us = Some(ev.time_us);
-        if self.st.allocated > self.peak.0 {
-            self.peak = (self.st.allocated, self.applied);
+        if self.st.active > self.peak.0 {
+            self.peak = (self.st.active, self.applied);
         }
         if let (Some(d), true) = (dev, self.keep > 0) {
             if self.traces.len() <= d {
@@ -202,60 +205,77 @@ fn runs_of_pages(segs: &BTreeMap<(i32, u64), Seg>) -> Vec<(i32, u64, Seg, u64)> 
 #[derive(Clone, Copy)]
 struct Blk {
     size: u64,
-    pending: bool,
     stack: u32,
 }
 
+impl Block for Blk {
+    #[inline]
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// One device's blocks and segments.
+#[derive(Default)]
+struct DevState {
+    mem: Memory<Blk>,
+    segs: Segments<Seg>,
+}
+
+/// Every device's state (the rules: `crate::state`), and the active bytes of all of them
+/// together (what the peak active counts).
 #[derive(Default)]
 struct State {
-    segs: BTreeMap<(i32, u64), Seg>,
-    blocks: BTreeMap<(i32, u64), Blk>,
-    allocated: u64,
+    devs: Vec<(i32, DevState)>,
+    active: u64,
 }
 
 impl State {
     fn apply(&mut self, e: &TraceEvent) {
-        let key = (e.device, e.addr);
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => {
-                self.segs.insert(
-                    key,
-                    Seg {
-                        size: e.size,
-                        stream: e.stream,
-                        stack: e.stack,
-                        expandable: e.action == Action::SegmentMap,
-                    },
-                );
+        let k = match self.devs.iter().position(|d| d.0 == e.device) {
+            Some(k) => k,
+            None => {
+                self.devs.push((e.device, DevState::default()));
+                self.devs.len() - 1
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                self.segs.remove(&key);
+        };
+        let d = &mut self.devs[k].1;
+        let was = d.mem.active_bytes();
+        d.mem.apply(e.action, e.addr, e.size, || Blk {
+            size: e.size,
+            stack: e.stack,
+        });
+        d.segs.apply(e.action, e.addr, || Seg {
+            size: e.size,
+            stream: e.stream,
+            stack: e.stack,
+            expandable: e.action == Action::SegmentMap,
+        });
+        self.active = self.active.saturating_sub(was) + d.mem.active_bytes();
+    }
+
+    /// Every segment by (device, address).
+    fn segments(&self) -> BTreeMap<(i32, u64), Seg> {
+        let mut out = BTreeMap::new();
+        for (dev, d) in &self.devs {
+            for (a, s) in &d.segs.by_addr {
+                out.insert((*dev, *a), *s);
             }
-            Action::Alloc => {
-                if let Some(old) = self.blocks.insert(
-                    key,
-                    Blk {
-                        size: e.size,
-                        pending: false,
-                        stack: e.stack,
-                    },
-                ) {
-                    self.allocated = self.allocated.saturating_sub(old.size);
-                }
-                self.allocated += e.size;
-            }
-            Action::FreeRequested => {
-                if let Some(b) = self.blocks.get_mut(&key) {
-                    b.pending = true;
-                }
-            }
-            Action::FreeCompleted => {
-                if let Some(b) = self.blocks.remove(&key) {
-                    self.allocated = self.allocated.saturating_sub(b.size);
-                }
-            }
-            Action::Oom | Action::Snapshot | Action::Pause | Action::Resume => {}
         }
+        out
+    }
+
+    /// Every live block by (device, address), with whether it is pending.
+    fn blocks(&self) -> BTreeMap<(i32, u64), (Blk, bool)> {
+        let mut out = BTreeMap::new();
+        for (dev, d) in &self.devs {
+            for (pending, map) in [(false, &d.mem.allocated), (true, &d.mem.pending)] {
+                for (a, b) in map {
+                    out.insert((*dev, *a), (*b, pending));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -299,7 +319,7 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
         }
     }
     let n = all.applied as usize;
-    let st = &all.st;
+    let (segs, live) = (all.st.segments(), all.st.blocks());
     let mut s = Strings::default();
     let mut lists: HashMap<u32, Value> = HashMap::new();
     let frame_of = |s: &mut Strings, id: u32, lists: &mut HashMap<u32, Value>| -> Value {
@@ -326,7 +346,7 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
         v
     };
     let mut segments = Vec::new();
-    for (dev, addr, seg, page) in runs_of_pages(&st.segs) {
+    for (dev, addr, seg, page) in runs_of_pages(&segs) {
         if dev < 0 {
             continue;
         }
@@ -334,7 +354,7 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
         let mut blocks = Vec::new();
         let (mut at, mut allocated, mut active) = (addr, 0u64, 0u64);
         let mut small_blocks = true;
-        for (&(_, baddr), b) in st.blocks.range((dev, addr)..(dev, end)) {
+        for (&(_, baddr), &(b, pending)) in live.range((dev, addr)..(dev, end)) {
             small_blocks &= b.size <= 1 << 20;
             if baddr < at {
                 continue;
@@ -349,13 +369,13 @@ pub fn snapshot_of(path: &Path, moment: Moment, events: usize) -> Result<Made, S
                 ));
             }
             let size = b.size.min(end - baddr);
-            let state = if b.pending {
+            let state = if pending {
                 "active_pending_free"
             } else {
                 "active_allocated"
             };
             active += size;
-            if !b.pending {
+            if !pending {
                 allocated += size;
             }
             let frames = frame_of(&mut s, b.stack, &mut lists);

@@ -8,7 +8,8 @@
 //! torn tail after a kill, or damage) ends the reading, and what it was is reported in
 //! [`LogInfo::problem`]: the events before it are the clean prefix, nothing after it is
 //! guessed at. A chunk whose checksum matches but whose content does not decode is an
-//! error (the file is not one this reader understands). A missing or damaged header is an
+//! error (the file is not one this reader understands; the visitor may have had the
+//! events before the bad record). A missing or damaged header is an
 //! error. Every length is checked before use: no input makes the reader panic or allocate
 //! more than the largest chunk a writer makes.
 //!
@@ -109,7 +110,6 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
     let mut info = LogInfo::default();
     let mut pos = MAGIC.len() as u64;
     let mut first = true;
-    let mut pending: Vec<TraceEvent> = Vec::new();
     let mut payload: Vec<u8> = Vec::new();
     loop {
         let mut head = [0u8; CHUNK_HEAD];
@@ -159,13 +159,9 @@ pub fn read_log_from(mut r: impl Read, v: &mut dyn LogVisitor) -> Result<LogInfo
         let at = |e: String| format!("chunk at byte {pos}: {e}");
         match k {
             kind::EVENTS => {
-                pending.clear();
-                decode_events(payload, info.version, |e| pending.push(e)).map_err(at)?;
-                info.events += pending.len() as u64;
+                // Straight from the payload to the visitor: no copy of the chunk's events.
                 v.events_chunk(pos, len as u32);
-                for e in pending.drain(..) {
-                    v.event(e);
-                }
+                info.events += decode_events(payload, info.version, |e| v.event(e)).map_err(at)?;
             }
             kind::FRAMES => {
                 decode_frames(payload, |id, f| v.frame(id, f)).map_err(at)?;

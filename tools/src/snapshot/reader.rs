@@ -36,13 +36,14 @@ pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
     let (mut d, layers) = crate::snapshot::sniff::decompressing(Box::new(r)).map_err(reading)?;
     let head = std::io::BufRead::fill_buf(&mut d).map_err(|e| reading(e.to_string()))?;
     let head = head[..head.len().min(4096)].to_vec();
-    match detect(&head) {
-        Format::Pickle if layers == 0 => {
+    use crate::snapshot::sniff::{describe, kind, not_snapshot, Kind};
+    match kind(&head) {
+        Kind::Pickle if layers == 0 => {
             drop(d);
             let bytes = std::fs::read(path).map_err(|e| reading(e.to_string()))?;
             read_bytes(&bytes).map_err(named)
         }
-        Format::Pickle => {
+        Kind::Pickle => {
             // Copying shared containers is budgeted as for a file 64 times the compressed one.
             let budget = usize::try_from(len.saturating_mul(64)).unwrap_or(usize::MAX);
             let src = Source::Stream {
@@ -51,52 +52,42 @@ pub fn read_file(path: &std::path::Path) -> Result<Value, String> {
             };
             reader(src, usize::MAX, budget, None).run().map_err(named)
         }
-        Format::Json | Format::Msgpack if layers == 0 => {
-            if detect(&head) == Format::Msgpack
-                && !crate::snapshot::sniff::starts_msgpack_map(&head)
-            {
-                return Err(named(crate::snapshot::sniff::not_snapshot(
-                    crate::snapshot::sniff::describe(&head),
-                )));
-            }
+        k @ (Kind::Json | Kind::Msgpack) if layers == 0 => {
             drop(d);
             let f = std::fs::File::open(path).map_err(|e| reading(e.to_string()))?;
             let map = crate::snapshot::mapped::Mapped::open(&f).map_err(reading)?;
             let mut reached = |pos: usize| map.release_before(pos);
-            let format = detect(&head);
+            let format = if k == Kind::Json {
+                Format::Json
+            } else {
+                Format::Msgpack
+            };
             crate::snapshot::stream::read_slice(format, map.bytes(), None, true, Some(&mut reached))
                 .map_err(named)
         }
-        Format::Json => crate::snapshot::stream::read_json_shared(d).map_err(named),
-        Format::Msgpack if crate::snapshot::sniff::starts_msgpack_map(&head) => {
-            crate::snapshot::stream::read_msgpack_shared(d).map_err(named)
-        }
-        Format::Msgpack => Err(named(crate::snapshot::sniff::not_snapshot(
-            crate::snapshot::sniff::describe(&head),
-        ))),
+        Kind::Json => crate::snapshot::stream::read_json_shared(d).map_err(named),
+        Kind::Msgpack => crate::snapshot::stream::read_msgpack_shared(d).map_err(named),
+        _ => Err(named(not_snapshot(describe(&head)))),
     }
 }
 
 /// Decode snapshot bytes in any supported format (detected from the content).
 pub fn read_bytes(bytes: &[u8]) -> Result<Value, String> {
-    match detect(bytes) {
-        Format::Pickle => read_pickle(bytes),
-        Format::Json => {
+    use crate::snapshot::sniff::{describe, kind, not_snapshot, Kind};
+    match kind(&bytes[..bytes.len().min(crate::snapshot::sniff::HEAD)]) {
+        Kind::Pickle => read_pickle(bytes),
+        Kind::Json => {
             let j: serde_json::Value =
                 serde_json::from_slice(bytes).map_err(|e| format!("JSON: {e}"))?;
             check_depth(&j, "JSON")?;
             Ok(restore_tuples(Value::from_json(&j)))
         }
-        Format::Msgpack => {
-            if !crate::snapshot::sniff::starts_msgpack_map(bytes) {
-                return Err(crate::snapshot::sniff::not_snapshot(
-                    crate::snapshot::sniff::describe(bytes),
-                ));
-            }
+        Kind::Msgpack => {
             let j = read_msgpack_value(bytes)?;
             check_depth(&j, "msgpack")?;
             Ok(restore_tuples(Value::from_json(&j)))
         }
+        _ => Err(not_snapshot(describe(bytes))),
     }
 }
 
@@ -163,15 +154,7 @@ pub(crate) fn restore_tuples(mut v: Value) -> Value {
     v
 }
 
-/// The format of snapshot bytes, by their first byte.
-pub fn detect(bytes: &[u8]) -> Format {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    match first {
-        Some(0x80) => Format::Pickle,
-        Some(b'{') | Some(b'[') => Format::Json,
-        _ => Format::Msgpack,
-    }
-}
+pub use crate::snapshot::sniff::snapshot_format as detect;
 
 /// Dicts up to this size are checked for repeated keys on insertion.
 const DEDUP_SCAN: usize = 16;

@@ -9,7 +9,14 @@
 //! A compressed input is decompressed as it is read ([`decompressing`]: the readers take
 //! the decompressed bytes as a stream, so memory is what the model needs, not the
 //! decompressed file); [`decompress`] unwraps bytes already in memory.
+//!
+//! One detection for every reader: [`kind`] names what the first bytes are (a whole-run
+//! log, a compression, a pickle, JSON or msgpack snapshot, RMM's CSV, a plain
+//! `alloc_time free_time size` log, nothing, or something else), in that order of
+//! precedence; the readers (`snapshot::reader`, `analyze::input`, the export, `--by range`)
+//! all ask it rather than look at the bytes themselves.
 
+use cushim::snapshot::Format;
 use std::io::Read;
 use std::path::Path;
 
@@ -113,6 +120,108 @@ pub fn decompressing<'a>(
 pub fn read_decompressed(path: &Path) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     decompress(bytes)
+}
+
+/// What input bytes are, by their first bytes (a few KiB are enough: [`HEAD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// cushim's whole-run event log (its magic).
+    Log,
+    /// Compressed: what is inside is known once decompressed.
+    Compressed(Compression),
+    /// Only whitespace (or nothing).
+    Empty,
+    /// RMM's `logging_resource_adaptor` CSV (`Thread,Time,Action,...`).
+    RmmCsv,
+    /// Lines of three numbers, `alloc_time free_time size`.
+    PlainLog,
+    /// A snapshot: its first non-blank byte is pickle's PROTO.
+    Pickle,
+    /// A snapshot: its first non-blank byte opens JSON (`{`, `[`).
+    Json,
+    /// A snapshot: it starts with a msgpack map.
+    Msgpack,
+    /// None of these ([`describe`] says what it looks like).
+    Other,
+}
+
+/// How many first bytes [`kind`] and [`describe`] look at.
+pub const HEAD: usize = 4096;
+
+/// What bytes starting with `head` are.
+pub fn kind(head: &[u8]) -> Kind {
+    if head.starts_with(cushim::trace::log::format::MAGIC) {
+        return Kind::Log;
+    }
+    if let Some(c) = compression(head) {
+        return Kind::Compressed(c);
+    }
+    if head.iter().all(|b| b.is_ascii_whitespace()) {
+        return Kind::Empty;
+    }
+    if let Some(line) = first_text_line(head) {
+        if line.to_ascii_lowercase().starts_with("thread,time,action") {
+            return Kind::RmmCsv;
+        }
+        if is_plain_log_line(line) {
+            return Kind::PlainLog;
+        }
+    }
+    match snapshot_format(head) {
+        Format::Pickle => Kind::Pickle,
+        Format::Json => Kind::Json,
+        Format::Msgpack if starts_msgpack_map(head) => Kind::Msgpack,
+        Format::Msgpack => Kind::Other,
+    }
+}
+
+/// The first [`HEAD`] bytes of the file at `path` (fewer when it is shorter).
+pub fn file_head(path: &Path) -> Result<Vec<u8>, String> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut head = Vec::with_capacity(HEAD);
+    f.take(HEAD as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    Ok(head)
+}
+
+/// What the file at `path` is, by its first bytes (not decompressed).
+pub fn file_kind(path: &Path) -> Result<Kind, String> {
+    file_head(path).map(|h| kind(&h))
+}
+
+/// Whether the file at `path` is a whole-run log (an unreadable file is not).
+pub fn is_log_file(path: &Path) -> bool {
+    file_kind(path).is_ok_and(|k| k == Kind::Log)
+}
+
+/// The snapshot format of bytes, by their first non-blank byte: pickle's PROTO, JSON's
+/// bracket, else msgpack (the fallback; [`starts_msgpack_map`] tells whether it can be).
+pub fn snapshot_format(bytes: &[u8]) -> Format {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    match first {
+        Some(0x80) => Format::Pickle,
+        Some(b'{') | Some(b'[') => Format::Json,
+        _ => Format::Msgpack,
+    }
+}
+
+/// The first non-blank, non-comment line, if the bytes start as text.
+pub fn first_text_line(bytes: &[u8]) -> Option<&str> {
+    let head = &bytes[..bytes.len().min(HEAD)];
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+    };
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// Whether `l` is a line of a plain `alloc_time free_time size` log.
+fn is_plain_log_line(l: &str) -> bool {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    f.len() == 3 && f.iter().all(|x| x.parse::<f64>().is_ok())
 }
 
 /// Whether the first byte of `bytes` can start a msgpack snapshot (a map).

@@ -22,7 +22,7 @@ use cushim::trace::intern::StackTable;
 use cushim::trace::log::codec::{
     put_count, put_frame, put_range, put_stack, EventEncoder, MarkEncoder, RangeMark,
 };
-use cushim::trace::log::format::{self, kind};
+use cushim::trace::log::format::{self, kind, CHUNK_HEAD};
 use cushim::trace::module_epochs;
 use cushim::trace::range::path as range_path;
 use cushim::trace::runtime_frames::leading_runtime_frames;
@@ -34,6 +34,10 @@ use super::shared::{
     CHUNK_BYTES, DRAINING, DROPPED, FD, FLUSH_MS, GATE, IDLE, IN_CHILD, MARKS, MAX_RANGE,
     MAX_STACK, ON, RANGES_DONE, STACKS_DONE, THREAD, WRITER_TID, WRITING,
 };
+
+/// How many events ahead of the one it encodes the writer prefetches a ring's slots (about
+/// seven cache lines of events: enough to hide the wait for the producer's core).
+const AHEAD: u64 = 8;
 
 /// The writer state (a leaked box: a fork child replaces it with its own, and never drops
 /// its parent's).
@@ -50,6 +54,7 @@ pub(super) fn install_new_writer() {
         events_written: 0,
         dropped_written: 0,
         payload: vec![0u8; CHUNK_BYTES],
+        chunk: vec![0u8; CHUNK_HEAD + CHUNK_BYTES],
         side: Vec::new(),
         out: Vec::new(),
         range_ids: Vec::new(),
@@ -77,6 +82,8 @@ struct Writer {
     events_written: u64,
     dropped_written: u64,
     payload: Vec<u8>,
+    /// An events chunk, head and payload, encoded in place and written with one `write`.
+    chunk: Vec<u8>,
     side: Vec<u8>,
     out: Vec<u8>,
     range_ids: Vec<u32>,
@@ -188,8 +195,11 @@ impl Writer {
                 break;
             }
             let (len, n) = self.encode_chunk(&mut fronts);
-            format::chunk(kind::EVENTS, &self.payload[..len], &mut self.out);
-            if let Err(e) = write_all(fd, &self.out) {
+            let (head, payload) = self.chunk.split_at_mut(CHUNK_HEAD);
+            let mut h = [0u8; CHUNK_HEAD];
+            format::chunk_head(kind::EVENTS, &payload[..len], &mut h);
+            head.copy_from_slice(&h);
+            if let Err(e) = write_all(fd, &self.chunk[..CHUNK_HEAD + len]) {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
             }
@@ -244,17 +254,23 @@ impl Writer {
         }
     }
 
-    /// Encode the fronts' events, oldest first across rings, into one chunk's payload, up to
-    /// [`CHUNK_BYTES`]; returns the payload's length and the events in it.
+    /// Encode the fronts' events, oldest first across rings, into one chunk's payload (after
+    /// the head's room in `chunk`), up to [`CHUNK_BYTES`]; returns the payload's length and
+    /// the events in it. Each ring's slots are prefetched [`AHEAD`] events ahead, never
+    /// past the round's end (see [`Ring::prefetch`]).
     fn encode_chunk(&mut self, fronts: &mut [Front]) -> (usize, u64) {
         let mut enc = EventEncoder::new();
+        let out = &mut self.chunk[CHUNK_HEAD..];
         let mut len = 0;
         let mut n = 0u64;
         if let [f] = fronts {
             while f.pos < f.end {
+                if f.pos + AHEAD < f.end {
+                    f.ring.prefetch(f.pos + AHEAD);
+                }
                 // SAFETY: this thread holds the gate and tail <= pos < head.
                 let ev = unsafe { f.ring.get(f.pos) };
-                match enc.put(&ev, &mut self.payload, len) {
+                match enc.put(&ev, out, len) {
                     Some(p) => len = p,
                     None => break,
                 }
@@ -267,6 +283,9 @@ impl Writer {
             let mut best: Option<(usize, TraceEvent)> = None;
             for (i, f) in fronts.iter().enumerate() {
                 if f.pos < f.end {
+                    if f.pos + AHEAD < f.end {
+                        f.ring.prefetch(f.pos + AHEAD);
+                    }
                     // SAFETY: as above.
                     let ev = unsafe { f.ring.get(f.pos) };
                     if best.map_or(true, |(_, b)| ev.time_us < b.time_us) {
@@ -275,7 +294,7 @@ impl Writer {
                 }
             }
             let Some((i, ev)) = best else { break };
-            match enc.put(&ev, &mut self.payload, len) {
+            match enc.put(&ev, out, len) {
                 Some(p) => len = p,
                 None => break,
             }

@@ -121,7 +121,7 @@ pub fn diff(
 /// time (the model keeps neither paths nor times); none for inputs that are neither, and
 /// none, with one line saying why, when the trace cannot be read by range.
 fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
-    let ranges = if by_range::is_log_file(file) {
+    let ranges = if cushim_tools::snapshot::sniff::is_log_file(file) {
         by_range::by_range_log(file)
     } else {
         let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {

@@ -88,5 +88,5 @@ fn by_seconds(
 }
 
 fn by_range_log(f: &std::path::Path) -> bool {
-    cushim_tools::analyze::by_range::is_log_file(f)
+    cushim_tools::snapshot::sniff::is_log_file(f)
 }

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::launch::{exit_code, Launch};
 use crate::workload;
+use cushim_tools::analyze::units::mib1 as mib;
 
 /// The latency model for the demo's simulated GPU.
 const LATENCY_MODEL: &str =
@@ -61,10 +62,6 @@ fn run_once(exe: &Path, launch: &Launch, report: &Path, steps: u32) -> Result<Ru
 
 fn calls(r: &Value, name: &str) -> u64 {
     r["calls"][name].as_u64().unwrap_or(0)
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 pub fn demo(expandable: bool, snapshot: Option<PathBuf>, steps: u32) -> Result<i32, String> {
