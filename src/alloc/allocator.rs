@@ -50,6 +50,9 @@ pub struct CachingAllocator {
     solo: Arc<AtomicUsize>,
     /// Whether the program used a per-thread default stream ([`Self::per_thread_streams_used`]).
     per_thread: AtomicBool,
+    /// Per device: whether sleep mode's cache made memory there ([`Self::note_shared_use`];
+    /// atomics, so that cache marks it under its own lock without taking a device's).
+    shared_use: Vec<AtomicBool>,
 }
 
 /// [`CachingAllocator::solo`]: streams (or several threads and per-thread default streams)
@@ -89,6 +92,7 @@ impl CachingAllocator {
             states,
             solo: Arc::new(AtomicUsize::new(if conf_auto { 0 } else { SHARED })),
             per_thread: AtomicBool::new(false),
+            shared_use: (0..n).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -162,8 +166,13 @@ impl CachingAllocator {
         if self.solo.swap(SHARED, Ordering::Relaxed) != SHARED {
             for (d, st) in self.states.iter().enumerate() {
                 let mut g = st.lock();
-                // A device that never allocated has nothing to order.
-                if g.stats.num_device_alloc > 0 {
+                // A device that never allocated (here or in sleep mode's cache) has nothing
+                // to order.
+                let shared = self
+                    .shared_use
+                    .get(d)
+                    .is_some_and(|u| u.load(Ordering::Relaxed));
+                if g.stats.num_device_alloc > 0 || shared {
                     g.pending.order_all(&*self.device, d as i32);
                 }
             }
@@ -302,6 +311,53 @@ impl CachingAllocator {
             .iter()
             .position(|st| st.lock().contains(ptr))
             .map(|d| d as i32)
+    }
+
+    /// For a cache beside this one (sleep mode's, `crate::sleep`), which follows the same
+    /// stream-safety rule with this allocator's streams and barriers: whether a block freed
+    /// now must wait for an ordering point ([`Self::order_for_reuse`]) before it is handed
+    /// out again. False while `free_sync:auto` has seen no stream (nor several threads with
+    /// per-thread default streams): all work is then in the legacy stream's order; and
+    /// always under `free_sync:none`. Notes the calling thread, as this allocator's own
+    /// calls do.
+    #[inline]
+    pub fn frees_wait(&self) -> bool {
+        self.note_thread();
+        self.solo.load(Ordering::Relaxed) == SHARED && self.conf.free_sync != FreeSync::None
+    }
+
+    /// For a cache beside this one: note the calling thread at an allocation, as this
+    /// allocator's own calls do (a second thread with per-thread default streams orders
+    /// everything queued so far, and makes later frees wait).
+    #[inline]
+    pub fn note_thread(&self) {
+        let _ = self.ctx_noting_thread();
+    }
+
+    /// For a cache beside this one: order, on device `dev`, everything queued so far before
+    /// everything queued later, as this allocator does before it reuses its own pending
+    /// frees (`pending.rs`, `barrier.rs`); blocks that cache freed before the call are then
+    /// reusable. False while a stream captures (nothing was done; they keep waiting).
+    #[cold]
+    pub fn order_for_reuse(&self, dev: i32) -> bool {
+        let Some(st) = self.state(dev) else {
+            return false;
+        };
+        let all_streams_known = !self.per_thread.load(Ordering::SeqCst);
+        let mut g = st.lock();
+        g.pending.order_now(&*self.device, dev, all_streams_known)
+    }
+
+    /// A cache beside this one made memory on device `dev`: when streams first appear, the
+    /// device's past work is ordered as if this allocator had allocated there. Takes no lock.
+    #[cold]
+    pub fn note_shared_use(&self, dev: i32) {
+        if let Some(u) = usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.shared_use.get(d))
+        {
+            u.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The program created `stream` on device `dev` (after the real creation succeeded).

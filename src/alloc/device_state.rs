@@ -21,7 +21,7 @@ use super::pool::Pool;
 use super::stats::DeviceStats;
 use crate::config::alloc::AllocConf;
 use crate::device::{DevPtr, Device, Stream};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+use crate::trace::event::{Action, EventSink, StackId, TraceEvent};
 
 /// An ordinary (`cuMemAlloc`) segment.
 pub(crate) struct Segment {
@@ -97,17 +97,8 @@ impl DeviceState {
 
     #[inline(never)]
     fn record_now(&mut self, action: Action, addr: u64, size: u64, stream: Stream, stack: StackId) {
-        self.sink.record(TraceEvent {
-            action,
-            device: self.dev,
-            addr,
-            size,
-            stream,
-            time_us: now_us(),
-            stack,
-            device_free: 0,
-            range: 0,
-        });
+        self.sink
+            .record(TraceEvent::now(action, self.dev, addr, size, stream, stack));
     }
 
     pub(crate) fn pool_mut(&mut self, large: bool) -> &mut Pool {

@@ -12,6 +12,9 @@
 //! bytes a device's records *explain* count live physical handles, never mappings (one
 //! handle may be mapped twice), and a handle lives until it is released and unmapped
 //! everywhere, as CUDA documents. Address reservations hold no memory: listed, not drawn.
+//! A sleep-mode segment (`sleep`, `paused`) is recorded and forgotten silently: the sleep
+//! cache records its segment and block events itself (`crate::sleep::arena`), and the
+//! snapshot takes its blocks from there; only its pause and resume are recorded here.
 //!
 //! Invariant: one lock per call (the device's table, or the host's), taken after the real
 //! call's stack was captured; the address map is the one lookup an observed call pays.
@@ -20,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::addr_hash::AddrMap;
 use super::info::{BlockInfo, BlockState, SegmentInfo};
-use crate::trace::event::{now_us, Action, EventSink, StackId, TraceEvent};
+use crate::trace::event::{Action, EventSink, StackId, TraceEvent};
 
 /// What kind of allocation a record is (kept in the snapshot's segment as `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,21 +130,19 @@ impl Table {
 
     fn emit(&mut self, action: Action, addr: u64, r: &Record, stack: StackId) {
         if self.on {
-            self.sink.record(TraceEvent {
+            self.sink.record(TraceEvent::now(
                 action,
-                device: self.device,
+                self.device,
                 addr,
-                size: r.size,
-                stream: r.stream,
-                time_us: now_us(),
+                r.size,
+                r.stream,
                 stack,
-                device_free: 0,
-                range: 0,
-            });
+            ));
         }
     }
 
     fn insert(&mut self, addr: u64, r: Record) {
+        let silent = sleep_kind(r.kind);
         let first = if r.kind == Kind::VmmMap {
             Action::SegmentMap
         } else {
@@ -150,8 +151,10 @@ impl Table {
             }
             Action::SegmentAlloc
         };
-        self.emit(first, addr, &r, r.stack);
-        self.emit(Action::Alloc, addr, &r, r.stack);
+        if !silent {
+            self.emit(first, addr, &r, r.stack);
+            self.emit(Action::Alloc, addr, &r, r.stack);
+        }
         if let Some(old) = self.live.insert(addr, r) {
             // The driver handed out an address we still held: a free we never saw (made
             // before the shim, or through a path it does not intercept).
@@ -171,9 +174,11 @@ impl Table {
             }
             Action::SegmentFree
         };
-        self.emit(Action::FreeRequested, addr, &r, stack);
-        self.emit(Action::FreeCompleted, addr, &r, stack);
-        self.emit(last, addr, &r, stack);
+        if !sleep_kind(r.kind) {
+            self.emit(Action::FreeRequested, addr, &r, stack);
+            self.emit(Action::FreeCompleted, addr, &r, stack);
+            self.emit(last, addr, &r, stack);
+        }
         Some(r)
     }
 
@@ -186,6 +191,11 @@ impl Table {
             }
         }
     }
+}
+
+/// Whether a record is a sleep-mode segment (whose cache records its own events).
+fn sleep_kind(kind: Kind) -> bool {
+    kind == Kind::Sleep || kind == Kind::Paused
 }
 
 /// Whether a record's bytes are device (or host) memory held now: not a mapping (its

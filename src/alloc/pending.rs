@@ -302,6 +302,26 @@ impl Pending {
         out: &mut Vec<BlockId>,
         all_streams_known: bool,
     ) {
+        let Some(r) = self.barrier_now(device, dev, all_streams_known) else {
+            return;
+        };
+        let blocks = std::mem::replace(&mut self.unbatched, self.spare.pop().unwrap_or_default());
+        if r.is_ok() || device.synchronize_device(dev).is_ok() {
+            self.recycle(blocks, out);
+        } else {
+            self.unbatched = blocks;
+        }
+    }
+
+    /// Under barriers, one ordering point: the quiet check, a barrier, or (over many streams
+    /// under `auto`) a device synchronization, over the tracked streams and those frees
+    /// named. `None` while a live stream captures (nothing done), else the driver's answer.
+    fn barrier_now(
+        &mut self,
+        device: &dyn Device,
+        dev: i32,
+        all_streams_known: bool,
+    ) -> Option<crate::device::DevResult<()>> {
         // The tracked non-blocking streams, then the ones frees named; the barrier skips the
         // default streams the legacy record covers.
         let tracked = self.streams.len();
@@ -335,14 +355,23 @@ impl Pending {
         });
         self.streams.truncate(tracked);
         if capturing {
-            return;
+            return None;
         }
         self.extra.clear();
-        let blocks = std::mem::replace(&mut self.unbatched, self.spare.pop().unwrap_or_default());
-        if r.is_ok() || device.synchronize_device(dev).is_ok() {
-            self.recycle(blocks, out);
-        } else {
-            self.unbatched = blocks;
+        Some(r)
+    }
+
+    /// Order everything queued so far on this device before everything queued later, for
+    /// blocks another cache freed (sleep mode's): under barriers the same ordering point as
+    /// [`Self::cover`] (quiet check, barrier or synchronization), otherwise a device
+    /// synchronization. Whether it was done: never while a live stream captures.
+    pub fn order_now(&mut self, device: &dyn Device, dev: i32, all_streams_known: bool) -> bool {
+        if !self.barriers() {
+            return !self.any_capturing(device, dev) && device.synchronize_device(dev).is_ok();
+        }
+        match self.barrier_now(device, dev, all_streams_known) {
+            None => false,
+            Some(r) => r.is_ok() || device.synchronize_device(dev).is_ok(),
         }
     }
 

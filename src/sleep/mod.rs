@@ -1,13 +1,16 @@
 //! Sleep mode: give an idle program's device memory back without losing its pointers, and
 //! restore it later (`sleep_mode:True` in `CUSHIM_ALLOC_CONF`).
 //!
-//! `tag.rs` says which tag an allocation belongs to, `arena.rs` serves the allocations on
-//! virtual-memory mappings and pauses and resumes them, `checksum.rs` guards host backups.
-//! The user's side is documented in `docs/SLEEP-MODE.md`.
+//! `tag.rs` says which tag an allocation belongs to, `arena.rs` is the cache of per-tag
+//! segments on virtual-memory mappings, `pause.rs` pauses and resumes them, `backup.rs` and
+//! `checksum.rs` keep the bytes of a backup. The user's side is documented in
+//! `docs/SLEEP-MODE.md`.
 
 pub mod arena;
+pub(crate) mod backup;
 pub mod checksum;
+mod pause;
 pub mod request;
 pub mod tag;
 
-pub use arena::{Mode, SleepArena, SleepError, SleepOutcome};
+pub use arena::{Grant, GrowError, Mode, SleepArena, SleepError, SleepOutcome};

@@ -44,6 +44,14 @@ pub fn pop() -> bool {
         .unwrap_or(false)
 }
 
+/// Call `f` with the calling thread's innermost explicit tag, borrowed (nothing is copied:
+/// the sleep-mode cache's hot path compares it with the tags it knows).
+pub fn with_explicit<R>(mut f: impl FnMut(Option<&str>) -> R) -> R {
+    STACK
+        .try_with(|s| f(s.borrow().last().map(String::as_str)))
+        .unwrap_or_else(|_| f(None))
+}
+
 /// The tag for an allocation made now: the explicit one, else `range_path()` (the thread's
 /// NVTX range path, when it has one), else [`DEFAULT`].
 pub fn current(range_path: impl FnOnce() -> Option<String>) -> String {

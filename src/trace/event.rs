@@ -32,6 +32,32 @@ pub struct TraceEvent {
     pub range: crate::trace::range::RangeId,
 }
 
+impl TraceEvent {
+    /// An allocator's event happening now (no free-bytes figure, no range: the sink adds
+    /// the range where it keeps them). The one constructor of the caches' events.
+    #[inline]
+    pub fn now(
+        action: Action,
+        device: i32,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        stack: StackId,
+    ) -> TraceEvent {
+        TraceEvent {
+            action,
+            device,
+            addr,
+            size,
+            stream,
+            time_us: now_us(),
+            stack,
+            device_free: 0,
+            range: 0,
+        }
+    }
+}
+
 /// Microseconds since the Unix epoch, for `TraceEvent::time_us`; monotonic within the
 /// process. Cheap: the TSC where the kernel trusts it, else vDSO `clock_gettime` (see
 /// [`crate::trace::clock`]).

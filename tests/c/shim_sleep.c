@@ -5,7 +5,16 @@
  *                       resume | work | pause | quit; answers one line each.
  *   faults              pause/resume rounds; each either all happens or nothing does.
  *   bad_input           unknown tags, double pause, resume of what is not paused.
- *   off                 sleep mode off: pause and resume refuse with 801. */
+ *   off                 sleep mode off: pause and resume refuse with 801.
+ *   capture             a pause during a CUDA graph capture refuses with 900, pauses nothing;
+ *                       after the capture it pauses.
+ *   forked              forks; the child allocates "weights", prints "child PID", and waits
+ *                       (up to 120 s) until something outside paused them.
+ *   trace               allocates in make_block (4 KiB, 8 KiB, then 4 KiB again, which the
+ *                       cache serves from the block freed before), frees in drop_block;
+ *                       the 4 KiB block stays live. Prints "ok". */
+#include <sys/wait.h>
+#include <unistd.h>
 #include "shim_util.h"
 #include <stdint.h>
 
@@ -193,6 +202,66 @@ static int off(void) {
     return 0;
 }
 
+static int capture(void) {
+    void *w = tagged_malloc("weights", 4 * MiB);
+    cudaStream_t st;
+    CHECK(cudaStreamCreate(&st));
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    EXPECT_RC(900, do_pause("weights", 1));
+    REQUIRE(paused_bytes("weights") == 0);          /* nothing was paused */
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(st, &g));
+    (void)g;
+    EXPECT_RC(0, do_pause("weights", 1));           /* after the capture: paused */
+    REQUIRE(paused_bytes("weights") >= (long long)(4 * MiB));
+    EXPECT_RC(0, do_resume(NULL));
+    CHECK(cudaStreamDestroy(st));
+    CHECK(cudaFree(w));
+    printf("capture ok\n");
+    return 0;
+}
+
+static int forked(void) {
+    pid_t pid = fork();
+    if (pid < 0) return 7;
+    if (pid > 0) {
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid) return 8;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
+    }
+    void *w = tagged_malloc("weights", 4 * MiB);
+    printf("child %d\n", (int)getpid());
+    fflush(stdout);
+    /* poll, not a timing bound: the test answers as soon as the child printed its pid */
+    for (int i = 0; i < 12000 && paused_bytes("weights") == 0; i++) usleep(10000);
+    long long p = paused_bytes("weights");
+    printf("child paused %lld\n", p);
+    EXPECT_RC(0, do_resume(NULL));
+    CHECK(cudaFree(w));
+    return p > 0 ? 0 : 10;
+}
+
+__attribute__((noinline)) static void *make_block(size_t n) {
+    void *p = NULL;
+    EXPECT_RC(0, cudaMalloc(&p, n));
+    return p;
+}
+
+__attribute__((noinline)) static void drop_block(void *p) {
+    EXPECT_RC(0, cudaFree(p));
+}
+
+static int trace(void) {
+    void *a = make_block(4096);
+    void *b = make_block(8192);
+    drop_block(a);
+    void *c = make_block(4096);
+    REQUIRE(c == a);
+    drop_block(b);
+    printf("ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -202,6 +271,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "faults")) return faults();
     if (!strcmp(argv[1], "bad_input")) return bad_input();
     if (!strcmp(argv[1], "off")) return off();
+    if (!strcmp(argv[1], "capture")) return capture();
+    if (!strcmp(argv[1], "forked")) return forked();
+    if (!strcmp(argv[1], "trace")) return trace();
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

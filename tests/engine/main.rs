@@ -17,6 +17,7 @@ mod engine_pending;
 mod engine_pytorch_sequences;
 mod engine_random;
 mod engine_release_retry;
+mod engine_sleep;
 mod engine_thread_exit;
 mod pytorch_model;
 mod snapshot_formats;

@@ -42,6 +42,7 @@ pub extern "C" fn cushim_empty_cache() -> c_int {
     guard("cushim_empty_cache", next, || match state::get() {
         Some(s) => {
             s.alloc.empty_cache();
+            crate::life::sleep::empty_cache(s);
             0
         }
         None => -1,
@@ -195,12 +196,7 @@ pub extern "C" fn cushim_resume(tag: *const c_char) -> c_int {
 pub extern "C" fn cushim_paused_bytes(tag: *const c_char) -> i64 {
     let tag = opt_str(tag);
     std::panic::catch_unwind(|| match crate::life::sleep::arena() {
-        Some(a) => a
-            .list()
-            .iter()
-            .filter(|r| r.paused.is_some() && cushim::sleep::tag::matches(&r.tag, tag.as_deref()))
-            .map(|r| r.mapped as i64)
-            .sum(),
+        Some(a) => a.paused_bytes(tag.as_deref()) as i64,
         None => -1,
     })
     .unwrap_or(-1)

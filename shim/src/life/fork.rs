@@ -2,7 +2,8 @@
 //!
 //! Policy: before `fork` the forking thread takes, in this fixed order, every lock the
 //! shim's state has: the allocator's (each device's in ordinal order, then the pinned
-//! host's), the interned-stack table's, the DWARF unwinder's module list, the module
+//! host's), the sleep-mode cache's (it takes the range-path table's under it), the
+//! interned-stack table's, the DWARF unwinder's module list, the module
 //! epochs' registry (`trace/module_epochs.rs`), then the observed-allocation tables' (leaf
 //! locks: `alloc/observed.rs`), then the NVTX handle table, range-path table and range
 //! annotations (leaf locks: `life/nvtx_handles.rs`, `trace/range.rs`, `trace/annotations.rs`). That is the
@@ -32,6 +33,7 @@ use crate::life::shim;
 /// What the forking thread holds between the prepare handler and the parent's or child's.
 struct Held {
     alloc: ForkHold<'static>,
+    sleep: Option<cushim::sleep::arena::ForkHold<'static>>,
     stacks: TableHold<'static>,
     unwinder: unwind_dwarf::ForkHold,
     modules: module_epochs::ForkHold,
@@ -60,10 +62,11 @@ extern "C" fn prepare() {
         let Some(s) = shim::get_if_ready() else {
             return;
         };
-        // Order: allocator, stack table, module list, module epochs, observed tables, NVTX
+        // Order: allocator, sleep-mode cache, stack table, module list, module epochs, observed tables, NVTX
         // handles, range paths, range annotations (module docs).
         let held = Held {
             alloc: s.alloc.hold_for_fork(),
+            sleep: crate::life::sleep::arena().map(|a| a.hold_for_fork()),
             stacks: StackTable::global().hold_for_fork(),
             unwinder: unwind_dwarf::hold_for_fork(),
             modules: module_epochs::hold_for_fork(),
@@ -97,6 +100,7 @@ extern "C" fn child() {
         crate::life::ending::after_fork_in_child();
         crate::life::log::after_fork_in_child();
         crate::life::dump::after_fork_in_child();
+        crate::life::sleep_requests::after_fork_in_child();
     });
 }
 
@@ -104,6 +108,7 @@ extern "C" fn child() {
 fn release(h: Held, in_child: bool) {
     let Held {
         alloc,
+        sleep,
         stacks,
         unwinder,
         modules,
@@ -119,6 +124,7 @@ fn release(h: Held, in_child: bool) {
     drop(modules);
     drop(unwinder);
     drop(stacks);
+    drop(sleep);
     if in_child {
         alloc.release_in_child();
     } else {

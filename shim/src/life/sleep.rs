@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cushim::action::Action;
-use cushim::alloc::observed::Kind;
+use cushim::alloc::observed::{Kind, Record};
+use cushim::config::alloc::AllocConf;
 use cushim::device::{DevPtr, DeviceError};
-use cushim::sleep::{Mode, SleepArena, SleepError, SleepOutcome};
-use cushim::trace::event::NO_STACK;
+use cushim::sleep::{Grant, GrowError, Mode, SleepArena, SleepError, SleepOutcome};
+use cushim::trace::event::{StackId, NO_STACK};
 use once_cell::sync::OnceCell;
 
 use crate::life::shim::Shim;
@@ -35,8 +36,13 @@ pub const CAPTURING: c_int = 900;
 pub const CORRUPT: c_int = 214;
 
 /// Start sleep mode at start-up when configured (`device` is the shim's device).
-pub fn start(wanted: bool, device: Arc<dyn cushim::device::Device>) {
-    if !wanted {
+/// `make_sink(d)` gives device `d`'s event sink, as for the main cache.
+pub fn start(
+    conf: &AllocConf,
+    device: Arc<dyn cushim::device::Device>,
+    make_sink: &dyn Fn(i32) -> Box<dyn cushim::trace::event::EventSink>,
+) {
+    if !conf.sleep_mode {
         return;
     }
     if !device.vmm_supported(0) {
@@ -46,8 +52,42 @@ pub fn start(wanted: bool, device: Arc<dyn cushim::device::Device>) {
         );
         return;
     }
-    if ARENA.set(SleepArena::new(device)).is_ok() {
+    if ARENA
+        .set(SleepArena::new(device, conf.clone(), make_sink))
+        .is_ok()
+    {
         ON.store(true, Ordering::Release);
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(release_at_exit) };
+    }
+}
+
+/// At exit, the sleep cache's fully free segments go back to the device, as the program's
+/// own frees would have given them (registered after the CUDA library's own handlers, so
+/// it runs before them).
+extern "C" fn release_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let (Some(a), Some(s)) = (arena(), crate::life::shim::get_if_ready()) {
+            let gone = a.empty_cache();
+            segments_released(s, &gone);
+        }
+    });
+}
+
+/// Give the sleep cache's fully free segments back (`cushim_empty_cache`).
+pub fn empty_cache(s: &Shim) {
+    if let Some(a) = arena() {
+        let gone = a.empty_cache();
+        segments_released(s, &gone);
+    }
+}
+
+/// Forget segments the sleep cache gave back to the device (it recorded their
+/// `segment_free`; the observed records go, silently).
+#[cold]
+pub fn segments_released(s: &Shim, segs: &[(i32, DevPtr)]) {
+    for &(dev, addr) in segs {
+        s.observed.free(addr, dev, NO_STACK);
     }
 }
 
@@ -83,20 +123,67 @@ fn sleep_code(e: &SleepError) -> c_int {
     }
 }
 
-/// Allocate `size` bytes on `dev` in the arena, tagged by the calling thread's tag or
-/// range path; on lack of memory the cache's free segments are released and it tries once
-/// more. The address, or a CUDA code.
-pub fn alloc(s: &Shim, arena: &SleepArena, dev: i32, size: u64) -> Result<DevPtr, c_int> {
-    let tag =
-        cushim::sleep::tag::current(|| cushim::trace::range::path(cushim::trace::range::current()));
-    match arena.alloc(dev, size, &tag) {
-        Ok(p) => Ok(p),
-        Err(DeviceError::OutOfMemory) => {
-            s.alloc.empty_cache();
-            arena.alloc(dev, size, &tag).map_err(code)
-        }
-        Err(e) => Err(code(e)),
+/// Allocate `size` bytes on `dev` in the sleep cache, tagged by the calling thread's tag or
+/// range path; on lack of memory the main cache's free segments are released and it tries
+/// once more. The address, or a CUDA code.
+#[inline]
+pub fn alloc(
+    s: &Shim,
+    arena: &SleepArena,
+    dev: i32,
+    size: u64,
+    stack: StackId,
+) -> Result<DevPtr, c_int> {
+    match arena.alloc(dev, size, stack, &s.alloc) {
+        Ok(g) if g.new_segment.is_none() && g.released.is_empty() => Ok(g.ptr),
+        Ok(g) => Ok(granted(s, dev, g, stack)),
+        Err(e) => alloc_again(s, arena, dev, size, stack, e),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_again(
+    s: &Shim,
+    arena: &SleepArena,
+    dev: i32,
+    size: u64,
+    stack: StackId,
+    e: GrowError,
+) -> Result<DevPtr, c_int> {
+    segments_released(s, &e.released);
+    if e.error != DeviceError::OutOfMemory {
+        return Err(code(e.error));
+    }
+    s.alloc.empty_cache();
+    match arena.alloc(dev, size, stack, &s.alloc) {
+        Ok(g) => Ok(granted(s, dev, g, stack)),
+        Err(e) => {
+            segments_released(s, &e.released);
+            Err(code(e.error))
+        }
+    }
+}
+
+/// Record what an allocation changed in the sleep cache's segments: the address.
+#[cold]
+#[inline(never)]
+fn granted(s: &Shim, dev: i32, g: Grant, stack: StackId) -> DevPtr {
+    segments_released(s, &g.released);
+    if let Some((base, bytes)) = g.new_segment {
+        s.observed.alloc(
+            dev,
+            base,
+            Record {
+                size: bytes,
+                kind: Kind::Sleep,
+                flags: 0,
+                stream: 0,
+                stack,
+            },
+        );
+    }
+    g.ptr
 }
 
 fn tag_name(tag: Option<&str>) -> String {
@@ -123,6 +210,7 @@ pub fn pause(s: &Shim, tag: Option<&str>, mode: Mode) -> Result<SleepOutcome, c_
     s.alloc.empty_cache();
     match arena.pause(tag, mode) {
         Ok(o) => {
+            segments_released(s, &o.released);
             for &(dev, addr) in &o.changed {
                 s.observed
                     .set_kind(dev, addr, Kind::Paused, Action::Pause, NO_STACK);

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use cushim::alloc::observed::Kind;
 use cushim::snapshot::build::build;
 use cushim::snapshot::model::{DeviceState, SnapshotInput};
 use cushim::snapshot::output::{expand, write_snapshot, TemplateVars};
@@ -24,6 +25,25 @@ fn merge(
     }
     into.extend(more);
     into.sort_by_key(|e| e.time_us);
+}
+
+/// Sleep-mode segments (observed as one block each) get the sleep cache's blocks, with
+/// their states and stacks, as the main cache's segments have theirs.
+fn sleep_blocks(
+    arena: &cushim::sleep::SleepArena,
+    dev: i32,
+    segs: &mut [cushim::alloc::observed::ObservedSegment],
+) {
+    let blocks = arena.segment_blocks(dev);
+    for seg in segs
+        .iter_mut()
+        .filter(|o| o.kind == Kind::Sleep.name() || o.kind == Kind::Paused.name())
+    {
+        if let Ok(i) = blocks.binary_search_by_key(&seg.info.address, |b| b.0) {
+            seg.info.stack = blocks[i].1;
+            seg.info.blocks.clone_from(&blocks[i].2);
+        }
+    }
 }
 
 /// Write a snapshot to the path `template` expands to (with dump sequence number `seq`).
@@ -57,7 +77,11 @@ pub fn write(s: &Shim, template: &str, seq: u64) -> Result<PathBuf, String> {
         }
     }
     for dev in (0..s.alloc.device_count() as i32).chain([-1]) {
-        let (segs, evs) = s.observed.snapshot(dev);
+        let (mut segs, mut evs) = s.observed.snapshot(dev);
+        if let Some(arena) = crate::life::sleep::arena().filter(|_| dev >= 0) {
+            sleep_blocks(arena, dev, &mut segs);
+            merge(&mut evs, arena.events(dev));
+        }
         input.observed.extend(segs);
         if dev < 0 {
             if let Some(h) = input.host.as_mut() {

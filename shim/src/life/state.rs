@@ -123,7 +123,7 @@ fn init() -> Option<Shim> {
             crate::life::shim::annotation_device,
         );
     }
-    crate::life::sleep::start(conf.sleep_mode, device.clone());
+    crate::life::sleep::start(&conf, device.clone(), &|dev| make_sink(&history, dev));
     if crate::life::sleep::on() {
         crate::life::sleep_requests::install();
     }

@@ -17,7 +17,10 @@ fn meaning(code: i32) -> &'static str {
         2 => "out of memory: the tag stays paused and can be resumed later",
         214 => "a host backup no longer matches its checksum",
         801 => "sleep mode is off in that process",
-        900 => "a CUDA graph capture is running",
+        900 => {
+            "a CUDA graph capture is running, and a captured graph may use its memory whenever \
+             it is launched: nothing was paused; pause after the capture ends"
+        }
         _ => "driver error",
     }
 }
