@@ -7,7 +7,7 @@
 //!
 //! Policy: the page stays small whatever the input: the timeline is aggregated into at most
 //! [`BUCKETS`] columns (each the maximum of its events), the flame graph drops frames under
-//! 0.5% of the peak, and segment and site lists are capped; nothing is drawn per block or
+//! 0.5% of the peak, and segment, site and step lists are capped; nothing is drawn per block or
 //! per event. Drawing is SVG, so the page needs no script to render. Text from the input
 //! (frame names, file names) is escaped.
 
@@ -24,6 +24,8 @@ use std::fmt::Write;
 pub const BUCKETS: usize = crate::analyze::walk::BUCKETS;
 /// Rows of the by-range table (most bytes at the peak first).
 const RANGE_ROWS: usize = 30;
+/// Rows of the steps table (the first steps; the one that peaked is listed too).
+const STEP_ROWS: usize = 50;
 /// Levels of the flame graph.
 const FLAME_DEPTH: usize = 12;
 const WIDTH: f64 = 1000.0;
@@ -501,7 +503,16 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
             mib(top as u64)
         );
     }
-    let st = crate::analyze::steps::steps(snap, dev, &[], 1);
+    let st = crate::analyze::steps::steps_kept(
+        snap,
+        dev,
+        &[],
+        1,
+        crate::analyze::steps::Detail {
+            rows: STEP_ROWS,
+            sites: false,
+        },
+    );
     if !st.steps.is_empty() {
         out.push_str("<h3>steps</h3>\n<pre>");
         out.push_str(&esc(&crate::analyze::steps::render(&st)));

@@ -35,6 +35,8 @@ pub const SUMMARY_MAX_EVENTS: usize = 20_000_000;
 /// One step.
 #[derive(Debug, Clone, Default)]
 pub struct Step {
+    /// Its number (from 1) among all the steps found.
+    pub number: usize,
     pub from: usize,
     pub to: usize,
     pub peak: u64,
@@ -53,11 +55,15 @@ pub struct Steps {
     pub device: i64,
     /// How they were found.
     pub source: String,
+    /// How many steps were found (`steps` may keep fewer: [`Detail`]).
+    pub found: usize,
+    /// The steps kept, in order.
     pub steps: Vec<Step>,
 }
 
 impl Steps {
-    /// The index of the step with the highest peak (the first of equals).
+    /// The index in `steps` of the step with the highest peak (the first of equals; it is
+    /// always kept).
     pub fn peak_step(&self) -> Option<usize> {
         let max = self.steps.iter().map(|s| s.peak).max()?;
         self.steps.iter().position(|s| s.peak == max)
@@ -227,8 +233,39 @@ fn from_repetition(dev: &Device) -> Option<(String, Vec<(usize, usize)>)> {
     ))
 }
 
-/// The steps of `dev` (none found: an empty list).
+/// How much of each step [`steps_kept`] keeps: the rows are the first `rows` steps and the
+/// step that peaked (the others are counted, their peaks compared, nothing more kept).
+#[derive(Debug, Clone, Copy)]
+pub struct Detail {
+    /// Steps kept in full, from the first.
+    pub rows: usize,
+    /// Whether each kept step's sites at its peak are found (only the JSON lists them).
+    pub sites: bool,
+}
+
+impl Detail {
+    /// Every step, with its sites (the JSON outputs, `summary --by category`).
+    pub const ALL: Detail = Detail {
+        rows: usize::MAX,
+        sites: true,
+    };
+}
+
+/// The steps of `dev` (none found: an empty list), every one kept.
 pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> Steps {
+    steps_kept(snap, dev, user, depth, Detail::ALL)
+}
+
+/// The steps of `dev`, keeping what `detail` says: a trace may have millions of steps (an
+/// allocation pattern that repeats every allocation), and a step kept costs a few hundred
+/// bytes and a look at its live blocks, where a step only counted costs 16 bytes.
+pub fn steps_kept(
+    snap: &Snapshot,
+    dev: &Device,
+    user: &[UserRule],
+    depth: usize,
+    detail: Detail,
+) -> Steps {
     let mut c = classifier(snap, dev, user);
     let n = dev.events.len();
     let found = from_numbered(snap, dev)
@@ -242,45 +279,13 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
     };
     let names = names(user);
     let start = c.start.clone();
-    // Walk 1: each step's peak and its categories.
+    // Walk 1: each step's peak; the categories at the peak of the kept ones (the first
+    // `rows`, and the highest, first of equals, known only at the end: its totals are
+    // carried along while it leads).
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let mut out: Vec<Step> = bounds
-        .iter()
-        .map(|&(from, to)| Step {
-            from,
-            to,
-            peak_after: from,
-            ..Default::default()
-        })
-        .collect();
-    let mut k = 0usize;
-    let mut i = 0usize;
-    let mut totals_at: Vec<Vec<u64>> = vec![Vec::new(); out.len()];
-    let note = |out: &mut [Step], totals_at: &mut [Vec<u64>], k: usize, i: usize, w: &Walker| {
-        if let Some(st) = out.get_mut(k) {
-            if i >= st.from && i <= st.to && (w.bytes() > st.peak || totals_at[k].is_empty()) {
-                st.peak = w.bytes();
-                st.peak_after = i;
-                totals_at[k] = w.totals.clone();
-            }
-        }
-    };
-    note(&mut out, &mut totals_at, 0, 0, &w);
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            while out.get(k).is_some_and(|st| i > st.to) {
-                k += 1;
-            }
-            if out.get(k).is_some_and(|st| i == st.from) {
-                totals_at[k].clear();
-                out[k].peak = 0;
-            }
-            note(&mut out, &mut totals_at, k, i, &w);
-        }
-    });
-    for (st, t) in out.iter_mut().zip(&totals_at) {
+    let mut peaks: Vec<(u64, usize)> = bounds.iter().map(|&(from, _)| (0, from)).collect();
+    let mut cats_of: Vec<Vec<(String, u64)>> = Vec::new();
+    let categories = |t: &[u64]| -> Vec<(String, u64)> {
         let mut cats: Vec<(String, u64)> = names
             .iter()
             .cloned()
@@ -288,24 +293,104 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
             .filter(|r| r.1 > 0)
             .collect();
         cats.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        st.categories = cats;
+        cats
+    };
+    // The current step's totals at its peak (empty: none noted yet), and the leader's.
+    let mut cur: Vec<u64> = Vec::new();
+    let mut lead: Option<(usize, Vec<u64>)> = None;
+    let mut k = 0usize;
+    let mut i = 0usize;
+    // Step `k` is over: keep its categories if it is a row, or it leads.
+    let mut close = |k: usize, cur: &mut Vec<u64>, peaks: &[(u64, usize)]| {
+        if k < detail.rows {
+            cats_of.push(categories(cur));
+        }
+        if lead
+            .as_ref()
+            .map_or(true, |(l, _)| peaks[k].0 > peaks[*l].0)
+        {
+            match &mut lead {
+                Some((l, t)) => {
+                    *l = k;
+                    t.clear();
+                    t.extend_from_slice(cur);
+                }
+                None => lead = Some((k, cur.clone())),
+            }
+        }
+        cur.clear();
+    };
+    let note = |peaks: &mut [(u64, usize)], cur: &mut Vec<u64>, k: usize, i: usize, w: &Walker| {
+        let Some(&(from, to)) = bounds.get(k) else {
+            return;
+        };
+        if i >= from && i <= to && (w.bytes() > peaks[k].0 || cur.is_empty()) {
+            peaks[k] = (w.bytes(), i);
+            cur.clear();
+            cur.extend_from_slice(&w.totals);
+        }
+    };
+    note(&mut peaks, &mut cur, 0, 0, &w);
+    dev.events.for_each_slice(|evs| {
+        for ev in evs {
+            w.step(ev, i, |b, s| c.category(b, s));
+            i += 1;
+            while bounds.get(k).is_some_and(|b| i > b.1) {
+                close(k, &mut cur, &peaks);
+                k += 1;
+            }
+            if bounds.get(k).is_some_and(|b| i == b.0) {
+                cur.clear();
+                peaks[k].0 = 0;
+            }
+            note(&mut peaks, &mut cur, k, i, &w);
+        }
+    });
+    while k < bounds.len() {
+        close(k, &mut cur, &peaks);
+        k += 1;
     }
-    // Walk 2: the sites at each peak, the growth at each end.
-    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let mut peaks: Vec<(usize, usize)> = out
-        .iter()
-        .enumerate()
-        .map(|(k, s)| (s.peak_after, k))
+    drop(close);
+    let lead = lead.map(|(l, t)| (l, categories(&t)));
+    let kept: Vec<usize> = (0..bounds.len().min(detail.rows))
+        .chain(lead.as_ref().map(|l| l.0).filter(|&l| l >= detail.rows))
         .collect();
-    peaks.sort();
-    let mut ends: Vec<(usize, usize)> = out.iter().enumerate().map(|(k, s)| (s.to, k)).collect();
+    let mut out: Vec<Step> = kept
+        .iter()
+        .map(|&k| Step {
+            number: k + 1,
+            from: bounds[k].0,
+            to: bounds[k].1,
+            peak: peaks[k].0,
+            peak_after: peaks[k].1,
+            categories: match &lead {
+                Some((l, t)) if *l == k => t.clone(),
+                _ => cats_of.get(k).cloned().unwrap_or_default(),
+            },
+            ..Default::default()
+        })
+        .collect();
+    drop(cats_of);
+    drop(peaks);
+    // Walk 2: the sites at each kept step's peak, the growth at each kept step's end.
+    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
+    let mut at_peak: Vec<(usize, usize)> = if detail.sites {
+        out.iter()
+            .enumerate()
+            .map(|(j, s)| (s.peak_after, j))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    at_peak.sort();
+    let mut ends: Vec<(usize, usize)> = out.iter().enumerate().map(|(j, s)| (s.to, j)).collect();
     ends.sort();
     let (mut pi, mut ei) = (0usize, 0usize);
     let mut i = 0usize;
     let stacks = &snap.stacks;
     let mut visit = |i: usize, w: &Walker, out: &mut [Step]| {
-        while peaks.get(pi).is_some_and(|p| p.0 == i) {
-            let k = peaks[pi].1;
+        while at_peak.get(pi).is_some_and(|p| p.0 == i) {
+            let j = at_peak[pi].1;
             let live: Vec<Live> = w
                 .mem
                 .allocated
@@ -316,7 +401,7 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
                     before_trace: b.id == BEFORE,
                 })
                 .collect();
-            out[k].sites = by_site(stacks, live.iter(), depth)
+            out[j].sites = by_site(stacks, live.iter(), depth)
                 .into_iter()
                 .take(5)
                 .map(|r| (r.site, r.bytes))
@@ -324,9 +409,10 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
             pi += 1;
         }
         while ends.get(ei).is_some_and(|e| e.0 == i) {
-            let k = ends[ei].1;
-            let prev_end = if k == 0 { out[k].from } else { out[k - 1].to };
-            out[k].growth = w
+            let j = ends[ei].1;
+            let k = out[j].number - 1;
+            let prev_end = if k == 0 { bounds[k].0 } else { bounds[k - 1].1 };
+            out[j].growth = w
                 .mem
                 .allocated
                 .values()
@@ -337,16 +423,28 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
         }
     };
     visit(0, &w, &mut out);
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            visit(i, &w, &mut out);
-        }
-    });
+    // The walk stops after the last moment it is needed for.
+    let last = at_peak
+        .last()
+        .map(|p| p.0)
+        .max(ends.last().map(|e| e.0))
+        .unwrap_or(0);
+    if last > 0 {
+        dev.events.for_each_slice(|evs| {
+            for ev in evs {
+                if i >= last {
+                    return;
+                }
+                w.step(ev, i, |b, s| c.category(b, s));
+                i += 1;
+                visit(i, &w, &mut out);
+            }
+        });
+    }
     Steps {
         device: dev.ordinal,
         source,
+        found: bounds.len(),
         steps: out,
     }
 }
@@ -359,10 +457,10 @@ pub fn peak_line(s: &Steps) -> Option<String> {
     let st = &s.steps[k];
     Some(format!(
         "steps: {} found ({}); the peak was in step {} of {}: {} after event {}",
-        s.steps.len(),
+        s.found,
         s.source,
-        k + 1,
-        s.steps.len(),
+        st.number,
+        s.found,
         mib(st.peak),
         st.peak_after
     ))
@@ -386,7 +484,12 @@ pub fn render(s: &Steps) -> String {
         "  {:>5}  {:>21}  {:>14}  {:>14}  largest category at the peak",
         "step", "events", "peak", "growth"
     );
-    for (k, st) in s.steps.iter().enumerate() {
+    let mut next = 1;
+    for st in &s.steps {
+        if st.number != next {
+            let _ = writeln!(out, "  {:>5}", "...");
+        }
+        next = st.number + 1;
         let top = st
             .categories
             .first()
@@ -395,10 +498,17 @@ pub fn render(s: &Steps) -> String {
         let _ = writeln!(
             out,
             "  {:>5}  {:>21}  {:>14}  {:>14}  {top}",
-            k + 1,
+            st.number,
             format!("{}..{}", st.from, st.to),
             mib(st.peak),
             mib(st.growth)
+        );
+    }
+    if s.found > s.steps.len() {
+        let _ = writeln!(
+            out,
+            "  ({} steps not listed: `cushim summary --by category` lists every step)",
+            s.found - s.steps.len()
         );
     }
     out

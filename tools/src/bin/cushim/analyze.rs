@@ -15,12 +15,21 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
     for f in files {
         let snap = input::read(f)?;
         let devs = summaries(&snap, &opts);
-        // The loop's steps, so the summary names the step that peaked.
+        // The loop's steps, so the summary names the step that peaked (the JSON lists
+        // them all; the text names one, so only that one is kept).
+        let detail = if as_json {
+            steps::Detail::ALL
+        } else {
+            steps::Detail {
+                rows: 0,
+                sites: false,
+            }
+        };
         let st: Vec<steps::Steps> = snap
             .devices
             .iter()
             .filter(|d| !d.events.is_empty() && d.events.len() <= steps::SUMMARY_MAX_EVENTS)
-            .map(|d| steps::steps(&snap, d, &[], opts.depth))
+            .map(|d| steps::steps_kept(&snap, d, &[], opts.depth, detail))
             .collect();
         let ooms = oom::all(&snap).map_err(|e| format!("{}: {e}", f.display()))?;
         all.push((f.display().to_string(), snap, devs, st, ooms));
