@@ -19,8 +19,6 @@
 //! bytes per event (lifetimes: 4 bytes an event; the phase clues, 2 bytes an event, only
 //! while the phases are found).
 
-use std::collections::HashMap;
-
 use crate::analyze::category_rules::{
     by_phase, frame_category, phase_clue, user_text, Category, Phase, UserRule, RANGE_MARK,
 };
@@ -104,7 +102,8 @@ struct StackFacts {
 pub struct Classifier<'a> {
     stacks: &'a Stacks,
     user: &'a [UserRule],
-    facts: HashMap<u32, StackFacts>,
+    /// By stack id (a model list index; `None`: not yet computed).
+    facts: Vec<Option<StackFacts>>,
     /// Per phase run: its phase and first event.
     pub run_phase: Vec<(Phase, usize)>,
     /// Per event: for an allocation, the phase run of the event that took it out of the
@@ -119,7 +118,7 @@ pub struct Classifier<'a> {
 
 impl<'a> Classifier<'a> {
     fn facts(&mut self, stack: u32) -> StackFacts {
-        if let Some(f) = self.facts.get(&stack) {
+        if let Some(Some(f)) = self.facts.get(stack as usize) {
             return *f;
         }
         let own = own_frames(self.stacks, stack);
@@ -144,7 +143,11 @@ impl<'a> Classifier<'a> {
             fixed,
             phase: phase_clue(own.iter().copied()),
         };
-        self.facts.insert(stack, f);
+        let i = stack as usize;
+        if i >= self.facts.len() {
+            self.facts.resize(i + 1, None);
+        }
+        self.facts[i] = Some(f);
         f
     }
 
@@ -302,7 +305,7 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
     let mut c = Classifier {
         stacks: &snap.stacks,
         user,
-        facts: HashMap::new(),
+        facts: vec![None; snap.stacks.lists.len()],
         run_phase: Vec::new(),
         free_run: Vec::new(),
         start,
@@ -415,6 +418,18 @@ pub fn categorize(
         }
     }
     let mut c = classifier(snap, dev, user);
+    categorize_by(&mut c, dev, user, moment)
+}
+
+/// [`categorize`] with `dev`'s classifier built already (`moment` checked against the
+/// trace's length by the caller).
+pub fn categorize_by(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    moment: Moment,
+) -> Result<DeviceCategories, String> {
+    let n = dev.events.len();
     let names = names(user);
     let start = c.start.clone();
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
@@ -628,6 +643,20 @@ pub fn over_time(
         return Vec::new();
     }
     let mut c = classifier(snap, dev, user);
+    over_time_by(&mut c, dev, user, columns)
+}
+
+/// [`over_time`] with `dev`'s classifier built already.
+pub fn over_time_by(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    columns: usize,
+) -> Vec<Vec<u64>> {
+    let n = dev.events.len();
+    if n == 0 {
+        return Vec::new();
+    }
     let names = names(user);
     let start = c.start.clone();
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));

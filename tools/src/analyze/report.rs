@@ -430,7 +430,7 @@ const CATEGORY_COLOURS: [&str; 14] = [
 /// What kind of memory: the categories at the peak, over the trace (stacked, one bar per
 /// run of events), and the loop's steps.
 fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
-    use crate::analyze::category::{categorize, over_time, Moment};
+    use crate::analyze::category::{categorize_by, classifier, over_time_by, Moment};
     if dev.events.len() > crate::analyze::steps::SUMMARY_MAX_EVENTS {
         let _ = writeln!(
             out,
@@ -440,7 +440,9 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
         );
         return;
     }
-    let Ok(at) = categorize(snap, dev, &[], Moment::Peak) else {
+    // One classifier (two walks) for the categories, their columns and the steps.
+    let mut c = classifier(snap, dev, &[]);
+    let Ok(at) = categorize_by(&mut c, dev, &[], Moment::Peak) else {
         return;
     };
     out.push_str(
@@ -465,7 +467,7 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
     if let Some(n) = &at.note {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
     }
-    let cols = over_time(snap, dev, &[], 200);
+    let cols = over_time_by(&mut c, dev, &[], 200);
     let top = cols
         .iter()
         .map(|c| c.iter().sum::<u64>())
@@ -503,7 +505,8 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
             mib(top as u64)
         );
     }
-    let st = crate::analyze::steps::steps_kept(
+    let st = crate::analyze::steps::steps_by(
+        &mut c,
         snap,
         dev,
         &[],
@@ -642,17 +645,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         let recorded = snap.reserved_known(dev).then(|| Recorded {
             peak_reserved: p.reserved,
             device_allocs: walked.segment_allocs,
-            segment_frees: dev
-                .events
-                .iter()
-                .filter(|e| {
-                    matches!(
-                        e.action,
-                        cushim::trace::event::Action::SegmentFree
-                            | cushim::trace::event::Action::SegmentUnmap
-                    )
-                })
-                .count() as u64,
+            segment_frees: walked.segment_frees,
         });
         replay_table(&mut out, &r, dev.ordinal, recorded.as_ref());
     }

@@ -108,17 +108,24 @@ fn from_numbered(snap: &Snapshot, dev: &Device) -> Option<(String, Vec<(usize, u
     let mut starts: Vec<usize> = Vec::new();
     let mut last: Option<u64> = None;
     let mut word = String::new();
+    // Each stack's numbered iteration, read once per stack (none: the walk is not needed).
+    let numbered: Vec<Option<(String, u64)>> = (0..snap.stacks.lists.len())
+        .map(|l| {
+            snap.stacks
+                .frames_of(l as u32)
+                .find(|f| &*f.name == RANGE_MARK)
+                .and_then(|f| iteration_number(&f.file))
+        })
+        .collect();
+    if numbered.iter().all(Option::is_none) {
+        return None;
+    }
     for (i, ev) in dev.events.iter().enumerate() {
-        let path = snap
-            .stacks
-            .frames_of(ev.stack)
-            .find(|f| &*f.name == RANGE_MARK)
-            .map(|f| f.file.clone());
-        if let Some((w, n)) = path.as_deref().and_then(iteration_number) {
-            if last != Some(n) {
+        if let Some(Some((w, n))) = numbered.get(ev.stack as usize) {
+            if last != Some(*n) {
                 starts.push(i);
-                last = Some(n);
-                word = w;
+                last = Some(*n);
+                word = w.clone();
             }
         }
     }
@@ -267,9 +274,21 @@ pub fn steps_kept(
     detail: Detail,
 ) -> Steps {
     let mut c = classifier(snap, dev, user);
+    steps_by(&mut c, snap, dev, user, depth, detail)
+}
+
+/// [`steps_kept`] with `dev`'s classifier built already.
+pub fn steps_by(
+    c: &mut Classifier,
+    snap: &Snapshot,
+    dev: &Device,
+    user: &[UserRule],
+    depth: usize,
+    detail: Detail,
+) -> Steps {
     let n = dev.events.len();
     let found = from_numbered(snap, dev)
-        .or_else(|| from_phases(&c, n))
+        .or_else(|| from_phases(c, n))
         .or_else(|| from_repetition(dev));
     let Some((source, bounds)) = found else {
         return Steps {
@@ -430,15 +449,16 @@ pub fn steps_kept(
         .max(ends.last().map(|e| e.0))
         .unwrap_or(0);
     if last > 0 {
-        dev.events.for_each_slice(|evs| {
+        dev.events.for_each_slice_while(|evs| {
             for ev in evs {
                 if i >= last {
-                    return;
+                    return false;
                 }
                 w.step(ev, i, |b, s| c.category(b, s));
                 i += 1;
                 visit(i, &w, &mut out);
             }
+            i < last
         });
     }
     Steps {

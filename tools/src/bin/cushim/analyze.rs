@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cushim_tools::analyze::model::Snapshot;
 use cushim_tools::analyze::summary::{host_summary, ranks, render_summaries, summaries, Options};
 use cushim_tools::analyze::{by_range, category, diff, input, json, oom, replay, report, steps};
 
@@ -129,8 +130,18 @@ pub fn diff(
 /// Bytes by range path for the report: read from the snapshot tree, or the log, a second
 /// time (the model keeps neither paths nor times); none for inputs that are neither, and
 /// none, with one line saying why, when the trace cannot be read by range.
-fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
+fn report_ranges(file: &Path, snap: &Snapshot) -> Vec<by_range::DeviceRanges> {
     let ranges = if cushim_tools::snapshot::sniff::is_log_file(file) {
+        // A log none of whose events was made inside a range has only "(no range)", which
+        // the report does not show: not read again.
+        let unranged = snap
+            .devices
+            .iter()
+            .chain(&snap.host)
+            .all(|d| d.events.log_without_ranges());
+        if unranged {
+            return Vec::new();
+        }
         by_range::by_range_log(file)
     } else {
         let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {
@@ -149,7 +160,7 @@ fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
 
 pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
     let snap = input::read(file)?;
-    let ranges = report_ranges(file);
+    let ranges = report_ranges(file, &snap);
     let html = report::report(&snap, &file.display().to_string(), &ranges)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     cushim::snapshot::output::write_atomic_with(out, |w| {
