@@ -429,6 +429,29 @@ pub fn categorize_by(
     user: &[UserRule],
     moment: Moment,
 ) -> Result<DeviceCategories, String> {
+    Ok(moment_walk(c, dev, user, moment, 0).0)
+}
+
+/// The categories at the peak and over the trace ([`categorize`] and [`over_time`]) in
+/// one walk, with `dev`'s classifier built already.
+pub fn peak_and_over_time(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    columns: usize,
+) -> (DeviceCategories, Vec<Vec<u64>>) {
+    moment_walk(c, dev, user, Moment::Peak, columns.max(1))
+}
+
+/// The categories at `moment` and, when `columns` is not 0 (and `moment` is not an event
+/// count), over the trace in that many columns.
+fn moment_walk(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    moment: Moment,
+    columns: usize,
+) -> (DeviceCategories, Vec<Vec<u64>>) {
     let n = dev.events.len();
     let names = names(user);
     let start = c.start.clone();
@@ -440,18 +463,32 @@ pub fn categorize_by(
         Moment::After(k) => k,
         _ => n,
     };
+    let per = if columns == 0 || n == 0 {
+        0
+    } else {
+        n.div_ceil(columns).max(1)
+    };
+    let mut cols = if per > 0 {
+        vec![w.totals.clone()]
+    } else {
+        Vec::new()
+    };
     if stop > 0 {
-        dev.events.for_each_slice(|evs| {
+        dev.events.for_each_slice_while(|evs| {
             for ev in evs {
                 if i >= stop {
-                    return;
+                    return false;
                 }
                 w.step(ev, i, |b, s| c.category(b, s));
                 i += 1;
                 if moment == Moment::Peak && w.bytes() > best.0 {
                     best = (w.bytes(), i, w.totals.clone(), w.before);
                 }
+                if per > 0 && (i % per == 0 || i == n) {
+                    cols.push(w.totals.clone());
+                }
             }
+            i < stop
         });
     }
     if moment != Moment::Peak {
@@ -476,7 +513,7 @@ pub fn categorize_by(
             (p, first, end - first)
         })
         .collect();
-    Ok(DeviceCategories {
+    let d = DeviceCategories {
         device: dev.ordinal,
         after,
         events: n,
@@ -485,7 +522,8 @@ pub fn categorize_by(
         before_start,
         note,
         phases,
-    })
+    };
+    (d, cols)
 }
 
 /// Every device's categories (pinned host memory last, as device -1).
@@ -643,36 +681,7 @@ pub fn over_time(
         return Vec::new();
     }
     let mut c = classifier(snap, dev, user);
-    over_time_by(&mut c, dev, user, columns)
-}
-
-/// [`over_time`] with `dev`'s classifier built already.
-pub fn over_time_by(
-    c: &mut Classifier,
-    dev: &Device,
-    user: &[UserRule],
-    columns: usize,
-) -> Vec<Vec<u64>> {
-    let n = dev.events.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let names = names(user);
-    let start = c.start.clone();
-    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let per = n.div_ceil(columns.max(1)).max(1);
-    let mut out = vec![w.totals.clone()];
-    let mut i = 0usize;
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            if i % per == 0 || i == n {
-                out.push(w.totals.clone());
-            }
-        }
-    });
-    out
+    moment_walk(&mut c, dev, user, Moment::Peak, columns.max(1)).1
 }
 
 #[cfg(test)]

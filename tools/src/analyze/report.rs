@@ -430,7 +430,7 @@ const CATEGORY_COLOURS: [&str; 14] = [
 /// What kind of memory: the categories at the peak, over the trace (stacked, one bar per
 /// run of events), and the loop's steps.
 fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
-    use crate::analyze::category::{categorize_by, classifier, over_time_by, Moment};
+    use crate::analyze::category::{classifier, peak_and_over_time};
     if dev.events.len() > crate::analyze::steps::SUMMARY_MAX_EVENTS {
         let _ = writeln!(
             out,
@@ -442,9 +442,7 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
     }
     // One classifier (two walks) for the categories, their columns and the steps.
     let mut c = classifier(snap, dev, &[]);
-    let Ok(at) = categorize_by(&mut c, dev, &[], Moment::Peak) else {
-        return;
-    };
+    let (at, cols) = peak_and_over_time(&mut c, dev, &[], 200);
     out.push_str(
         "<h3>what kind of memory, at the peak (docs/ANALYSES-CATEGORIES.md)</h3>\n\
          <table><tr><th></th><th>bytes</th><th>share</th><th>category</th></tr>\n",
@@ -467,7 +465,6 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
     if let Some(n) = &at.note {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
     }
-    let cols = over_time_by(&mut c, dev, &[], 200);
     let top = cols
         .iter()
         .map(|c| c.iter().sum::<u64>())
