@@ -547,4 +547,61 @@ mod tests {
         assert_eq!(iteration_number("step_12"), Some(("step N".into(), 12)));
         assert_eq!(iteration_number("train/iteration"), None);
     }
+
+    #[test]
+    fn steps_past_the_kept_rows_are_counted_and_the_one_that_peaked_is_kept_as_in_the_full_list() {
+        use crate::analyze::model::Event;
+        use cushim::trace::event::Action;
+        const M: u64 = 1 << 20;
+        // 100 steps of one allocation and its free (the pattern repeats every allocation);
+        // step 71 allocates the most.
+        let events: Vec<Event> = (0..100u64)
+            .flat_map(|k| {
+                let size = if k == 70 { 7 * M } else { M };
+                [Action::Alloc, Action::FreeCompleted].map(|action| Event {
+                    action,
+                    addr: 0x1000,
+                    size,
+                    stream: 0,
+                    stack: 0,
+                })
+            })
+            .collect();
+        let mut snap = Snapshot::default();
+        snap.devices.push(Device {
+            ordinal: 0,
+            events: events.into(),
+            ..Default::default()
+        });
+        let dev = &snap.devices[0];
+        let all = steps(&snap, dev, &[], 1);
+        let kept = steps_kept(
+            &snap,
+            dev,
+            &[],
+            1,
+            Detail {
+                rows: 3,
+                sites: false,
+            },
+        );
+        assert_eq!((all.found, all.steps.len()), (100, 100));
+        assert_eq!((kept.found, kept.steps.len()), (100, 4));
+        let numbers: Vec<usize> = kept.steps.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, [1, 2, 3, 71]);
+        for st in &kept.steps {
+            let full = &all.steps[st.number - 1];
+            assert_eq!(
+                (st.from, st.to, st.peak, st.peak_after, st.growth),
+                (full.from, full.to, full.peak, full.peak_after, full.growth)
+            );
+            assert_eq!(st.categories, full.categories);
+            assert!(st.sites.is_empty() && !full.sites.is_empty());
+        }
+        assert_eq!(peak_line(&kept), peak_line(&all));
+        assert_eq!(kept.steps[3].peak, 7 * M);
+        let table = render(&kept);
+        assert!(table.contains("  ...\n"), "{table}");
+        assert!(table.contains("(96 steps not listed"), "{table}");
+    }
 }
