@@ -639,7 +639,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         out.push_str("<h3>replay under other settings</h3>\n");
         // The recorded row of a log has no segments list; its segment events give the
         // peak reserved the summary shows.
-        let recorded = snap.reserved_known(dev).then(|| Recorded {
+        let recorded = snap.reserved_known(dev).then_some(Recorded {
             peak_reserved: p.reserved,
             device_allocs: walked.segment_allocs,
             segment_frees: walked.segment_frees,

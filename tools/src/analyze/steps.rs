@@ -369,7 +369,6 @@ pub fn steps_by(
         close(k, &mut cur, &peaks);
         k += 1;
     }
-    drop(close);
     let lead = lead.map(|(l, t)| (l, categories(&t)));
     let kept: Vec<usize> = (0..bounds.len().min(detail.rows))
         .chain(lead.as_ref().map(|l| l.0).filter(|&l| l >= detail.rows))
