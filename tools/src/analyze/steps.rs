@@ -190,11 +190,12 @@ fn from_phases(c: &Classifier, n: usize) -> Option<(String, Vec<(usize, usize)>)
 /// Step bounds from the repetition of the allocation pattern.
 fn from_repetition(dev: &Device) -> Option<(String, Vec<(usize, usize)>)> {
     let mut keys: Vec<(u64, u32)> = Vec::new();
-    let mut at: Vec<usize> = Vec::new();
+    // Event indices as u32, as block ids are (`category::Walker`).
+    let mut at: Vec<u32> = Vec::new();
     for (i, ev) in dev.events.iter().enumerate() {
         if ev.action == cushim::trace::event::Action::Alloc {
             keys.push((ev.size, ev.stack));
-            at.push(i);
+            at.push(i as u32);
         }
     }
     let m = keys.len();
@@ -227,13 +228,17 @@ fn from_repetition(dev: &Device) -> Option<(String, Vec<(usize, usize)>)> {
         }
     }
     let (p, s) = best?;
+    drop(keys);
     let n = dev.events.len();
-    let starts: Vec<usize> = (s..m).step_by(p).map(|k| at[k]).collect();
-    let bounds = starts
-        .iter()
-        .enumerate()
-        .map(|(k, &b)| (b, starts.get(k + 1).copied().unwrap_or(n)))
-        .collect();
+    let mut bounds: Vec<(usize, usize)> = Vec::with_capacity((m - s).div_ceil(p));
+    let mut from: Option<usize> = None;
+    for b in (s..m).step_by(p).map(|k| at[k] as usize) {
+        if let Some(a) = from {
+            bounds.push((a, b));
+        }
+        from = Some(b);
+    }
+    bounds.extend(from.map(|a| (a, n)));
     Some((
         format!("the allocation pattern repeats every {p} allocations"),
         bounds,
