@@ -19,8 +19,6 @@
 //! category when it is allocated. Each walk holds only the live blocks, the runs and one
 //! bit per event (the lifetimes: 12.5 MB for 100 million events).
 
-use std::collections::HashMap;
-
 use crate::analyze::category_rules::{
     by_phase, frame_category, phase_clue, user_text, Category, Phase, UserRule, RANGE_MARK,
 };
@@ -104,7 +102,8 @@ struct StackFacts {
 pub struct Classifier<'a> {
     stacks: &'a Stacks,
     user: &'a [UserRule],
-    facts: HashMap<u32, StackFacts>,
+    /// By stack id (a model list index; `None`: not yet computed).
+    facts: Vec<Option<StackFacts>>,
     /// Per phase run: its phase and first event.
     pub run_phase: Vec<(Phase, usize)>,
     /// Per event, one bit: for an allocation, whether the event that took it out of the
@@ -120,7 +119,7 @@ pub struct Classifier<'a> {
 
 impl<'a> Classifier<'a> {
     fn facts(&mut self, stack: u32) -> StackFacts {
-        if let Some(f) = self.facts.get(&stack) {
+        if let Some(Some(f)) = self.facts.get(stack as usize) {
             return *f;
         }
         let own = own_frames(self.stacks, stack);
@@ -145,7 +144,11 @@ impl<'a> Classifier<'a> {
             fixed,
             phase: phase_clue(own.iter().copied()),
         };
-        self.facts.insert(stack, f);
+        let i = stack as usize;
+        if i >= self.facts.len() {
+            self.facts.resize(i + 1, None);
+        }
+        self.facts[i] = Some(f);
         f
     }
 
@@ -303,7 +306,7 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
     let mut c = Classifier {
         stacks: &snap.stacks,
         user,
-        facts: HashMap::new(),
+        facts: vec![None; snap.stacks.lists.len()],
         run_phase: Vec::new(),
         freed_in_run: Vec::new(),
         start,
@@ -445,6 +448,41 @@ pub fn categorize(
         }
     }
     let mut c = classifier(snap, dev, user);
+    categorize_by(&mut c, dev, user, moment)
+}
+
+/// [`categorize`] with `dev`'s classifier built already (`moment` checked against the
+/// trace's length by the caller).
+pub fn categorize_by(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    moment: Moment,
+) -> Result<DeviceCategories, String> {
+    Ok(moment_walk(c, dev, user, moment, 0).0)
+}
+
+/// The categories at the peak and over the trace ([`categorize`] and [`over_time`]) in
+/// one walk, with `dev`'s classifier built already.
+pub fn peak_and_over_time(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    columns: usize,
+) -> (DeviceCategories, Vec<Vec<u64>>) {
+    moment_walk(c, dev, user, Moment::Peak, columns.max(1))
+}
+
+/// The categories at `moment` and, when `columns` is not 0 (and `moment` is not an event
+/// count), over the trace in that many columns.
+fn moment_walk(
+    c: &mut Classifier,
+    dev: &Device,
+    user: &[UserRule],
+    moment: Moment,
+    columns: usize,
+) -> (DeviceCategories, Vec<Vec<u64>>) {
+    let n = dev.events.len();
     let names = names(user);
     let start = c.start.clone();
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
@@ -455,18 +493,32 @@ pub fn categorize(
         Moment::After(k) => k,
         _ => n,
     };
+    let per = if columns == 0 || n == 0 {
+        0
+    } else {
+        n.div_ceil(columns).max(1)
+    };
+    let mut cols = if per > 0 {
+        vec![w.totals.clone()]
+    } else {
+        Vec::new()
+    };
     if stop > 0 {
-        dev.events.for_each_slice(|evs| {
+        dev.events.for_each_slice_while(|evs| {
             for ev in evs {
                 if i >= stop {
-                    return;
+                    return false;
                 }
                 w.step(ev, i, |b, s| c.category(b, s));
                 i += 1;
                 if moment == Moment::Peak && w.bytes() > best.0 {
                     best = (w.bytes(), i, w.totals.clone(), w.before);
                 }
+                if per > 0 && (i % per == 0 || i == n) {
+                    cols.push(w.totals.clone());
+                }
             }
+            i < stop
         });
     }
     if moment != Moment::Peak {
@@ -491,7 +543,7 @@ pub fn categorize(
             (p, first, end - first)
         })
         .collect();
-    Ok(DeviceCategories {
+    let d = DeviceCategories {
         device: dev.ordinal,
         after,
         events: n,
@@ -500,7 +552,8 @@ pub fn categorize(
         before_start,
         note,
         phases,
-    })
+    };
+    (d, cols)
 }
 
 /// Every device's categories (pinned host memory last, as device -1).
@@ -657,22 +710,7 @@ pub fn over_time(
         return Vec::new();
     }
     let mut c = classifier(snap, dev, user);
-    let names = names(user);
-    let start = c.start.clone();
-    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let per = n.div_ceil(columns.max(1)).max(1);
-    let mut out = vec![w.totals.clone()];
-    let mut i = 0usize;
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            if i % per == 0 || i == n {
-                out.push(w.totals.clone());
-            }
-        }
-    });
-    out
+    moment_walk(&mut c, dev, user, Moment::Peak, columns.max(1)).1
 }
 
 #[cfg(test)]

@@ -52,6 +52,11 @@ pub struct StackMap {
 const DENSE_IDS: u32 = 1 << 20;
 
 impl StackMap {
+    /// Whether any event was made inside an NVTX range.
+    pub fn any_ranged(&self) -> bool {
+        !self.ranged.is_empty()
+    }
+
     /// The list index of `id`, if assigned (0 for no stack).
     #[inline]
     pub fn get(&self, id: u32) -> Option<u32> {
@@ -406,6 +411,31 @@ impl EventList {
     /// further ends the walk (said once on stderr), as [`EventList::iter`] does.
     pub fn for_each_slice(&self, f: impl FnMut(&[Event])) {
         self.walk(None, f)
+    }
+
+    /// [`EventList::for_each_slice`] that stops after the slice for which `f` returns
+    /// false (a log's later chunks are not decoded).
+    pub fn for_each_slice_while(&self, mut f: impl FnMut(&[Event]) -> bool) {
+        match self {
+            EventList::Mem(v) => {
+                f(v);
+            }
+            EventList::Log(l) => {
+                let mut d = ChunkDecoder::new(l);
+                let mut evs = Vec::new();
+                for i in 0..l.chunks.len() {
+                    if !d.load(i, &mut evs) || !f(&evs) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether this trace is read from a log file none of whose events was made inside an
+    /// NVTX range (false for a trace held in memory: not known here).
+    pub fn log_without_ranges(&self) -> bool {
+        matches!(self, EventList::Log(l) if !l.log.stacks.any_ranged())
     }
 
     /// A [`Pass`] that `walkers` walks of this trace (made with

@@ -31,10 +31,9 @@ pub fn steps(s: &Steps) -> Value {
     let list: Vec<Value> = s
         .steps
         .iter()
-        .enumerate()
-        .map(|(k, st)| {
+        .map(|st| {
             json!({
-                "step": k + 1,
+                "step": st.number,
                 "from_event": st.from,
                 "to_event": st.to,
                 "peak_allocated_bytes": st.peak,

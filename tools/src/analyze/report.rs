@@ -7,7 +7,7 @@
 //!
 //! Policy: the page stays small whatever the input: the timeline is aggregated into at most
 //! [`BUCKETS`] columns (each the maximum of its events), the flame graph drops frames under
-//! 0.5% of the peak, and segment and site lists are capped; nothing is drawn per block or
+//! 0.5% of the peak, and segment, site and step lists are capped; nothing is drawn per block or
 //! per event. Drawing is SVG, so the page needs no script to render. Text from the input
 //! (frame names, file names) is escaped.
 
@@ -24,6 +24,8 @@ use std::fmt::Write;
 pub const BUCKETS: usize = crate::analyze::walk::BUCKETS;
 /// Rows of the by-range table (most bytes at the peak first).
 const RANGE_ROWS: usize = 30;
+/// Rows of the steps table (the first steps; the one that peaked is listed too).
+const STEP_ROWS: usize = 50;
 /// Levels of the flame graph.
 const FLAME_DEPTH: usize = 12;
 const WIDTH: f64 = 1000.0;
@@ -428,7 +430,7 @@ const CATEGORY_COLOURS: [&str; 14] = [
 /// What kind of memory: the categories at the peak, over the trace (stacked, one bar per
 /// run of events), and the loop's steps.
 fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
-    use crate::analyze::category::{categorize, over_time, Moment};
+    use crate::analyze::category::{classifier, peak_and_over_time};
     if dev.events.len() > crate::analyze::steps::SUMMARY_MAX_EVENTS {
         let _ = writeln!(
             out,
@@ -438,9 +440,9 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
         );
         return;
     }
-    let Ok(at) = categorize(snap, dev, &[], Moment::Peak) else {
-        return;
-    };
+    // One classifier (two walks) for the categories, their columns and the steps.
+    let mut c = classifier(snap, dev, &[]);
+    let (at, cols) = peak_and_over_time(&mut c, dev, &[], 200);
     out.push_str(
         "<h3>what kind of memory, at the peak (docs/ANALYSES-CATEGORIES.md)</h3>\n\
          <table><tr><th></th><th>bytes</th><th>share</th><th>category</th></tr>\n",
@@ -463,7 +465,6 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
     if let Some(n) = &at.note {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(n));
     }
-    let cols = over_time(snap, dev, &[], 200);
     let top = cols
         .iter()
         .map(|c| c.iter().sum::<u64>())
@@ -501,7 +502,17 @@ fn categories_section(out: &mut String, snap: &Snapshot, dev: &Device) {
             mib(top as u64)
         );
     }
-    let st = crate::analyze::steps::steps(snap, dev, &[], 1);
+    let st = crate::analyze::steps::steps_by(
+        &mut c,
+        snap,
+        dev,
+        &[],
+        1,
+        crate::analyze::steps::Detail {
+            rows: STEP_ROWS,
+            sites: false,
+        },
+    );
     if !st.steps.is_empty() {
         out.push_str("<h3>steps</h3>\n<pre>");
         out.push_str(&esc(&crate::analyze::steps::render(&st)));
@@ -628,20 +639,10 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         out.push_str("<h3>replay under other settings</h3>\n");
         // The recorded row of a log has no segments list; its segment events give the
         // peak reserved the summary shows.
-        let recorded = snap.reserved_known(dev).then(|| Recorded {
+        let recorded = snap.reserved_known(dev).then_some(Recorded {
             peak_reserved: p.reserved,
             device_allocs: walked.segment_allocs,
-            segment_frees: dev
-                .events
-                .iter()
-                .filter(|e| {
-                    matches!(
-                        e.action,
-                        cushim::trace::event::Action::SegmentFree
-                            | cushim::trace::event::Action::SegmentUnmap
-                    )
-                })
-                .count() as u64,
+            segment_frees: walked.segment_frees,
         });
         replay_table(&mut out, &r, dev.ordinal, recorded.as_ref());
     }

@@ -35,6 +35,8 @@ pub const SUMMARY_MAX_EVENTS: usize = 20_000_000;
 /// One step.
 #[derive(Debug, Clone, Default)]
 pub struct Step {
+    /// Its number (from 1) among all the steps found.
+    pub number: usize,
     pub from: usize,
     pub to: usize,
     pub peak: u64,
@@ -53,11 +55,15 @@ pub struct Steps {
     pub device: i64,
     /// How they were found.
     pub source: String,
+    /// How many steps were found (`steps` may keep fewer: [`Detail`]).
+    pub found: usize,
+    /// The steps kept, in order.
     pub steps: Vec<Step>,
 }
 
 impl Steps {
-    /// The index of the step with the highest peak (the first of equals).
+    /// The index in `steps` of the step with the highest peak (the first of equals; it is
+    /// always kept).
     pub fn peak_step(&self) -> Option<usize> {
         let max = self.steps.iter().map(|s| s.peak).max()?;
         self.steps.iter().position(|s| s.peak == max)
@@ -102,17 +108,24 @@ fn from_numbered(snap: &Snapshot, dev: &Device) -> Option<(String, Vec<(usize, u
     let mut starts: Vec<usize> = Vec::new();
     let mut last: Option<u64> = None;
     let mut word = String::new();
+    // Each stack's numbered iteration, read once per stack (none: the walk is not needed).
+    let numbered: Vec<Option<(String, u64)>> = (0..snap.stacks.lists.len())
+        .map(|l| {
+            snap.stacks
+                .frames_of(l as u32)
+                .find(|f| &*f.name == RANGE_MARK)
+                .and_then(|f| iteration_number(&f.file))
+        })
+        .collect();
+    if numbered.iter().all(Option::is_none) {
+        return None;
+    }
     for (i, ev) in dev.events.iter().enumerate() {
-        let path = snap
-            .stacks
-            .frames_of(ev.stack)
-            .find(|f| &*f.name == RANGE_MARK)
-            .map(|f| f.file.clone());
-        if let Some((w, n)) = path.as_deref().and_then(iteration_number) {
-            if last != Some(n) {
+        if let Some(Some((w, n))) = numbered.get(ev.stack as usize) {
+            if last != Some(*n) {
                 starts.push(i);
-                last = Some(n);
-                word = w;
+                last = Some(*n);
+                word = w.clone();
             }
         }
     }
@@ -177,11 +190,12 @@ fn from_phases(c: &Classifier, n: usize) -> Option<(String, Vec<(usize, usize)>)
 /// Step bounds from the repetition of the allocation pattern.
 fn from_repetition(dev: &Device) -> Option<(String, Vec<(usize, usize)>)> {
     let mut keys: Vec<(u64, u32)> = Vec::new();
-    let mut at: Vec<usize> = Vec::new();
+    // Event indices as u32, as block ids are (`category::Walker`).
+    let mut at: Vec<u32> = Vec::new();
     for (i, ev) in dev.events.iter().enumerate() {
         if ev.action == cushim::trace::event::Action::Alloc {
             keys.push((ev.size, ev.stack));
-            at.push(i);
+            at.push(i as u32);
         }
     }
     let m = keys.len();
@@ -214,25 +228,72 @@ fn from_repetition(dev: &Device) -> Option<(String, Vec<(usize, usize)>)> {
         }
     }
     let (p, s) = best?;
+    drop(keys);
     let n = dev.events.len();
-    let starts: Vec<usize> = (s..m).step_by(p).map(|k| at[k]).collect();
-    let bounds = starts
-        .iter()
-        .enumerate()
-        .map(|(k, &b)| (b, starts.get(k + 1).copied().unwrap_or(n)))
-        .collect();
+    let mut bounds: Vec<(usize, usize)> = Vec::with_capacity((m - s).div_ceil(p));
+    let mut from: Option<usize> = None;
+    for b in (s..m).step_by(p).map(|k| at[k] as usize) {
+        if let Some(a) = from {
+            bounds.push((a, b));
+        }
+        from = Some(b);
+    }
+    bounds.extend(from.map(|a| (a, n)));
     Some((
         format!("the allocation pattern repeats every {p} allocations"),
         bounds,
     ))
 }
 
-/// The steps of `dev` (none found: an empty list).
+/// How much of each step [`steps_kept`] keeps: the rows are the first `rows` steps and the
+/// step that peaked (the others are counted, their peaks compared, nothing more kept).
+#[derive(Debug, Clone, Copy)]
+pub struct Detail {
+    /// Steps kept in full, from the first.
+    pub rows: usize,
+    /// Whether each kept step's sites at its peak are found (only the JSON lists them).
+    pub sites: bool,
+}
+
+impl Detail {
+    /// Every step, with its sites (the JSON outputs, `summary --by category`).
+    pub const ALL: Detail = Detail {
+        rows: usize::MAX,
+        sites: true,
+    };
+}
+
+/// The steps of `dev` (none found: an empty list), every one kept.
 pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> Steps {
+    steps_kept(snap, dev, user, depth, Detail::ALL)
+}
+
+/// The steps of `dev`, keeping what `detail` says: a trace may have millions of steps (an
+/// allocation pattern that repeats every allocation), and a step kept costs a few hundred
+/// bytes and a look at its live blocks, where a step only counted costs 16 bytes.
+pub fn steps_kept(
+    snap: &Snapshot,
+    dev: &Device,
+    user: &[UserRule],
+    depth: usize,
+    detail: Detail,
+) -> Steps {
     let mut c = classifier(snap, dev, user);
+    steps_by(&mut c, snap, dev, user, depth, detail)
+}
+
+/// [`steps_kept`] with `dev`'s classifier built already.
+pub fn steps_by(
+    c: &mut Classifier,
+    snap: &Snapshot,
+    dev: &Device,
+    user: &[UserRule],
+    depth: usize,
+    detail: Detail,
+) -> Steps {
     let n = dev.events.len();
     let found = from_numbered(snap, dev)
-        .or_else(|| from_phases(&c, n))
+        .or_else(|| from_phases(c, n))
         .or_else(|| from_repetition(dev));
     let Some((source, bounds)) = found else {
         return Steps {
@@ -242,45 +303,13 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
     };
     let names = names(user);
     let start = c.start.clone();
-    // Walk 1: each step's peak and its categories.
+    // Walk 1: each step's peak; the categories at the peak of the kept ones (the first
+    // `rows`, and the highest, first of equals, known only at the end: its totals are
+    // carried along while it leads).
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let mut out: Vec<Step> = bounds
-        .iter()
-        .map(|&(from, to)| Step {
-            from,
-            to,
-            peak_after: from,
-            ..Default::default()
-        })
-        .collect();
-    let mut k = 0usize;
-    let mut i = 0usize;
-    let mut totals_at: Vec<Vec<u64>> = vec![Vec::new(); out.len()];
-    let note = |out: &mut [Step], totals_at: &mut [Vec<u64>], k: usize, i: usize, w: &Walker| {
-        if let Some(st) = out.get_mut(k) {
-            if i >= st.from && i <= st.to && (w.bytes() > st.peak || totals_at[k].is_empty()) {
-                st.peak = w.bytes();
-                st.peak_after = i;
-                totals_at[k] = w.totals.clone();
-            }
-        }
-    };
-    note(&mut out, &mut totals_at, 0, 0, &w);
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            while out.get(k).is_some_and(|st| i > st.to) {
-                k += 1;
-            }
-            if out.get(k).is_some_and(|st| i == st.from) {
-                totals_at[k].clear();
-                out[k].peak = 0;
-            }
-            note(&mut out, &mut totals_at, k, i, &w);
-        }
-    });
-    for (st, t) in out.iter_mut().zip(&totals_at) {
+    let mut peaks: Vec<(u64, usize)> = bounds.iter().map(|&(from, _)| (0, from)).collect();
+    let mut cats_of: Vec<Vec<(String, u64)>> = Vec::new();
+    let categories = |t: &[u64]| -> Vec<(String, u64)> {
         let mut cats: Vec<(String, u64)> = names
             .iter()
             .cloned()
@@ -288,24 +317,103 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
             .filter(|r| r.1 > 0)
             .collect();
         cats.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        st.categories = cats;
+        cats
+    };
+    // The current step's totals at its peak (empty: none noted yet), and the leader's.
+    let mut cur: Vec<u64> = Vec::new();
+    let mut lead: Option<(usize, Vec<u64>)> = None;
+    let mut k = 0usize;
+    let mut i = 0usize;
+    // Step `k` is over: keep its categories if it is a row, or it leads.
+    let mut close = |k: usize, cur: &mut Vec<u64>, peaks: &[(u64, usize)]| {
+        if k < detail.rows {
+            cats_of.push(categories(cur));
+        }
+        if lead
+            .as_ref()
+            .map_or(true, |(l, _)| peaks[k].0 > peaks[*l].0)
+        {
+            match &mut lead {
+                Some((l, t)) => {
+                    *l = k;
+                    t.clear();
+                    t.extend_from_slice(cur);
+                }
+                None => lead = Some((k, cur.clone())),
+            }
+        }
+        cur.clear();
+    };
+    let note = |peaks: &mut [(u64, usize)], cur: &mut Vec<u64>, k: usize, i: usize, w: &Walker| {
+        let Some(&(from, to)) = bounds.get(k) else {
+            return;
+        };
+        if i >= from && i <= to && (w.bytes() > peaks[k].0 || cur.is_empty()) {
+            peaks[k] = (w.bytes(), i);
+            cur.clear();
+            cur.extend_from_slice(&w.totals);
+        }
+    };
+    note(&mut peaks, &mut cur, 0, 0, &w);
+    dev.events.for_each_slice(|evs| {
+        for ev in evs {
+            w.step(ev, i, |b, s| c.category(b, s));
+            i += 1;
+            while bounds.get(k).is_some_and(|b| i > b.1) {
+                close(k, &mut cur, &peaks);
+                k += 1;
+            }
+            if bounds.get(k).is_some_and(|b| i == b.0) {
+                cur.clear();
+                peaks[k].0 = 0;
+            }
+            note(&mut peaks, &mut cur, k, i, &w);
+        }
+    });
+    while k < bounds.len() {
+        close(k, &mut cur, &peaks);
+        k += 1;
     }
-    // Walk 2: the sites at each peak, the growth at each end.
-    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
-    let mut peaks: Vec<(usize, usize)> = out
-        .iter()
-        .enumerate()
-        .map(|(k, s)| (s.peak_after, k))
+    let lead = lead.map(|(l, t)| (l, categories(&t)));
+    let kept: Vec<usize> = (0..bounds.len().min(detail.rows))
+        .chain(lead.as_ref().map(|l| l.0).filter(|&l| l >= detail.rows))
         .collect();
-    peaks.sort();
-    let mut ends: Vec<(usize, usize)> = out.iter().enumerate().map(|(k, s)| (s.to, k)).collect();
+    let mut out: Vec<Step> = kept
+        .iter()
+        .map(|&k| Step {
+            number: k + 1,
+            from: bounds[k].0,
+            to: bounds[k].1,
+            peak: peaks[k].0,
+            peak_after: peaks[k].1,
+            categories: match &lead {
+                Some((l, t)) if *l == k => t.clone(),
+                _ => cats_of.get(k).cloned().unwrap_or_default(),
+            },
+            ..Default::default()
+        })
+        .collect();
+    drop(cats_of);
+    drop(peaks);
+    // Walk 2: the sites at each kept step's peak, the growth at each kept step's end.
+    let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
+    let mut at_peak: Vec<(usize, usize)> = if detail.sites {
+        out.iter()
+            .enumerate()
+            .map(|(j, s)| (s.peak_after, j))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    at_peak.sort();
+    let mut ends: Vec<(usize, usize)> = out.iter().enumerate().map(|(j, s)| (s.to, j)).collect();
     ends.sort();
     let (mut pi, mut ei) = (0usize, 0usize);
     let mut i = 0usize;
     let stacks = &snap.stacks;
     let mut visit = |i: usize, w: &Walker, out: &mut [Step]| {
-        while peaks.get(pi).is_some_and(|p| p.0 == i) {
-            let k = peaks[pi].1;
+        while at_peak.get(pi).is_some_and(|p| p.0 == i) {
+            let j = at_peak[pi].1;
             let live: Vec<Live> = w
                 .mem
                 .allocated
@@ -316,7 +424,7 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
                     before_trace: b.id == BEFORE,
                 })
                 .collect();
-            out[k].sites = by_site(stacks, live.iter(), depth)
+            out[j].sites = by_site(stacks, live.iter(), depth)
                 .into_iter()
                 .take(5)
                 .map(|r| (r.site, r.bytes))
@@ -324,9 +432,10 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
             pi += 1;
         }
         while ends.get(ei).is_some_and(|e| e.0 == i) {
-            let k = ends[ei].1;
-            let prev_end = if k == 0 { out[k].from } else { out[k - 1].to };
-            out[k].growth = w
+            let j = ends[ei].1;
+            let k = out[j].number - 1;
+            let prev_end = if k == 0 { bounds[k].0 } else { bounds[k - 1].1 };
+            out[j].growth = w
                 .mem
                 .allocated
                 .values()
@@ -337,16 +446,29 @@ pub fn steps(snap: &Snapshot, dev: &Device, user: &[UserRule], depth: usize) -> 
         }
     };
     visit(0, &w, &mut out);
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            visit(i, &w, &mut out);
-        }
-    });
+    // The walk stops after the last moment it is needed for.
+    let last = at_peak
+        .last()
+        .map(|p| p.0)
+        .max(ends.last().map(|e| e.0))
+        .unwrap_or(0);
+    if last > 0 {
+        dev.events.for_each_slice_while(|evs| {
+            for ev in evs {
+                if i >= last {
+                    return false;
+                }
+                w.step(ev, i, |b, s| c.category(b, s));
+                i += 1;
+                visit(i, &w, &mut out);
+            }
+            i < last
+        });
+    }
     Steps {
         device: dev.ordinal,
         source,
+        found: bounds.len(),
         steps: out,
     }
 }
@@ -359,10 +481,10 @@ pub fn peak_line(s: &Steps) -> Option<String> {
     let st = &s.steps[k];
     Some(format!(
         "steps: {} found ({}); the peak was in step {} of {}: {} after event {}",
-        s.steps.len(),
+        s.found,
         s.source,
-        k + 1,
-        s.steps.len(),
+        st.number,
+        s.found,
         mib(st.peak),
         st.peak_after
     ))
@@ -386,7 +508,12 @@ pub fn render(s: &Steps) -> String {
         "  {:>5}  {:>21}  {:>14}  {:>14}  largest category at the peak",
         "step", "events", "peak", "growth"
     );
-    for (k, st) in s.steps.iter().enumerate() {
+    let mut next = 1;
+    for st in &s.steps {
+        if st.number != next {
+            let _ = writeln!(out, "  {:>5}", "...");
+        }
+        next = st.number + 1;
         let top = st
             .categories
             .first()
@@ -395,10 +522,17 @@ pub fn render(s: &Steps) -> String {
         let _ = writeln!(
             out,
             "  {:>5}  {:>21}  {:>14}  {:>14}  {top}",
-            k + 1,
+            st.number,
             format!("{}..{}", st.from, st.to),
             mib(st.peak),
             mib(st.growth)
+        );
+    }
+    if s.found > s.steps.len() {
+        let _ = writeln!(
+            out,
+            "  ({} steps not listed: `cushim summary --by category` lists every step)",
+            s.found - s.steps.len()
         );
     }
     out
@@ -416,5 +550,62 @@ mod tests {
         );
         assert_eq!(iteration_number("step_12"), Some(("step N".into(), 12)));
         assert_eq!(iteration_number("train/iteration"), None);
+    }
+
+    #[test]
+    fn steps_past_the_kept_rows_are_counted_and_the_one_that_peaked_is_kept_as_in_the_full_list() {
+        use crate::analyze::model::Event;
+        use cushim::trace::event::Action;
+        const M: u64 = 1 << 20;
+        // 100 steps of one allocation and its free (the pattern repeats every allocation);
+        // step 71 allocates the most.
+        let events: Vec<Event> = (0..100u64)
+            .flat_map(|k| {
+                let size = if k == 70 { 7 * M } else { M };
+                [Action::Alloc, Action::FreeCompleted].map(|action| Event {
+                    action,
+                    addr: 0x1000,
+                    size,
+                    stream: 0,
+                    stack: 0,
+                })
+            })
+            .collect();
+        let mut snap = Snapshot::default();
+        snap.devices.push(Device {
+            ordinal: 0,
+            events: events.into(),
+            ..Default::default()
+        });
+        let dev = &snap.devices[0];
+        let all = steps(&snap, dev, &[], 1);
+        let kept = steps_kept(
+            &snap,
+            dev,
+            &[],
+            1,
+            Detail {
+                rows: 3,
+                sites: false,
+            },
+        );
+        assert_eq!((all.found, all.steps.len()), (100, 100));
+        assert_eq!((kept.found, kept.steps.len()), (100, 4));
+        let numbers: Vec<usize> = kept.steps.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, [1, 2, 3, 71]);
+        for st in &kept.steps {
+            let full = &all.steps[st.number - 1];
+            assert_eq!(
+                (st.from, st.to, st.peak, st.peak_after, st.growth),
+                (full.from, full.to, full.peak, full.peak_after, full.growth)
+            );
+            assert_eq!(st.categories, full.categories);
+            assert!(st.sites.is_empty() && !full.sites.is_empty());
+        }
+        assert_eq!(peak_line(&kept), peak_line(&all));
+        assert_eq!(kept.steps[3].peak, 7 * M);
+        let table = render(&kept);
+        assert!(table.contains("  ...\n"), "{table}");
+        assert!(table.contains("(96 steps not listed"), "{table}");
     }
 }

@@ -31,6 +31,8 @@ pub struct Walked {
     pub start_layout: (Vec<SeedSegment>, Vec<(u64, u64, bool)>),
     /// Segments allocated or mapped in the trace.
     pub segment_allocs: u64,
+    /// Segments freed or unmapped in the trace.
+    pub segment_frees: u64,
     /// Per column of [`BUCKETS`] (each a run of events): the most allocated and the most
     /// reserved; the first is the start.
     pub timeline: Vec<(u64, u64)>,
@@ -55,6 +57,7 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
     let mut ew = EvidenceWalk::new(&start);
     let mut sw = StartSegments::default();
     let mut segment_allocs = 0u64;
+    let mut segment_frees = 0u64;
     let n = dev.events.len();
     let per = n.max(1).div_ceil(BUCKETS).max(1);
     let mut timeline = vec![(pw.state.allocated_bytes, pw.state.reserved)];
@@ -68,6 +71,7 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
             sw.step(ev);
             match ev.action {
                 Action::SegmentAlloc | Action::SegmentMap => segment_allocs += 1,
+                Action::SegmentFree | Action::SegmentUnmap => segment_frees += 1,
                 Action::Oom => ooms.push(i),
                 _ => {}
             }
@@ -89,6 +93,7 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
         releases,
         start_layout,
         segment_allocs,
+        segment_frees,
         timeline,
         ooms,
         start,

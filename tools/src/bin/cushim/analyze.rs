@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cushim_tools::analyze::model::Snapshot;
 use cushim_tools::analyze::summary::{host_summary, ranks, render_summaries, summaries, Options};
 use cushim_tools::analyze::{by_range, category, diff, input, json, oom, replay, report, steps};
 
@@ -15,12 +16,21 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
     for f in files {
         let snap = input::read(f)?;
         let devs = summaries(&snap, &opts);
-        // The loop's steps, so the summary names the step that peaked.
+        // The loop's steps, so the summary names the step that peaked (the JSON lists
+        // them all; the text names one, so only that one is kept).
+        let detail = if as_json {
+            steps::Detail::ALL
+        } else {
+            steps::Detail {
+                rows: 0,
+                sites: false,
+            }
+        };
         let st: Vec<steps::Steps> = snap
             .devices
             .iter()
             .filter(|d| !d.events.is_empty() && d.events.len() <= steps::SUMMARY_MAX_EVENTS)
-            .map(|d| steps::steps(&snap, d, &[], opts.depth))
+            .map(|d| steps::steps_kept(&snap, d, &[], opts.depth, detail))
             .collect();
         let ooms = oom::all(&snap).map_err(|e| format!("{}: {e}", f.display()))?;
         all.push((f.display().to_string(), snap, devs, st, ooms));
@@ -120,8 +130,18 @@ pub fn diff(
 /// Bytes by range path for the report: read from the snapshot tree, or the log, a second
 /// time (the model keeps neither paths nor times); none for inputs that are neither, and
 /// none, with one line saying why, when the trace cannot be read by range.
-fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
+fn report_ranges(file: &Path, snap: &Snapshot) -> Vec<by_range::DeviceRanges> {
     let ranges = if cushim_tools::snapshot::sniff::is_log_file(file) {
+        // A log none of whose events was made inside a range has only "(no range)", which
+        // the report does not show: not read again.
+        let unranged = snap
+            .devices
+            .iter()
+            .chain(&snap.host)
+            .all(|d| d.events.log_without_ranges());
+        if unranged {
+            return Vec::new();
+        }
         by_range::by_range_log(file)
     } else {
         let Ok(v) = cushim_tools::snapshot::reader::read_file(file) else {
@@ -140,7 +160,7 @@ fn report_ranges(file: &Path) -> Vec<by_range::DeviceRanges> {
 
 pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
     let snap = input::read(file)?;
-    let ranges = report_ranges(file);
+    let ranges = report_ranges(file, &snap);
     let html = report::report(&snap, &file.display().to_string(), &ranges)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     cushim::snapshot::output::write_atomic_with(out, |w| {
