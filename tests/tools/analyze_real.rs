@@ -65,6 +65,9 @@ def frames(user):
 bert = frames([py("forward", "/w/transformers/models/bert/modeling_bert.py", 286),
                native("_PyEval_EvalFrameDefault"),
                py("validate", "/w/validate_old.py", 59)])
+# PyTorch's allocator_settings under its defaults, as a snapshot records them.
+DEFAULTS = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+            "garbage_collection_threshold": 0.0, "expandable_segments": False}
 "#;
 
 #[test]
@@ -572,8 +575,7 @@ trace = [e("segment_alloc", s1, 40 * MIB), e("alloc", s1, 40 * MIB),
 if {with_oom}:
     trace.append(e("oom", 20 * MIB, 512 * MIB))
 s = {{"segments": segs, "device_traces": [trace],
-     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+     "allocator_settings": DEFAULTS}}
 sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
 "#,
         with_oom = if with_oom { "True" } else { "False" }
@@ -582,7 +584,7 @@ sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
 
 /// The figures of the row labelled `label`: seg frees, reserved, allocated, frag, device
 /// allocations, OOMs.
-fn replay_row(out: &str, label: &str) -> Vec<String> {
+pub(crate) fn replay_row(out: &str, label: &str) -> Vec<String> {
     let line = out
         .lines()
         .map(str::trim)

@@ -1,26 +1,10 @@
 //! Shapes found in public PyTorch snapshots by the sweep over real files
 //! (`scripts/real_sweep.py`), each reduced to a small generated pickle that reproduces it:
 //! what the real file made a command get wrong, and what it must give instead.
-use super::analyze_real::{python, FRAMES_PY};
+use super::analyze_real::{python, replay_row, FRAMES_PY};
 use crate::common;
 
 use common::cli::{ok, write};
-
-/// The figures of the row labelled `label`: seg frees, reserved, allocated, frag, device
-/// allocations, OOMs.
-fn replay_row(out: &str, label: &str) -> Vec<String> {
-    let line = out
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with(label))
-        .unwrap_or_else(|| panic!("no row {label:?} in\n{out}"));
-    let v: Vec<String> = line[label.len()..]
-        .split_whitespace()
-        .filter(|w| *w != "MiB")
-        .map(String::from)
-        .collect();
-    v[v.len() - 6..].to_vec()
-}
 
 /// PyTorch splits a large-pool block only when more than 1 MiB would be left, so a block
 /// keeps a tail of up to 1 MiB beyond its request, and the trace records the request. Two
@@ -45,8 +29,7 @@ segs = [{{"device": 0, "address": base, "total_size": 20 * MIB, "stream": 0, "se
           "blocks": [{{"address": base, "size": 20 * MIB, "requested_size": 0, "state": "inactive",
                       "frames": []}}]}}]
 s = {{"segments": segs, "device_traces": [trace],
-     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+     "allocator_settings": DEFAULTS}}
 sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
 "#
     )) else {
@@ -137,8 +120,7 @@ def seg(x, n):
              "blocks": [{{"address": x, "size": n, "requested_size": n,
                          "state": "active_allocated", "frames": bert}}]}}
 s = {{"segments": [seg(a, 400 * MIB), seg(b, 200 * MIB)], "device_traces": [trace],
-     "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
-                            "garbage_collection_threshold": 0.0, "expandable_segments": False}}}}
+     "allocator_settings": DEFAULTS}}
 sys.stdout.buffer.write(pickle.dumps(s, protocol=4))
 "#
     )) else {
