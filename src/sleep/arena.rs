@@ -544,22 +544,21 @@ impl SleepArena {
         };
         let mut st = self.state.lock();
         let t = st.tag_of(explicit, range_id);
-        if let Some(i) = st.best_fit(&self.conf, dev, t, large, rounded) {
-            let ptr = st.take(&self.conf, i, rounded, size, stack);
-            return Ok(Grant {
-                ptr,
+        // A cached block of the tag, best fit: no driver call.
+        let cached = |st: &mut State| {
+            let i = st.best_fit(&self.conf, dev, t, large, rounded)?;
+            Some(Grant {
+                ptr: st.take(&self.conf, i, rounded, size, stack),
                 new_segment: None,
                 released: Vec::new(),
-            });
+            })
+        };
+        if let Some(g) = cached(&mut st) {
+            return Ok(g);
         }
         if st.waiting.iter().any(|w| w.1 == dev) && Self::reuse_waiting(&mut st, dev, main) {
-            if let Some(i) = st.best_fit(&self.conf, dev, t, large, rounded) {
-                let ptr = st.take(&self.conf, i, rounded, size, stack);
-                return Ok(Grant {
-                    ptr,
-                    new_segment: None,
-                    released: Vec::new(),
-                });
+            if let Some(g) = cached(&mut st) {
+                return Ok(g);
             }
         }
         self.grow(&mut st, dev, t, large, rounded, size, stack, main)
