@@ -1,5 +1,6 @@
 /* Sleep mode's cost: pause and resume time per GiB, and backup throughput against a plain
- * pinned cudaMemcpy of the same bytes in the same run. Run under the shim with
+ * pinned cudaMemcpy of the same bytes in the same run, for the whole pause and for the backup
+ * alone (the pause with backup less the pause without). Run under the shim with
  * CUSHIM_ALLOC_CONF=sleep_mode:True (scripts/sleep-bench.sh). Argument: MiB (default 1024). */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -75,6 +76,11 @@ int main(int argc, char **argv) {
     printf("resume discard %8.3f ms/GiB\n", t_rd / gib * 1e3);
     printf("pinned memcpy, fresh buffer  %.2f GiB/s\n", gib / t_base_cold);
     printf("pinned memcpy, warm buffer   %.2f GiB/s\n", gib / t_base_warm);
+    /* The backup alone: what a pause with backup costs beyond the same pause without it (the
+     * wait for the device and the unmapping are the same in both). */
+    double t_backup = t_pb - t_pd;
+    printf("backup alone   %8.1f ms/GiB  (%.2f GiB/s)\n", t_backup / gib * 1e3, gib / t_backup);
+    printf("backup alone / fresh-buffer copy   %.0f%%\n", 100.0 * t_base_cold / t_backup);
     printf("backup / fresh-buffer copy   %.0f%%\n", 100.0 * t_base_cold / t_pb);
     printf("backup / warm-buffer copy    %.0f%%\n", 100.0 * t_base_warm / t_pb);
     CHECK(cudaFree(d));

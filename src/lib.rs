@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod config;
 pub mod device;
 pub mod files;
+pub mod quiet_thread;
 pub mod sleep;
 pub mod snapshot;
 pub mod trace;

@@ -3,13 +3,15 @@
 //! Policy: a backup covers the bytes of a segment from its first block in use to the end of
 //! its last (free bytes outside hold nothing the program may read); the backups of one pause
 //! share one pinned host buffer (one host allocation, whatever the number of segments),
-//! freed when the last of them goes; each is copied and summed piece by piece; a resume checks the sum while copying back, so
-//! a backup changed while paused is an error, never silently restored. A driver call that
+//! freed when the last of them goes; each is copied piece by piece, each piece summed on a
+//! helper thread while the next is copied (`checksum.rs`); a resume sums the backup the same
+//! way while copying it back and checks the sum, so a backup changed while paused is an
+//! error, never silently restored. A driver call that
 //! fails for another reason than lack of memory is tried up to three times.
 
 use std::sync::Arc;
 
-use super::checksum::{fold, PIECE};
+use super::checksum::{sums_behind, PIECE};
 use crate::device::{DevPtr, DevResult, Device, DeviceError, PhysHandle};
 
 /// Tries of a driver call that failed for another reason than lack of memory.
@@ -87,49 +89,63 @@ impl Backup {
             host,
         });
         let d = &**device;
-        let mut out = Vec::with_capacity(parts.len());
+        let mut starts = Vec::with_capacity(parts.len());
         let mut at = 0u64;
-        for &(dev, addr, len) in parts {
-            let mut sum = 0;
-            let mut done = 0u64;
-            while done < len {
-                let n = (len - done).min(PIECE as u64);
-                let h = host + at + done;
-                retry(|| d.copy_to_host(dev, h, addr + done, n))?;
-                // SAFETY: `h..h + n` lies in our pinned buffer of `total` bytes and was just
-                // filled.
-                let piece = unsafe { std::slice::from_raw_parts(h as *const u8, n as usize) };
-                sum = fold(sum, piece);
-                done += n;
-            }
-            out.push(Backup {
+        for &(_, _, len) in parts {
+            starts.push(at);
+            at += len.div_ceil(ALIGN) * ALIGN;
+        }
+        // SAFETY: each piece fed lies in our pinned buffer of `total` bytes (the parts'
+        // aligned lengths), was just filled, and is not written again: the buffer outlives
+        // the call (`buf`).
+        let sums = unsafe {
+            sums_behind(parts.len(), |feed| {
+                for (i, &(dev, addr, len)) in parts.iter().enumerate() {
+                    let mut done = 0u64;
+                    while done < len {
+                        let n = (len - done).min(PIECE);
+                        let h = host + starts[i] + done;
+                        retry(|| d.copy_to_host(dev, h, addr + done, n))?;
+                        feed(i, h, n);
+                        done += n;
+                    }
+                }
+                Ok(())
+            })
+        }?;
+        Ok(parts
+            .iter()
+            .zip(starts)
+            .zip(sums)
+            .map(|((&(_, addr, len), at), sum)| Backup {
                 addr,
                 len,
                 buf: buf.clone(),
                 at,
                 sum,
-            });
-            at += len.div_ceil(ALIGN) * ALIGN;
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// Copy the bytes back to where they came from, checking the checksum on the way.
     pub(crate) fn restore(&self, d: &dyn Device, dev: i32) -> Result<(), Option<DeviceError>> {
         let base = self.buf.host + self.at;
-        let mut sum = 0;
-        let mut done = 0u64;
-        while done < self.len {
-            let n = (self.len - done).min(PIECE as u64);
-            // SAFETY: the backup's bytes lie in the shared pinned buffer, which this backup
-            // keeps alive.
-            let piece =
-                unsafe { std::slice::from_raw_parts((base + done) as *const u8, n as usize) };
-            sum = fold(sum, piece);
-            retry(|| d.copy_to_device(dev, self.addr + done, base + done, n)).map_err(Some)?;
-            done += n;
+        // SAFETY: the backup's bytes lie in the shared pinned buffer, which this backup keeps
+        // alive, and nothing writes them while they are copied back.
+        let sums = unsafe {
+            sums_behind(1, |feed| {
+                let mut done = 0u64;
+                while done < self.len {
+                    let n = (self.len - done).min(PIECE);
+                    retry(|| d.copy_to_device(dev, self.addr + done, base + done, n))?;
+                    feed(0, base + done, n);
+                    done += n;
+                }
+                Ok(())
+            })
         }
-        if sum != self.sum {
+        .map_err(Some)?;
+        if sums.first() != Some(&self.sum) {
             return Err(None);
         }
         Ok(())

@@ -12,7 +12,11 @@
  *                       (up to 120 s) until something outside paused them.
  *   trace               allocates in make_block (4 KiB, 8 KiB, then 4 KiB again, which the
  *                       cache serves from the block freed before), frees in drop_block;
- *                       the 4 KiB block stays live. Prints "ok". */
+ *                       the 4 KiB block stays live. Prints "ok".
+ *   corrupt             backs "weights" up, changes one byte of the backup in host memory
+ *                       (found by its contents among the process's private mappings): the
+ *                       resume fails with 214 and leaves the tag paused; with the byte put
+ *                       back, it resumes with every byte as before. */
 #include <sys/wait.h>
 #include <unistd.h>
 #include "shim_util.h"
@@ -262,6 +266,56 @@ static int trace(void) {
     return 0;
 }
 
+/* The one place in the process's private anonymous read-write mappings of at least `min`
+ * bytes where `head` starts a page, or NULL (none, or more than one). */
+static unsigned char *find_backup(const unsigned char *head, size_t len, size_t min) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    REQUIRE(f != NULL);
+    char line[512];
+    unsigned char *found = NULL;
+    int count = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        int name_at = 0;
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &name_at) < 3) continue;
+        if (strcmp(perms, "rw-p") || hi - lo < min) continue;
+        if (name_at > 0 && line[name_at] != '\n' && line[name_at] != '\0') continue;
+        for (unsigned long p = lo; p + len <= hi; p += 4096)
+            if (!memcmp((void *)p, head, len)) { found = (unsigned char *)p; count++; }
+    }
+    fclose(f);
+    return count == 1 ? found : NULL;
+}
+
+static int corrupt(void) {
+    const size_t n = 32 * MiB;
+    unsigned char *w = tagged_malloc("weights", n);
+    unsigned char head[64];
+    for (int i = 0; i < 64; i++) head[i] = (unsigned char)(0xC3 ^ (i * 37));
+    CHECK(cudaMemset(w, 0x5A, n));
+    CHECK(cudaMemcpy(w, head, sizeof head, cudaMemcpyHostToDevice));
+    EXPECT_RC(0, do_pause("weights", 1));
+    unsigned char *b = find_backup(head, sizeof head, n);
+    REQUIRE(b != NULL);
+    REQUIRE(b[n / 2] == 0x5A);
+    b[n / 2] = 0xA5;
+    EXPECT_RC(214, do_resume("weights"));
+    REQUIRE(paused_bytes("weights") >= (long long)n);
+    b[n / 2] = 0x5A;
+    EXPECT_RC(0, do_resume("weights"));
+    REQUIRE(paused_bytes("weights") == 0);
+    unsigned char *h = malloc(n);
+    REQUIRE(h != NULL);
+    CHECK(cudaMemcpy(h, w, n, cudaMemcpyDeviceToHost));
+    REQUIRE(!memcmp(h, head, sizeof head));
+    for (size_t i = sizeof head; i < n; i++) REQUIRE(h[i] == 0x5A);
+    free(h);
+    CHECK(cudaFree(w));
+    printf("corrupt ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -274,6 +328,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "capture")) return capture();
     if (!strcmp(argv[1], "forked")) return forked();
     if (!strcmp(argv[1], "trace")) return trace();
+    if (!strcmp(argv[1], "corrupt")) return corrupt();
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

@@ -208,6 +208,21 @@ fn unknown_tags_double_pauses_and_resuming_what_is_live_change_nothing() {
 }
 
 #[test]
+fn a_backup_changed_while_paused_fails_its_resume_and_stays_paused_until_it_matches_again() {
+    let mut cmd = common::shim_cmd(exe());
+    cmd.arg("corrupt").env(SLEEP.0, SLEEP.1);
+    let out = common::run(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("corrupt ok"), "{stdout}");
+    assert!(
+        stderr.contains("does not match its checksum"),
+        "the failed resume says why: {stderr}"
+    );
+}
+
+#[test]
 fn pause_without_sleep_mode_is_one_clear_error() {
     let mut cmd = common::shim_cmd(exe());
     cmd.arg("off");

@@ -168,7 +168,7 @@ fn start_dumper() -> Result<(), String> {
     let (rfd, wfd) = (fds[0], fds[1]);
     // SAFETY: setting O_NONBLOCK on our own write end: the handler must never block.
     unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-dump", move || dumper(rfd));
+    let spawned = cushim::quiet_thread::spawn_quiet("cushim-dump", move || dumper(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {

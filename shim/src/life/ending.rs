@@ -105,7 +105,7 @@ fn start_thread() -> Result<(), String> {
         return Err(format!("pipe2 failed: {}", std::io::Error::last_os_error()));
     }
     let (rfd, wfd) = (fds[0], fds[1]);
-    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-end", move || ending_thread(rfd));
+    let spawned = cushim::quiet_thread::spawn_quiet("cushim-end", move || ending_thread(rfd));
     if let Err(e) = spawned {
         // SAFETY: closing the two descriptors we just made and nobody else knows.
         unsafe {

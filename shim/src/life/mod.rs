@@ -10,7 +10,6 @@ pub mod history;
 pub mod log;
 pub mod mode;
 pub mod nvtx_handles;
-pub mod quiet_thread;
 pub mod shim;
 pub mod sigchain;
 pub mod sleep;

@@ -46,7 +46,7 @@ fn start_thread() -> Result<(), String> {
     let (rfd, wfd) = (fds[0], fds[1]);
     // SAFETY: the write end is ours; the handler must never block.
     unsafe { libc::fcntl(wfd, libc::F_SETFL, libc::O_NONBLOCK) };
-    if let Err(e) = crate::life::quiet_thread::spawn_quiet("cushim-sleep", move || serve(rfd)) {
+    if let Err(e) = cushim::quiet_thread::spawn_quiet("cushim-sleep", move || serve(rfd)) {
         // SAFETY: both ends are ours and nothing else knows them.
         unsafe {
             libc::close(rfd);

@@ -43,7 +43,7 @@ pub(super) fn open_log(template: &str, header: &serde_json::Value) -> Result<(),
     install_new_writer();
     ON.store(true, Ordering::Release);
     DRAINING.store(true, Ordering::Release);
-    let spawned = crate::life::quiet_thread::spawn_quiet("cushim-log", writer_thread);
+    let spawned = cushim::quiet_thread::spawn_quiet("cushim-log", writer_thread);
     if let Err(e) = spawned {
         DRAINING.store(false, Ordering::Release);
         return Err(e);
