@@ -4,20 +4,30 @@
 
 use std::thread::{Scope, ScopedJoinHandle};
 
-/// Run `spawn` with every signal blocked on the calling thread, so the thread it starts
-/// inherits that mask; the caller's own mask is restored before returning.
-fn with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
-    // SAFETY: sigset operations on local sets; the caller's mask is restored below.
-    let old = unsafe {
+/// Block every signal on the calling thread; returns the mask to give [`restore_signals`].
+pub fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: plain sigset operations on local, initialised sets.
+    unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
         old
-    };
+    }
+}
+
+/// Give the calling thread back the mask [`block_all_signals`] returned.
+pub fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: `old` is a mask pthread_sigmask filled in.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
+/// Run `spawn` with every signal blocked on the calling thread, so the thread it starts
+/// inherits that mask; the caller's own mask is restored before returning.
+fn with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
+    let old = block_all_signals();
     let out = spawn();
-    // SAFETY: restoring the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    restore_signals(&old);
     out
 }
 

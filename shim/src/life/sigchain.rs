@@ -149,14 +149,7 @@ struct Locked {
 
 impl Locked {
     fn take(slot: &'static Slot) -> Locked {
-        // SAFETY: plain sigset operations on local, initialised sets.
-        let mask = unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-            old
-        };
+        let mask = cushim::quiet_thread::block_all_signals();
         Locked::spin(slot);
         Locked { slot, mask }
     }
@@ -181,8 +174,7 @@ impl Locked {
 impl Drop for Locked {
     fn drop(&mut self) {
         self.slot.lock.store(false, Ordering::Release);
-        // SAFETY: restoring the mask saved in `take`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.mask, std::ptr::null_mut()) };
+        cushim::quiet_thread::restore_signals(&self.mask);
     }
 }
 
