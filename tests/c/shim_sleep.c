@@ -13,6 +13,9 @@
  *   trace               allocates in make_block (4 KiB, 8 KiB, then 4 KiB again, which the
  *                       cache serves from the block freed before), frees in drop_block;
  *                       the 4 KiB block stays live. Prints "ok".
+ *   spans               backs up three segments of 100, 3 and 150 MiB (laid out across
+ *                       several host buffers, one segment across two) and resumes them
+ *                       with every byte as before, twice.
  *   corrupt             backs "weights" up, changes one byte of the backup in host memory
  *                       (found by its contents among the process's private mappings): the
  *                       resume fails with 214 and leaves the tag paused; with the byte put
@@ -316,6 +319,33 @@ static int corrupt(void) {
     return 0;
 }
 
+static int spans(void) {
+    const size_t sizes[3] = {100 * MiB, 3 * MiB, 150 * MiB};
+    unsigned char *d[3];
+    unsigned char *h = malloc(150 * MiB), *back = malloc(150 * MiB);
+    REQUIRE(h != NULL && back != NULL);
+    for (int k = 0; k < 3; k++) {
+        d[k] = tagged_malloc("weights", sizes[k]);
+        fill(h, sizes[k], 11 + k);
+        CHECK(cudaMemcpy(d[k], h, sizes[k], cudaMemcpyHostToDevice));
+    }
+    for (int round = 0; round < 2; round++) {
+        EXPECT_RC(0, do_pause("weights", 1));
+        REQUIRE(paused_bytes("weights") >= (long long)(253 * MiB));
+        EXPECT_RC(0, do_resume("weights"));
+        for (int k = 0; k < 3; k++) {
+            fill(h, sizes[k], 11 + k);
+            CHECK(cudaMemcpy(back, d[k], sizes[k], cudaMemcpyDeviceToHost));
+            REQUIRE(!memcmp(back, h, sizes[k]));
+        }
+    }
+    for (int k = 0; k < 3; k++) CHECK(cudaFree(d[k]));
+    free(h);
+    free(back);
+    printf("spans ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -329,6 +359,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "forked")) return forked();
     if (!strcmp(argv[1], "trace")) return trace();
     if (!strcmp(argv[1], "corrupt")) return corrupt();
+    if (!strcmp(argv[1], "spans")) return spans();
     fprintf(stderr, "unknown case %s\n", argv[1]);
     return 2;
 }

@@ -208,6 +208,16 @@ fn unknown_tags_double_pauses_and_resuming_what_is_live_change_nothing() {
 }
 
 #[test]
+fn backups_laid_across_several_host_buffers_come_back_byte_for_byte() {
+    let mut cmd = common::shim_cmd(exe());
+    cmd.arg("spans")
+        .env(SLEEP.0, SLEEP.1)
+        .env("SIMCUDA_MEM_MB", "1024");
+    let out = common::run_ok(&mut cmd);
+    assert!(out.contains("spans ok"), "{out}");
+}
+
+#[test]
 fn a_backup_changed_while_paused_fails_its_resume_and_stays_paused_until_it_matches_again() {
     let mut cmd = common::shim_cmd(exe());
     cmd.arg("corrupt").env(SLEEP.0, SLEEP.1);
