@@ -107,10 +107,16 @@ pub(crate) fn cushim(args: &[&std::ffi::OsStr]) -> std::process::Output {
 }
 
 pub(crate) fn export_parquet(files: &[PathBuf], out: &Path) -> String {
+    export_parquet_with(files, out, &[])
+}
+
+/// [`export_parquet`] with more arguments.
+pub(crate) fn export_parquet_with(files: &[PathBuf], out: &Path, more: &[&str]) -> String {
     let mut args: Vec<&std::ffi::OsStr> = vec!["export".as_ref()];
     args.extend(files.iter().map(|f| f.as_os_str()));
     args.push("--parquet".as_ref());
     args.push(out.as_os_str());
+    args.extend(more.iter().map(std::ffi::OsStr::new));
     let o = cushim(&args);
     assert!(o.status.success(), "{o:?}");
     String::from_utf8_lossy(&o.stdout).into_owned()

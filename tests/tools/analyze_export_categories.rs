@@ -2,10 +2,10 @@
 //! over the exported events gives, at the peak, each category's bytes of
 //! `cushim summary --by category --json` and the summary's top site at the peak, for a
 //! real PyTorch snapshot (its trace starts with blocks live before it, which no event
-//! shows) and for a logged program whose categories come from its NVTX range paths. A free
-//! carries the category and site of the block it frees; `pool` is the snapshot's and null
+//! shows), for a logged program whose categories come from its NVTX range paths, and with a
+//! user's own category (`--category NAME=REGEX`) given to both. A free carries the category and site of the block it frees; `pool` is the snapshot's and null
 //! for a log. DuckDB comes as in `analyze_export` (skipped visibly where pip cannot get it).
-use crate::analyze_export::{cushim, export_parquet, py_json, python_or_skip};
+use crate::analyze_export::{cushim, export_parquet_with, py_json, python_or_skip};
 use crate::common;
 
 use cushim_tools::analyze::summary::{summaries, Options};
@@ -51,20 +51,23 @@ const BEFORE: &str = "before the recording / no stack";
 const LIVE_BEFORE: &str = "[live before the trace began]";
 const NO_STACK: &str = "<no stack>";
 
-/// Export `file`, run [`AT_PEAK`] over it and hold it against the summary of `file`:
-/// the moment, every category's bytes and the top site. Returns the SQL's answer.
-fn check_against_summary(py: &Path, file: &Path, dir: &Path) -> Value {
+/// Export `file` (with `more` arguments), run [`AT_PEAK`] over it and hold it against the
+/// summary of `file` (with the same arguments): the moment, every category's bytes and the
+/// top site. Returns the SQL's answer.
+fn check_against_summary(py: &Path, file: &Path, dir: &Path, more: &[&str]) -> Value {
     let out = dir.join("tables");
-    export_parquet(&[file.to_path_buf()], &out);
+    export_parquet_with(&[file.to_path_buf()], &out, more);
     let got = py_json(py, AT_PEAK, &[&out]);
 
-    let o = cushim(&[
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "summary".as_ref(),
         "--by".as_ref(),
         "category".as_ref(),
         "--json".as_ref(),
         file.as_os_str(),
-    ]);
+    ];
+    args.extend(more.iter().map(std::ffi::OsStr::new));
+    let o = cushim(&args);
     assert!(o.status.success(), "{o:?}");
     let said: Value = serde_json::from_slice(&o.stdout).expect("the summary's JSON");
     let dev = said["devices"]
@@ -148,7 +151,7 @@ fn sql_over_a_real_snapshots_export_gives_the_summarys_categories_and_top_site_a
     let dir = common::scratch("export-categories-snapshot");
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/real/cs336-bcrafton-memory_snapshot.pickle.gz");
-    let got = check_against_summary(py, &file, &dir);
+    let got = check_against_summary(py, &file, &dir, &[]);
     // A snapshot records the pool of each segment: every block event carries it.
     assert_eq!(got["pools"], got["blocks"], "{got}");
     assert!(
@@ -166,7 +169,33 @@ fn sql_over_a_logs_export_gives_the_summarys_categories_from_its_nvtx_ranges_at_
     let Some(log) = common::nvtx::logged_run(&dir) else {
         return;
     };
-    let got = check_against_summary(py, &log, &dir);
+    let got = check_against_summary(py, &log, &dir, &[]);
     // A log records no pools.
     assert_eq!(got["pools"], 0, "{got}");
+}
+
+#[test]
+fn a_users_own_category_names_the_exported_rows_as_the_summary_names_them() {
+    let Some(py) = python_or_skip("the DuckDB reading of a user's category") else {
+        return;
+    };
+    let dir = common::scratch("export-categories-user");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real/cs336-bcrafton-memory_snapshot.pickle.gz");
+    // The optimizer's update temporaries (optimizer.py:78), which the built-in rules call
+    // optimizer temporaries.
+    let got = check_against_summary(
+        py,
+        &file,
+        &dir,
+        &["--category", r"adam update=optimizer\.py:78"],
+    );
+    assert!(got["categories"]["adam update"].as_i64() > Some(0), "{got}");
+    assert_eq!(
+        got["categories"]["optimizer temporaries"]
+            .as_i64()
+            .unwrap_or(0),
+        0,
+        "the user's rule comes first: {got}"
+    );
 }

@@ -15,6 +15,7 @@
 //! is how the classifier sees a log's ranges: the same lookup is made here.
 
 use crate::analyze::category::{classifier, names, CatId, Classifier};
+use crate::analyze::category_rules::UserRule;
 use crate::analyze::event_list::{EventList, StackMap};
 use crate::analyze::model::Snapshot;
 use crate::analyze::timeline::Start;
@@ -30,20 +31,20 @@ pub struct Categories<'m> {
 }
 
 impl<'m> Categories<'m> {
-    /// The classifiers of every device of `model` (the built-in categories only).
-    pub fn new(model: &'m Snapshot) -> Categories<'m> {
+    /// The classifiers of every device of `model`, the user's rules before the built-in ones.
+    pub fn new(model: &'m Snapshot, user: &'m [UserRule]) -> Categories<'m> {
         let mut devices = Vec::new();
         let mut stack_map = None;
         for dev in model.devices.iter().chain(model.host.iter()) {
             if let EventList::Log(l) = &dev.events {
                 stack_map = Some(&l.log.stacks);
             }
-            devices.push((dev.ordinal as i32, classifier(model, dev, &[]), 0));
+            devices.push((dev.ordinal as i32, classifier(model, dev, user), 0));
         }
         Categories {
             devices,
             stack_map,
-            names: names(&[])
+            names: names(user)
                 .iter()
                 .map(|n| ByteArray::from(n.as_bytes().to_vec()))
                 .collect(),

@@ -19,6 +19,7 @@
 //! (`export::table`). An input with no events is an error (one line); the inputs before
 //! it stay exported.
 
+use crate::analyze::category_rules::UserRule;
 use crate::analyze::frames::{classify, Class};
 use crate::analyze::model::Frame;
 use crate::export::source::{open, walk, Row, SegRow, Sink};
@@ -152,7 +153,8 @@ fn class_name(c: Class) -> &'static str {
 }
 
 /// The three tables of one input.
-struct Tables {
+struct Tables<'u> {
+    user: &'u [UserRule],
     source: ByteArray,
     pid: Option<i64>,
     events: Table,
@@ -161,7 +163,7 @@ struct Tables {
     actions: HashMap<&'static str, ByteArray>,
 }
 
-impl Sink for Tables {
+impl Sink for Tables<'_> {
     fn event(&mut self, r: &Row) -> Result<(), String> {
         let t = &mut self.events;
         let name = r.action.name();
@@ -189,8 +191,8 @@ impl Sink for Tables {
         t.end_row()
     }
 
-    fn categories(&self) -> bool {
-        true
+    fn categories(&self) -> Option<Vec<UserRule>> {
+        Some(self.user.to_vec())
     }
 
     fn stack(&mut self, id: u32, frames: &[&Frame]) -> Result<(), String> {
@@ -235,7 +237,12 @@ impl Sink for Tables {
 }
 
 /// Export `inputs` into `dir` (see the module docs).
-pub fn export(inputs: &[PathBuf], dir: &Path, replace: bool) -> Result<Written, String> {
+pub fn export(
+    inputs: &[PathBuf],
+    dir: &Path,
+    replace: bool,
+    user: &[UserRule],
+) -> Result<Written, String> {
     prepare_dir(dir, replace)?;
     let mut parts: HashMap<i64, usize> = HashMap::new();
     let mut out = Written::default();
@@ -246,6 +253,7 @@ pub fn export(inputs: &[PathBuf], dir: &Path, replace: bool) -> Result<Written, 
         let k = *part;
         *part += 1;
         let mut t = Tables {
+            user,
             source: ByteArray::from(input.name.as_bytes().to_vec()),
             pid: input.pid,
             events: Table::create(&partition(dir, "events", rank, k)?, "event", &EVENTS)?,

@@ -22,6 +22,7 @@
 //! staying in the file) and read again; it holds one bit per event, not the events.
 
 use crate::analyze::category::CatId;
+use crate::analyze::category_rules::UserRule;
 use crate::analyze::frames::site;
 use crate::analyze::model::{BlockState, Frame, Snapshot, Stacks};
 use crate::analyze::timeline::Start;
@@ -94,9 +95,10 @@ pub trait Sink {
     fn mark(&mut self, _m: &Mark) -> Result<(), String> {
         Ok(())
     }
-    /// Whether the rows' categories are wanted (they cost walks of the trace beforehand).
-    fn categories(&self) -> bool {
-        false
+    /// Whether the rows' categories are wanted (they cost walks of the trace beforehand),
+    /// with the user's own rules first (`--category NAME=REGEX`, as `summary` takes them).
+    fn categories(&self) -> Option<Vec<UserRule>> {
+        None
     }
 }
 
@@ -449,15 +451,16 @@ pub fn walk(input: &Input, sink: &mut dyn Sink) -> Result<u64, String> {
     match &input.body {
         Body::Log(path) => {
             // The classifiers first (the log modelled, its events read again), then the rows.
-            let model = if sink.categories() {
-                Some(crate::analyze::log_model::from_log_file(path).map_err(at)?)
-            } else {
-                None
+            let user = sink.categories();
+            let model = match user {
+                Some(_) => Some(crate::analyze::log_model::from_log_file(path).map_err(at)?),
+                None => None,
             };
             let file = std::fs::File::open(path).map_err(|e| at(e.to_string()))?;
-            let cats = model
-                .as_ref()
-                .map_or_else(Categories::none, Categories::new);
+            let cats = match (&model, &user) {
+                (Some(m), Some(u)) => Categories::new(m, u),
+                _ => Categories::none(),
+            };
             let mut w = LogWalk {
                 sink,
                 cats,
@@ -502,10 +505,10 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
         sink.stack(id, &fr)?;
     }
     let mut sites: HashMap<u32, ByteArray> = HashMap::new();
-    let mut cats = if sink.categories() {
-        Categories::new(snap)
-    } else {
-        Categories::none()
+    let user = sink.categories();
+    let mut cats = match &user {
+        Some(u) => Categories::new(snap, u),
+        None => Categories::none(),
     };
     let mut seq = 0u64;
     for dev in snap.devices.iter().chain(snap.host.iter()) {

@@ -1,6 +1,7 @@
 //! `cushim export`: the command's side of `cushim_tools::export` (what it writes is there
 //! and in `docs/EXPORT.md`): which output, and one line per input written.
 
+use cushim_tools::analyze::category_rules::parse_user_rule;
 use cushim_tools::export::{parquet_dir, trace};
 use std::path::{Path, PathBuf};
 
@@ -12,12 +13,17 @@ pub fn export(
     trace_out: Option<&Path>,
     replace: bool,
     base_ns: Option<i64>,
+    rules: &[String],
 ) -> Result<i32, String> {
+    let user = rules
+        .iter()
+        .map(|r| parse_user_rule(r))
+        .collect::<Result<Vec<_>, _>>()?;
     if parquet.is_none() && trace_out.is_none() {
         return Err("nothing to write: give --parquet DIR, --trace FILE.json or both".into());
     }
     if let Some(dir) = parquet {
-        let w = parquet_dir::export(files, dir, replace)?;
+        let w = parquet_dir::export(files, dir, replace, &user)?;
         for (name, rank, n) in &w.inputs {
             println!("{name}: rank {rank}, {n} events");
         }

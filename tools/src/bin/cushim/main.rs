@@ -227,6 +227,11 @@ enum Cmd {
         /// PyTorch profiler trace's to line the two up.
         #[arg(long)]
         base_ns: Option<i64>,
+        /// The events table's `category` with a category of your own, NAME=REGEX, as
+        /// `summary --by category --category` takes it; repeatable, first match wins, before
+        /// the built-in rules.
+        #[arg(long = "category")]
+        categories: Vec<String>,
     },
     /// Convert a snapshot between formats (by extension: .pickle, .msgpack, .json).
     Convert {
@@ -401,12 +406,14 @@ fn main() -> ExitCode {
             trace,
             replace,
             base_ns,
+            categories,
         } => export_cmd::export(
             &files,
             parquet.as_deref(),
             trace.as_deref(),
             replace,
             base_ns,
+            &categories,
         ),
         Cmd::Convert { input, output } => tools::convert(&input, &output),
         Cmd::Dump { pid, signal } => tools::dump(pid, signal.as_deref()),
