@@ -124,19 +124,24 @@ impl Backup {
         let stop = AtomicBool::new(false);
         let sums = std::thread::scope(|s| {
             let (sizes, stop) = (&sizes, &stop);
-            let pinner = crate::quiet_thread::spawn_quiet_scoped(s, "cushim-pin", move || {
-                for &n in sizes {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let r = retry(|| d.host_alloc(n, 0));
-                    let failed = r.is_err();
-                    if tx.send(r).is_err() || failed {
-                        break;
-                    }
-                }
-            })
-            .ok();
+            // One buffer is waited for in any case: a thread only pays from the second on.
+            let pinner = (sizes.len() > 1)
+                .then(|| {
+                    crate::quiet_thread::spawn_quiet_scoped(s, "cushim-pin", move || {
+                        for &n in sizes {
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            let r = retry(|| d.host_alloc(n, 0));
+                            let failed = r.is_err();
+                            if tx.send(r).is_err() || failed {
+                                break;
+                            }
+                        }
+                    })
+                    .ok()
+                })
+                .flatten();
             let pinning = pinner.is_some();
             // Buffer `c`: from the pinner, or pinned here when no thread could be started.
             let buffer = |c: usize, bufs: &mut Vec<Arc<HostBuf>>| -> DevResult<DevPtr> {
@@ -154,7 +159,7 @@ impl Backup {
             // piece never crosses a buffer's end), was just filled and is not written again;
             // `bufs` outlives the call.
             let sums = unsafe {
-                sums_behind(parts.len(), |feed| {
+                sums_behind(parts.len(), total, |feed| {
                     for (i, &(dev, addr, len)) in parts.iter().enumerate() {
                         let mut done = 0u64;
                         while done < len {
@@ -213,7 +218,7 @@ impl Backup {
         // SAFETY: the backup's runs lie in pinned buffers this backup keeps alive, and
         // nothing writes them while they are copied back.
         let sums = unsafe {
-            sums_behind(1, |feed| {
+            sums_behind(1, self.len, |feed| {
                 let mut to = self.addr;
                 for r in &self.runs {
                     let mut done = 0u64;

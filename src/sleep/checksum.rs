@@ -40,13 +40,15 @@ struct Piece {
 
 /// The checksums of `parts` buffers, each fed in order piece by piece by `produce` through
 /// the function it is given (`feed(part, address, length)`), summed behind it on a helper
-/// thread. Stops at `produce`'s first error and returns it.
+/// thread when they total more than one piece (`bytes`; for one piece or less a thread
+/// would cost more than it saves). Stops at `produce`'s first error and returns it.
 ///
 /// # Safety
 /// Each piece fed must be `length` readable bytes at `address` that nothing changes or frees
 /// until this function returns.
 pub unsafe fn sums_behind<E>(
     parts: usize,
+    bytes: u64,
     produce: impl FnOnce(&mut dyn FnMut(usize, u64, u64)) -> Result<(), E>,
 ) -> Result<Vec<u64>, E> {
     let new = || (0..parts).map(|_| XxHash3_64::new()).collect::<Vec<_>>();
@@ -61,14 +63,18 @@ pub unsafe fn sums_behind<E>(
     let mut fed: Vec<Piece> = Vec::new();
     let (tx, rx) = sync_channel::<Piece>(AHEAD);
     let (produced, behind) = std::thread::scope(|s| {
-        let helper = crate::quiet_thread::spawn_quiet_scoped(s, "cushim-sum", || {
-            let mut hs = new();
-            for p in rx {
-                sum(&mut hs, p);
-            }
-            hs
-        })
-        .ok();
+        let helper = (bytes > PIECE)
+            .then(|| {
+                crate::quiet_thread::spawn_quiet_scoped(s, "cushim-sum", || {
+                    let mut hs = new();
+                    for p in rx {
+                        sum(&mut hs, p);
+                    }
+                    hs
+                })
+                .ok()
+            })
+            .flatten();
         let live = helper.is_some();
         let produced = produce(&mut |part, at, len| {
             let p = Piece {
@@ -113,30 +119,33 @@ mod tests {
     }
 
     #[test]
-    fn sums_fed_piece_by_piece_behind_the_caller_equal_each_buffers_checksum() {
+    fn sums_fed_piece_by_piece_behind_the_caller_or_by_it_equal_each_buffers_checksum() {
         let a: Vec<u8> = (0..(2 * PIECE as usize + 12345))
             .map(|i| (i * 31 + i / 977) as u8)
             .collect();
         let b: Vec<u8> = (0..70_001u32).map(|i| (i % 251) as u8).collect();
         let bufs = [&a[..], &b[..]];
-        // SAFETY: both buffers outlive the call and are not changed during it.
-        let sums = unsafe {
-            sums_behind::<()>(2, |feed| {
-                for (part, buf) in bufs.iter().enumerate() {
-                    for piece in buf.chunks(PIECE as usize / 3) {
-                        feed(part, piece.as_ptr() as u64, piece.len() as u64);
+        // Declared as more than a piece: summed on the helper; as none: by the caller.
+        for bytes in [(a.len() + b.len()) as u64, 0] {
+            // SAFETY: both buffers outlive the call and are not changed during it.
+            let sums = unsafe {
+                sums_behind::<()>(2, bytes, |feed| {
+                    for (part, buf) in bufs.iter().enumerate() {
+                        for piece in buf.chunks(PIECE as usize / 3) {
+                            feed(part, piece.as_ptr() as u64, piece.len() as u64);
+                        }
                     }
-                }
-                Ok(())
-            })
-        };
-        assert_eq!(sums, Ok(vec![checksum(&a), checksum(&b)]));
+                    Ok(())
+                })
+            };
+            assert_eq!(sums, Ok(vec![checksum(&a), checksum(&b)]), "{bytes}");
+        }
     }
 
     #[test]
     fn the_producers_error_is_returned_as_it_is() {
         // SAFETY: nothing is fed.
-        let r = unsafe { sums_behind(1, |_| Err("copy failed")) };
+        let r = unsafe { sums_behind(1, 0, |_| Err("copy failed")) };
         assert_eq!(r, Err("copy failed"));
     }
 }
