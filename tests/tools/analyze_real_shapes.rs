@@ -389,3 +389,62 @@ sys.stdout.buffer.write(pickle.dumps({{"segments": segs, "device_traces": [trace
     );
     assert!(!s.contains("the peak was in step"), "{s}");
 }
+
+/// A committed public snapshot (tests/data/real/README.md says where each comes from and
+/// under which licence).
+fn real(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/real")
+        .join(name)
+}
+
+/// verl's public snapshot has no trace, vLLM's KV cache in a private pool and blocks
+/// pending their free: `summary` names its one moment as the snapshot's, shows the
+/// pending frees apart and the pools' memory; `--by category` splits exactly the
+/// allocated bytes (the pending frees are no longer the program's) as live before the
+/// recording.
+#[test]
+fn a_public_snapshot_without_a_trace_shows_its_own_moment_pools_and_pending_frees() {
+    let f = real("verl-mem.pickle.gz");
+    let s = ok(&["summary"], &[&f]);
+    for want in [
+        "allocated: 23761.78 MiB (peak 23761.78 MiB, no trace: the snapshot's own moment)",
+        "pending free: 569.70 MiB (freed, waiting for other streams)",
+        "pool (0, 2): 20784.00 MiB reserved in 24 segments, 20784.00 MiB allocated",
+    ] {
+        assert!(s.contains(want), "{want}\n{s}");
+    }
+    let c: serde_json::Value =
+        serde_json::from_str(&ok(&["summary", "--by", "category", "--json"], &[&f])).unwrap();
+    let dev = &c["devices"][0];
+    assert_eq!(
+        (
+            dev["allocated_bytes"].as_u64(),
+            dev["before_recording_bytes"].as_u64()
+        ),
+        (Some(24916034560), Some(24916034560)),
+        "{c}"
+    );
+}
+
+/// A public snapshot recorded with `expandable_segments:True` (two expandable segments, 13
+/// GB live before its trace began) replays under PyTorch's expandable segments, its
+/// recorded settings, to its recorded peak reserved within 1%.
+#[test]
+fn a_public_expandable_segments_snapshot_replays_to_its_recorded_peak() {
+    let f = real("cs336-bolongcheng-expandable-forward.pickle.gz");
+    let out = ok(&["replay"], &[&f]);
+    assert!(
+        out.contains("note: recorded settings: \"expandable_segments:True\""),
+        "{out}"
+    );
+    let recorded: f64 = replay_row(&out, "recorded")[1].parse().unwrap();
+    let replayed: f64 = replay_row(&out, "replay: recorded (pytorch_expandable_segments:True)")[1]
+        .parse()
+        .unwrap();
+    assert_eq!(recorded, 21764.0, "{out}");
+    assert!(
+        (replayed - recorded).abs() <= recorded / 100.0,
+        "{replayed} vs {recorded}\n{out}"
+    );
+}
