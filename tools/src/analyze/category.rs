@@ -14,7 +14,9 @@
 //! "outside". Consecutive events of one phase are one phase run (found as the trace
 //! streams: only the runs are held). (2) Lifetimes: for each allocation, whether the event
 //! that took it out of the allocated blocks is in its own phase run, so a block made in the
-//! forward pass is known to be freed in it (a temporary) or not (kept for backward).
+//! forward pass is known to be freed in it (a temporary) or not (kept for backward); a free
+//! by an autograd graph's teardown (the graph dropped without a backward pass) counts as
+//! "not": the graph had kept the block for backward.
 //! (3) The moment walks themselves (and the export's rows), which know each block's
 //! category when it is allocated. Each walk holds only the live blocks, the runs and one
 //! bit per event (the lifetimes: 12.5 MB for 100 million events).

@@ -19,8 +19,9 @@
 //! Two instances of one range path with no number between them cannot be told apart from
 //! the paths alone (the model keeps no times), so rule 2 or 3 decides them. The events after
 //! the last optimizer (or backward) phase are not a step; when the trace's peak lies among
-//! them (a step cut short by an out-of-memory), the line naming the peak step says so. A step is `[from, to)` in events;
-//! its moments are "after N events", as everywhere in the analyses.
+//! them (a step cut short by an out-of-memory), the line naming the peak step says so. A
+//! step is `[from, to)` in events; its moments are "after N events", as everywhere in the
+//! analyses.
 
 use crate::analyze::category::{classifier, names, Classifier, Walker, BEFORE};
 use crate::analyze::category_rules::{Phase, UserRule, RANGE_MARK};
