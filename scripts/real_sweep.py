@@ -57,16 +57,20 @@ def start_bytes(snap, upto=None):
     `upto[device]` events (all of them live at the start without `upto`). A block live at
     the end (per segments) or freed in the trace, whose address the trace did not allocate
     first, was live at the start; it stops being held when the program frees it
-    (free_requested, or free_completed in traces without requests)."""
+    (free_requested, or free_completed in traces without requests); a block pending its
+    free at the end is not held at the end (the program freed it)."""
     out = {}
     traces = snap.get("device_traces") or []
     live_end = {}
+    pending_end = {}
     for seg in snap.get("segments", []):
         dev = seg.get("device", 0)
         addr = seg["address"]
         for b in seg.get("blocks", []):
             if b["state"] in ("active_allocated", "active_pending_free"):
                 live_end.setdefault(dev, {})[addr] = b["size"]
+            if b["state"] == "active_pending_free":
+                pending_end.setdefault(dev, set()).add(addr)
             addr += b["size"]
     devices = set(live_end) | {i for i, t in enumerate(traces) if t}
     for dev in devices:
@@ -84,6 +88,11 @@ def start_bytes(snap, upto=None):
             if a not in seen:
                 pre[a] = size
         held = dict(pre)
+        if upto is not None and upto.get(dev, len(trace)) >= len(trace):
+            # At the end, a block pending its free was freed by the program (after the
+            # trace, or with no trace): live at the start, no longer held.
+            for a in pending_end.get(dev, set()) - seen:
+                held.pop(a, None)
         if upto is not None:
             for e in trace[: upto.get(dev, len(trace))]:
                 if e["action"] in ("free_requested", "free_completed") and e.get("addr") in held:

@@ -14,13 +14,16 @@
 //! "outside". Consecutive events of one phase are one phase run (found as the trace
 //! streams: only the runs are held). (2) Lifetimes: for each allocation, whether the event
 //! that took it out of the allocated blocks is in its own phase run, so a block made in the
-//! forward pass is known to be freed in it (a temporary) or not (kept for backward).
+//! forward pass is known to be freed in it (a temporary) or not (kept for backward); a free
+//! by an autograd graph's teardown (the graph dropped without a backward pass) counts as
+//! "not": the graph had kept the block for backward.
 //! (3) The moment walks themselves (and the export's rows), which know each block's
 //! category when it is allocated. Each walk holds only the live blocks, the runs and one
 //! bit per event (the lifetimes: 12.5 MB for 100 million events).
 
 use crate::analyze::category_rules::{
-    by_phase, frame_category, phase_clue, user_text, Category, Phase, UserRule, RANGE_MARK,
+    by_phase, frame_category, graph_teardown, phase_clue, user_text, Category, Phase, UserRule,
+    RANGE_MARK,
 };
 use crate::analyze::entry_marks::POOL_MARK;
 use crate::analyze::frames::FORWARD_MARK;
@@ -330,14 +333,29 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
     });
     c.any_stack = any_stack;
     c.run_phase = runs.finish();
-    // (2) Lifetimes: a bit per event, set for an allocation freed in its own run.
+    // (2) Lifetimes: a bit per event, set for an allocation freed in its own run. A free
+    // by an autograd graph's teardown is not: the graph kept the tensor for a backward
+    // pass (that never came), so what the forward made is an activation kept for backward.
     let mut freed_in_run = vec![0u64; n.div_ceil(64)];
     let mut w = Walker::new(&c.start, 0, |_, _| 0);
     let mut i = 0usize;
+    let stacks = c.stacks;
+    // Per stack id: 0 not yet known, 1 not a teardown, 2 a teardown.
+    let mut teardown = vec![0u8; stacks.lists.len()];
     dev.events.for_each_slice(|evs| {
         for ev in evs {
             if let Some(b) = w.step(ev, i, |_, _| 0) {
-                if b.id != BEFORE && c.run_of(b.id as usize) == c.run_of(i) {
+                let by_teardown = match teardown.get(ev.stack as usize) {
+                    Some(&known) if known != 0 => known == 2,
+                    _ => {
+                        let t = graph_teardown(own_frames(stacks, ev.stack).into_iter());
+                        if let Some(k) = teardown.get_mut(ev.stack as usize) {
+                            *k = 1 + u8::from(t);
+                        }
+                        t
+                    }
+                };
+                if b.id != BEFORE && c.run_of(b.id as usize) == c.run_of(i) && !by_teardown {
                     let k = b.id as usize;
                     if let Some(word) = freed_in_run.get_mut(k / 64) {
                         *word |= 1 << (k % 64);
@@ -578,6 +596,9 @@ use crate::analyze::units::mib2 as mib;
 
 /// The moment's words: `at the peak (after event N of M)`.
 pub fn moment_words(moment: Moment, d: &DeviceCategories) -> String {
+    if d.events == 0 {
+        return "at the snapshot (no trace: its segments are the only moment)".to_string();
+    }
     let what = match moment {
         Moment::Peak => "at the trace's peak allocated",
         Moment::End => "at the end",

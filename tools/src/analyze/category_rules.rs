@@ -259,6 +259,12 @@ pub const FRAME_RULES: &[FrameRule] = &[
         "nn.init initialises parameters",
     ),
     fr(
+        FileAndName("torch/nn/modules/", "__init__"),
+        C::Parameters,
+        "a torch.nn layer's constructor allocates its parameters and buffers (made on the \
+         device with device=... or under torch.device)",
+    ),
+    fr(
         Name("from_pretrained"),
         C::Parameters,
         "Hugging Face models load their weights in from_pretrained",
@@ -284,7 +290,7 @@ pub const FRAME_RULES: &[FrameRule] = &[
 /// Clues to the phase an event ran in, first match wins (any own frame, or the range path).
 pub const PHASE_RULES: &[PhaseRule] = &[
     pr(
-        Name("torch::autograd::Engine::"),
+        Name(ENGINE),
         Phase::Backward,
         "the autograd engine runs the backward pass (on its own threads)",
     ),
@@ -374,13 +380,66 @@ pub fn frame_category<'a>(frames: impl Iterator<Item = &'a Frame> + Clone) -> Op
         .map(|r| r.category)
 }
 
-/// The phase the first phase rule `frames` match gives.
+/// The phase the first phase rule `frames` match gives, with two exceptions the rule order
+/// alone gets wrong:
+/// - an autograd graph torn down outside the autograd engine (a `deleteNode` frame and no
+///   engine frame: the program dropped the last reference to a graph it never ran
+///   backward on) is no clue: its backward nodes' frames free what they saved, but no
+///   backward pass runs;
+/// - a forward or backward clue nested inside the optimizer's step (a frame closer to the
+///   allocation than the optimizer's) wins: an optimizer stepped with a closure (Lightning's
+///   automatic optimization, LBFGS, SAM) runs the forward and backward passes inside
+///   `optimizer.step(closure)`, and their memory is the forward's and the backward's; the
+///   closure's other code (no clue of its own) is no clue either.
 pub fn phase_clue<'a>(frames: impl Iterator<Item = &'a Frame> + Clone) -> Option<Phase> {
-    PHASE_RULES
+    if graph_teardown(frames.clone()) {
+        return None;
+    }
+    let phase = PHASE_RULES
         .iter()
         .find(|r| frames.clone().any(|f| matches(r.test, f)))
-        .map(|r| r.phase)
+        .map(|r| r.phase)?;
+    if phase != Phase::Optimizer {
+        return Some(phase);
+    }
+    let optimizer = |f: &Frame| {
+        PHASE_RULES
+            .iter()
+            .any(|r| r.phase == Phase::Optimizer && matches(r.test, f))
+    };
+    let inside = frames.clone().take_while(|f| !optimizer(f));
+    let nested = PHASE_RULES
+        .iter()
+        .filter(|r| r.phase != Phase::Optimizer)
+        .find(|r| inside.clone().any(|f| matches(r.test, f)))
+        .map(|r| r.phase);
+    match nested {
+        Some(p) => Some(p),
+        // The closure's own code (the loss, moving a batch): no clue, the phase around it.
+        None if inside.clone().any(is_closure) => None,
+        None => Some(phase),
+    }
 }
+
+/// A Python frame of the closure an optimizer's step calls (Lightning's `closure` and
+/// `_wrap_closure`; the name PyTorch's documentation gives LBFGS's).
+fn is_closure(f: &Frame) -> bool {
+    &*f.name != RANGE_MARK && f.file.ends_with(".py") && f.name.contains("closure")
+}
+
+/// Whether `frames` tear an autograd graph down outside the autograd engine (a
+/// `deleteNode` frame, no engine frame): the program dropped a graph it never ran backward
+/// on, and the graph's nodes free the tensors they saved for that backward.
+pub fn graph_teardown<'a>(frames: impl Iterator<Item = &'a Frame> + Clone) -> bool {
+    let is = |t: Test| frames.clone().any(|f| matches(t, f));
+    is(Name(GRAPH_TEARDOWN)) && !is(Name(ENGINE))
+}
+
+/// The autograd engine's frames: a backward pass running.
+const ENGINE: &str = "torch::autograd::Engine::";
+
+/// The frame that deletes an autograd graph's node when its last reference goes.
+const GRAPH_TEARDOWN: &str = "torch::autograd::deleteNode";
 
 /// The category of an allocation made in `phase`, by whether it outlived that phase.
 pub fn by_phase(phase: Phase, outlived: bool) -> Category {

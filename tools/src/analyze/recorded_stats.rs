@@ -20,6 +20,9 @@ pub enum PeakSource {
     Stats,
     /// The trace walked forward: the recorded window.
     Trace,
+    /// No trace and no statistics: the segments at the snapshot's own moment, all there is
+    /// (an earlier, higher peak would not show).
+    Segments,
 }
 
 impl PeakSource {
@@ -28,6 +31,7 @@ impl PeakSource {
         match self {
             PeakSource::Stats => "allocator statistics, whole run",
             PeakSource::Trace => "from the trace",
+            PeakSource::Segments => "no trace: the snapshot's own moment",
         }
     }
 }

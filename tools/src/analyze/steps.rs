@@ -18,8 +18,10 @@
 //!
 //! Two instances of one range path with no number between them cannot be told apart from
 //! the paths alone (the model keeps no times), so rule 2 or 3 decides them. The events after
-//! the last optimizer (or backward) phase are not a step. A step is `[from, to)` in events;
-//! its moments are "after N events", as everywhere in the analyses.
+//! the last optimizer (or backward) phase are not a step; when the trace's peak lies among
+//! them (a step cut short by an out-of-memory), the line naming the peak step says so. A
+//! step is `[from, to)` in events; its moments are "after N events", as everywhere in the
+//! analyses.
 
 use crate::analyze::category::{classifier, names, Classifier, Walker, BEFORE};
 use crate::analyze::category_rules::{Phase, UserRule, RANGE_MARK};
@@ -59,6 +61,9 @@ pub struct Steps {
     pub found: usize,
     /// The steps kept, in order.
     pub steps: Vec<Step>,
+    /// The highest bytes after the last step's end, and after which event: the events of a
+    /// step the trace ends in before it completes (an out-of-memory in its forward pass).
+    pub unfinished: Option<(u64, usize)>,
 }
 
 impl Steps {
@@ -355,6 +360,7 @@ pub fn steps_by(
         }
     };
     note(&mut peaks, &mut cur, 0, 0, &w);
+    let mut unfinished: Option<(u64, usize)> = None;
     dev.events.for_each_slice(|evs| {
         for ev in evs {
             w.step(ev, i, |b, s| c.category(b, s));
@@ -368,6 +374,9 @@ pub fn steps_by(
                 peaks[k].0 = 0;
             }
             note(&mut peaks, &mut cur, k, i, &w);
+            if k == bounds.len() && unfinished.map_or(true, |u: (u64, usize)| w.bytes() > u.0) {
+                unfinished = Some((w.bytes(), i));
+            }
         }
     });
     while k < bounds.len() {
@@ -470,6 +479,7 @@ pub fn steps_by(
         source,
         found: bounds.len(),
         steps: out,
+        unfinished,
     }
 }
 
@@ -479,6 +489,18 @@ use crate::analyze::units::mib2 as mib;
 pub fn peak_line(s: &Steps) -> Option<String> {
     let k = s.peak_step()?;
     let st = &s.steps[k];
+    if let Some((bytes, after)) = s.unfinished.filter(|u| u.0 > st.peak) {
+        return Some(format!(
+            "steps: {} found ({}); the peak came after the last of them, in the unfinished \
+             step the trace ends in: {} after event {} (the highest step, {}, peaked at {})",
+            s.found,
+            s.source,
+            mib(bytes),
+            after,
+            st.number,
+            mib(st.peak)
+        ));
+    }
     Some(format!(
         "steps: {} found ({}); the peak was in step {} of {}: {} after event {}",
         s.found,

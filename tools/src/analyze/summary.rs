@@ -128,7 +128,7 @@ pub fn device_summary_walked(
         None => (
             p.allocated.max(end.allocated_bytes),
             p.reserved.max(end.reserved),
-            PeakSource::Trace,
+            PeakSource::Segments,
         ),
     };
     let largest_free_block = dev
