@@ -3,14 +3,18 @@
 //! `cushim summary --by category --json` and the summary's top site at the peak, for a
 //! real PyTorch snapshot (its trace starts with blocks live before it, which no event
 //! shows), for a logged program whose categories come from its NVTX range paths, and with a
-//! user's own category (`--category NAME=REGEX`) given to both. A free carries the category and site of the block it frees; `pool` is the snapshot's and null
+//! user's own category (`--category NAME=REGEX`) given to both; blocks live before the
+//! trace began count in the category their own frames give. A free carries the category and site of the block it frees; `pool` is the snapshot's and null
 //! for a log. DuckDB comes as in `analyze_export` (skipped visibly where pip cannot get it).
 use crate::analyze_export::{cushim, export_parquet_with, py_json, python_or_skip};
 use crate::common;
 
+use cushim_tools::analyze::category::{classifier, names, BEFORE as BEFORE_BLOCK};
+use cushim_tools::analyze::category_rules::parse_user_rule;
 use cushim_tools::analyze::summary::{summaries, Options};
 use cushim_tools::analyze::timeline::start_of;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Device 0 of the exported events: the first event after which allocated bytes (counted
@@ -82,7 +86,9 @@ fn check_against_summary(py: &Path, file: &Path, dir: &Path, more: &[&str]) -> V
         dev["after_event"].as_u64(),
         "{got}\n{dev}"
     );
-    // Blocks live when the trace began are in no event: the SQL starts without them.
+    // Blocks live when the trace began are in no event: the SQL starts without them. The
+    // summary counts each in the category its own frames give (else "before the
+    // recording"): the classifier's, with the same rules.
     let snap = cushim_tools::analyze::input::read(file).expect("reading the input");
     let d0 = snap
         .devices
@@ -90,16 +96,31 @@ fn check_against_summary(py: &Path, file: &Path, dir: &Path, more: &[&str]) -> V
         .find(|d| d.ordinal == 0)
         .expect("device 0");
     let at_start = start_of(&snap, d0).state.allocated_bytes;
+    let user: Vec<_> = more
+        .chunks(2)
+        .filter(|a| a[0] == "--category")
+        .map(|a| parse_user_rule(a[1]).expect("a rule"))
+        .collect();
+    let mut c = classifier(&snap, d0, &user);
+    let lives: Vec<(u64, u32)> = c
+        .start
+        .state
+        .allocated
+        .iter()
+        .map(|(_, l)| (l.size, l.stack))
+        .collect();
+    let cat_names = names(&user);
+    let mut start_by: HashMap<String, i64> = HashMap::new();
+    for (size, stack) in lives {
+        let cat = c.category(BEFORE_BLOCK, stack) as usize;
+        *start_by.entry(cat_names[cat].clone()).or_default() += size as i64;
+    }
     let sql = |name: &str| got["categories"][name].as_i64().unwrap_or(0);
     let mut shown = 0;
     for c in dev["categories"].as_array().expect("categories") {
         let name = c["category"].as_str().expect("a name");
         let bytes = c["bytes"].as_i64().expect("bytes");
-        let from_sql = if name == BEFORE {
-            sql(name) + at_start as i64
-        } else {
-            sql(name)
-        };
+        let from_sql = sql(name) + start_by.get(name).copied().unwrap_or(0);
         assert_eq!(from_sql, bytes, "{name}: {got}\n{dev}");
         if bytes > 0 && name != BEFORE {
             shown += 1;

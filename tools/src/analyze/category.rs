@@ -167,10 +167,18 @@ impl<'a> Classifier<'a> {
         if self.host {
             return id(Category::PinnedHost);
         }
-        if block == BEFORE {
-            return id(Category::BeforeOrNoStack);
-        }
         let f = self.facts(stack);
+        if block == BEFORE {
+            // Live since before the trace began: its own frames say what it is when they
+            // can (a trace ring that overflowed keeps the stacks of the blocks whose
+            // allocation fell out of it: the weights and optimizer state of a long run);
+            // live across the trace's start, it outlived its phase.
+            return match (f.fixed, f.phase) {
+                (Some(c), _) => c,
+                (None, Some(p)) => id(by_phase(p, true)),
+                (None, None) => id(Category::BeforeOrNoStack),
+            };
+        }
         if let Some(c) = f.fixed {
             return c;
         }
@@ -210,7 +218,8 @@ impl crate::state::Block for Block {
 pub struct Walker {
     pub mem: Memory<Block>,
     pub totals: Vec<u64>,
-    /// Bytes of the allocated blocks live since before the trace began.
+    /// Bytes of the allocated blocks live since before the trace began that their frames
+    /// do not classify (in "before the recording / no stack").
     pub before: u64,
 }
 
@@ -254,7 +263,7 @@ impl Walker {
 
     #[inline]
     fn enter(&mut self, b: &Block) {
-        if b.id == BEFORE {
+        if b.id == BEFORE && b.cat == id(Category::BeforeOrNoStack) {
             self.before += b.size;
         }
         if let Some(t) = self.totals.get_mut(b.cat as usize) {
@@ -264,7 +273,7 @@ impl Walker {
 
     #[inline]
     fn leave(&mut self, b: &Block) {
-        if b.id == BEFORE {
+        if b.id == BEFORE && b.cat == id(Category::BeforeOrNoStack) {
             self.before = self.before.saturating_sub(b.size);
         }
         if let Some(t) = self.totals.get_mut(b.cat as usize) {
@@ -434,7 +443,8 @@ pub struct DeviceCategories {
     /// `(name, bytes)` of every category, in table order (user rules last).
     pub rows: Vec<(String, u64)>,
     /// Of "before the recording / no stack": the bytes of blocks live since before the
-    /// trace began (the rest were allocated in the trace without a stack).
+    /// trace began whose frames do not classify them (the rest were allocated in the trace
+    /// without a stack).
     pub before_start: u64,
     /// Why everything is in "no stack", when it is.
     pub note: Option<String>,

@@ -81,10 +81,10 @@ impl<'m> Categories<'m> {
         (action == Action::Alloc).then(|| c.category(i as u32, list))
     }
 
-    /// The category of blocks live before the trace began.
-    pub fn before(&mut self, device: i32) -> Option<CatId> {
+    /// The category of a block live before the trace began, with stack `stack`.
+    pub fn before(&mut self, device: i32, stack: u32) -> Option<CatId> {
         let (_, c, _) = self.devices.iter_mut().find(|d| d.0 == device)?;
-        Some(c.category(crate::analyze::category::BEFORE, 0))
+        Some(c.category(crate::analyze::category::BEFORE, stack))
     }
 
     /// A category's name, as the summary prints it.

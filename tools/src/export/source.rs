@@ -228,7 +228,7 @@ impl Tracker {
         device: i32,
         start: &Start,
         mut site: impl FnMut(u32) -> ByteArray,
-        cat: Option<CatId>,
+        mut cat: impl FnMut(u32) -> Option<CatId>,
     ) {
         let (_, mem, _) = self.dev_mut(device);
         for (pending, map) in [
@@ -242,7 +242,7 @@ impl Tracker {
                     SiteBlock {
                         size: l.size,
                         site: Some(site(l.stack)),
-                        cat,
+                        cat: cat(l.stack),
                     },
                 );
             }
@@ -524,14 +524,13 @@ fn walk_snapshot(snap: &Snapshot, sink: &mut dyn Sink) -> Result<u64, String> {
         };
         let mut tracker = Tracker::default();
         if let Some(start) = cats.start(device).cloned() {
-            let before = cats.before(device);
             let site_of = |stack: u32| {
                 sites
                     .entry(stack)
                     .or_insert_with(|| bytes(&site(&snap.stacks, stack, 1)))
                     .clone()
             };
-            tracker.seed(device, &start, site_of, before);
+            tracker.seed(device, &start, site_of, |stack| cats.before(device, stack));
         }
         let mut failed = None;
         dev.events.for_each_slice(|evs| {
