@@ -106,8 +106,8 @@ fn check_against_summary(py: &Path, file: &Path, dir: &Path, more: &[&str]) -> V
         .start
         .state
         .allocated
-        .iter()
-        .map(|(_, l)| (l.size, l.stack))
+        .values()
+        .map(|l| (l.size, l.stack))
         .collect();
     let cat_names = names(&user);
     let mut start_by: HashMap<String, i64> = HashMap::new();
