@@ -19,6 +19,7 @@ pub mod device_size;
 pub mod diff;
 pub mod entry_marks;
 pub mod event_list;
+pub mod fan_out;
 pub mod fit;
 pub mod frames;
 pub mod fx_nodes;

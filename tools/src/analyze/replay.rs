@@ -359,18 +359,20 @@ impl Run {
             },
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
-            Action::FreeRequested | Action::FreeCompleted => {
-                let done = ev.action == Action::FreeCompleted;
-                let Some(e) = self.ptrs.get_mut(&ev.addr) else {
-                    return;
-                };
-                if !e.2 {
-                    self.allocated = self.allocated.saturating_sub(e.1);
-                    e.2 = true;
+            Action::FreeRequested => {
+                if let Some(e) = self.ptrs.get_mut(&ev.addr) {
+                    if !e.2 {
+                        self.allocated = self.allocated.saturating_sub(e.1);
+                        e.2 = true;
+                    }
                 }
-                if done {
-                    let _ = self.a.free(e.0, 0, 0);
-                    self.ptrs.remove(&ev.addr);
+            }
+            Action::FreeCompleted => {
+                if let Some((p, n, pending)) = self.ptrs.remove(&ev.addr) {
+                    if !pending {
+                        self.allocated = self.allocated.saturating_sub(n);
+                    }
+                    let _ = self.a.free(p, 0, 0);
                 }
             }
             _ => {}
@@ -382,7 +384,7 @@ impl Run {
         self.first_oom.get_or_insert((Some(i), size));
     }
 
-    fn finish(self, label: String) -> Row {
+    fn row(&self, label: String) -> Row {
         let stats = self.a.stats(0);
         let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
         let end = self.device_calls();
@@ -457,52 +459,56 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
             return Err(format!("--conf {:?}: {e}", t.conf));
         }
     }
+    // A trial the same as an earlier one (the same settings once parsed, on the same
+    // device size: the recorded settings are often PyTorch's defaults) is not replayed
+    // again: the engine is deterministic, so it would give the same outcome.
+    let key = |t: &Trial| (parse(&t.conf).0, t.capacity.min(UNLIMITED));
+    let keys: Vec<_> = trials.iter().map(key).collect();
+    let first: Vec<usize> = (0..trials.len())
+        .map(|i| keys[..i].iter().position(|k| *k == keys[i]).unwrap_or(i))
+        .collect();
+    let unique: Vec<usize> = (0..trials.len()).filter(|&i| first[i] == i).collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let groups = cores.min(trials.len()).max(1);
-    let pass = dev.events.pass(groups);
-    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Outcome)>, String> {
-        let mut runs = Vec::with_capacity(mine.len());
-        for &i in &mine {
-            runs.push((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?));
-        }
-        dev.events.for_each_slice_in(&pass, |evs| {
+    let groups = cores.min(unique.len()).max(1);
+    // One decoding of the trace for every group; each group's configurations are seeded
+    // and replayed on the group's own thread (the engine's locks and its thread tracking
+    // expect one thread, as the shim's hot path mostly sees).
+    let unique = &unique;
+    let done = dev.events.fan_out(
+        groups,
+        |g| -> Result<Vec<(usize, Run)>, String> {
+            unique
+                .iter()
+                .skip(g)
+                .step_by(groups)
+                .map(|&i| Ok((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?)))
+                .collect()
+        },
+        |runs, evs| {
+            let Ok(runs) = runs else { return };
             for (_, r) in runs.iter_mut() {
                 for ev in evs {
                     r.step(ev);
                 }
             }
-        });
-        Ok(runs
-            .into_iter()
-            .map(|(i, r)| {
-                let first_oom = r.first_oom;
-                let row = r.finish(trials[i].label.clone());
-                (i, Outcome { row, first_oom })
-            })
-            .collect())
-    };
-    let share = |g: usize| -> Vec<usize> { (g..trials.len()).step_by(groups).collect() };
-    let results: Vec<Result<Vec<(usize, Outcome)>, String>> = if groups == 1 {
-        vec![one(share(0))]
-    } else {
-        std::thread::scope(|s| {
-            let others: Vec<_> = (1..groups)
-                .map(|g| s.spawn(move || one(share(g))))
-                .collect();
-            let mut all = vec![one(share(0))];
-            for h in others {
-                all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            all
-        })
-    };
-    let mut out: Vec<Option<Outcome>> = vec![None; trials.len()];
-    for r in results {
-        for (i, o) in r? {
-            out[i] = Some(o);
-        }
+        },
+    );
+    let done = done.into_iter().collect::<Result<Vec<_>, String>>()?;
+    let mut ran: Vec<Option<Run>> = (0..trials.len()).map(|_| None).collect();
+    for (i, r) in done.into_iter().flatten() {
+        ran[i] = Some(r);
     }
-    Ok(out.into_iter().flatten().collect())
+    let mut out: Vec<Outcome> = Vec::with_capacity(trials.len());
+    for (i, t) in trials.iter().enumerate() {
+        let Some(r) = &ran[first[i]] else {
+            return Err(format!("the replay under {:?} did not finish", t.conf));
+        };
+        out.push(Outcome {
+            row: r.row(t.label.clone()),
+            first_oom: r.first_oom,
+        });
+    }
+    Ok(out)
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
