@@ -34,6 +34,7 @@ pub mod oom;
 pub mod pytorch_pages;
 pub mod recorded_stats;
 pub mod replay;
+pub mod replay_slots;
 pub mod report;
 pub mod seed;
 pub mod segments_at;

@@ -34,6 +34,7 @@
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::analyze::pytorch_pages::{parse_conf as parse, recorded_conf};
+use crate::analyze::replay_slots::Slots;
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
 use crate::analyze::units::mib1;
@@ -154,14 +155,21 @@ struct Seed {
     releases: Vec<usize>,
 }
 
+/// What a replay keeps of a recorded block: the engine's pointer in its place, the bytes it
+/// counts, whether its free was requested.
+type Held = (u64, u64, bool);
+
 /// One configuration's replay of one device, fed the trace an event at a time
 /// ([`Run::step`]), so that every configuration is replayed in one walk of the trace.
 struct Run {
     a: CachingAllocator,
     conf: AllocConf,
     capacity: u64,
-    /// Recorded address -> the engine's pointer, the bytes it counts, whether pending.
-    ptrs: AddrMap<(u64, u64, bool)>,
+    /// Recorded address -> the engine's pointer, the bytes it counts, whether pending: the
+    /// blocks the seeding laid out, until [`Run::adopt`] moves them to `held`.
+    ptrs: AddrMap<Held>,
+    /// The same per live recorded address, by its slot (`analyze::replay_slots`).
+    held: Vec<Option<Held>>,
     allocated: u64,
     peak_allocated: u64,
     ooms: u64,
@@ -213,6 +221,7 @@ impl Run {
             conf: c,
             capacity,
             ptrs: AddrMap::default(),
+            held: Vec::new(),
             allocated: 0,
             peak_allocated: 0,
             ooms: 0,
@@ -324,9 +333,22 @@ impl Run {
         Ok(run)
     }
 
-    /// Replay one recorded event.
+    /// The seeded blocks, each in its address's slot of `slots`.
+    fn adopt(&mut self, slots: &mut Slots) {
+        for (addr, h) in std::mem::take(&mut self.ptrs) {
+            let k = slots.assign(addr) as usize;
+            if self.held.len() <= k {
+                self.held.resize(k + 1, None);
+            }
+            self.held[k] = Some(h);
+        }
+    }
+
+    /// Replay one recorded event, whose address has slot `slot` (`replay_slots::NONE`
+    /// when it is not an allocation or a free of a live address); `held` has a place for
+    /// every slot.
     #[inline]
-    fn step(&mut self, ev: &Event) {
+    fn step(&mut self, ev: &Event, slot: u32) {
         let i = self.at;
         self.at += 1;
         if self.releases.get(self.next_release) == Some(&i) {
@@ -338,7 +360,8 @@ impl Run {
                 Ok(p) => {
                     let n = round_size(ev.size, &self.conf);
                     self.allocated += n;
-                    if let Some((old, m, pending)) = self.ptrs.insert(ev.addr, (p, n, false)) {
+                    let cell = self.held.get_mut(slot as usize);
+                    if let Some((old, m, pending)) = cell.and_then(|c| c.replace((p, n, false))) {
                         // The recording reused an address we still hold: a free was lost.
                         let _ = self.a.free(old, 0, 0);
                         if !pending {
@@ -360,7 +383,7 @@ impl Run {
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
             Action::FreeRequested => {
-                if let Some(e) = self.ptrs.get_mut(&ev.addr) {
+                if let Some(Some(e)) = self.held.get_mut(slot as usize) {
                     if !e.2 {
                         self.allocated = self.allocated.saturating_sub(e.1);
                         e.2 = true;
@@ -368,7 +391,9 @@ impl Run {
                 }
             }
             Action::FreeCompleted => {
-                if let Some((p, n, pending)) = self.ptrs.remove(&ev.addr) {
+                if let Some((p, n, pending)) =
+                    self.held.get_mut(slot as usize).and_then(Option::take)
+                {
                     if !pending {
                         self.allocated = self.allocated.saturating_sub(n);
                     }
@@ -424,6 +449,14 @@ fn replay_all(
         .collect())
 }
 
+/// The replays one thread runs together, the slots of their recorded addresses, and the
+/// slots of the chunk being replayed.
+struct Group {
+    slots: Slots,
+    runs: Vec<(usize, Run)>,
+    chunk_slots: Vec<u32>,
+}
+
 /// One replay to run: a configuration, its row's label, and the device size.
 #[derive(Debug, Clone)]
 pub struct Trial {
@@ -476,26 +509,38 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
     let unique = &unique;
     let done = dev.events.fan_out(
         groups,
-        |g| -> Result<Vec<(usize, Run)>, String> {
-            unique
+        |g| -> Result<Group, String> {
+            let mut runs = unique
                 .iter()
                 .skip(g)
                 .step_by(groups)
                 .map(|&i| Ok((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?)))
-                .collect()
-        },
-        |runs, evs| {
-            let Ok(runs) = runs else { return };
+                .collect::<Result<Vec<_>, String>>()?;
+            let mut slots = Slots::default();
             for (_, r) in runs.iter_mut() {
-                for ev in evs {
-                    r.step(ev);
+                r.adopt(&mut slots);
+            }
+            Ok(Group {
+                slots,
+                runs,
+                chunk_slots: Vec::new(),
+            })
+        },
+        |group, evs| {
+            let Ok(g) = group else { return };
+            g.slots.of_chunk(evs, &mut g.chunk_slots);
+            let n = g.slots.len();
+            for (_, r) in g.runs.iter_mut() {
+                r.held.resize(n, None);
+                for (ev, &k) in evs.iter().zip(&g.chunk_slots) {
+                    r.step(ev, k);
                 }
             }
         },
     );
     let done = done.into_iter().collect::<Result<Vec<_>, String>>()?;
     let mut ran: Vec<Option<Run>> = (0..trials.len()).map(|_| None).collect();
-    for (i, r) in done.into_iter().flatten() {
+    for (i, r) in done.into_iter().flat_map(|g| g.runs) {
         ran[i] = Some(r);
     }
     let mut out: Vec<Outcome> = Vec::with_capacity(trials.len());
