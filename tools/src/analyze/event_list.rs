@@ -12,8 +12,8 @@
 //! A walk costs about what decoding the log costs, so analyses that need the same events
 //! share one walk ([`EventList::for_each_slice`] hands each decoded chunk, a slice in a
 //! buffer reused from chunk to chunk, to every analysis the caller feeds), decoded on a
-//! thread of its own ahead of them; threads that each walk the trace for their own
-//! analyses share one decoding of it too ([`EventList::fan_out`]).
+//! thread of its own ahead of them (`analyze::decode_ahead`); threads that each walk the
+//! trace for their own analyses at once ([`EventList::fan_out`]) count as one pass.
 //!
 //! While the walks of a log take over a second and stderr is a terminal, a progress line
 //! names the walk and how far it is (as `snapshot::progress` does for the first reading),
@@ -320,6 +320,8 @@ struct ChunkDecoder<'a> {
     /// Which walk of the log this is, and the chunks it decoded (for the progress line).
     walk: u64,
     loaded: usize,
+    /// A walker that leaves the progress line to another walker of the same pass.
+    quiet: bool,
     buf: Vec<u8>,
 }
 
@@ -329,6 +331,7 @@ impl<'a> ChunkDecoder<'a> {
             src,
             walk: src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
             loaded: 0,
+            quiet: false,
             buf: Vec::new(),
         }
     }
@@ -340,7 +343,9 @@ impl<'a> ChunkDecoder<'a> {
         let log = &*self.src.log;
         let n = self.src.chunks.len();
         self.loaded += 1;
-        log.progress(self.walk, self.loaded, n);
+        if !self.quiet {
+            log.progress(self.walk, self.loaded, n);
+        }
         out.clear();
         out.reserve(c.events as usize);
         let dev = self.src.device;
@@ -405,7 +410,11 @@ impl EventList {
             }
             EventList::Log(l) => {
                 let mut d = ChunkDecoder::new(l);
-                crate::analyze::fan_out::ahead(l.chunks.len(), move |i, out| d.load(i, out), f);
+                crate::analyze::decode_ahead::ahead(
+                    l.chunks.len(),
+                    move |i, out| d.load(i, out),
+                    f,
+                );
             }
         }
     }
@@ -433,8 +442,8 @@ impl EventList {
 
     /// Walk the events oldest first with `walkers` walkers, each on its own thread, where
     /// it makes its state (`init(walker)`) and is fed every slice in order by `f` (as
-    /// [`EventList::for_each_slice`] feeds one): a log is decoded once for all of them, on
-    /// a thread of its own (`analyze::fan_out`). The states back in walker order.
+    /// [`EventList::for_each_slice`] feeds one); each walker decodes a log for itself (see
+    /// below). The states back in walker order.
     pub fn fan_out<S: Send>(
         &self,
         walkers: usize,
@@ -460,15 +469,42 @@ impl EventList {
                         .collect()
                 })
             }
+            // Each walker decodes the log for itself, on its own thread: measured on two
+            // cores, one decoding handed across cores costs more than the decoding it
+            // saves (the walkers read every chunk from the other core's cache, and the
+            // decoding thread takes turns with them). The first walker's decoding draws
+            // the progress line.
             EventList::Log(l) => {
-                let mut d = ChunkDecoder::new(l);
-                crate::analyze::fan_out::fan_out(
-                    l.chunks.len(),
-                    move |i, out| d.load(i, out),
-                    walkers,
-                    init,
-                    f,
-                )
+                let (init, f) = (&init, &f);
+                let walk = l.log.walks.fetch_add(1, Ordering::Relaxed) + 1;
+                std::thread::scope(|s| {
+                    let walkers: Vec<_> = (0..walkers)
+                        .map(|w| {
+                            s.spawn(move || {
+                                let mut st = init(w);
+                                let mut d = ChunkDecoder {
+                                    src: l,
+                                    walk,
+                                    loaded: 0,
+                                    quiet: w > 0,
+                                    buf: Vec::new(),
+                                };
+                                let mut evs = Vec::new();
+                                for i in 0..l.chunks.len() {
+                                    if !d.load(i, &mut evs) {
+                                        break;
+                                    }
+                                    f(&mut st, &evs);
+                                }
+                                st
+                            })
+                        })
+                        .collect();
+                    walkers
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect()
+                })
             }
         }
     }

@@ -28,8 +28,8 @@
 //! Passes: the trace is walked once for what the replays need first (the device size's
 //! evidence, the start layout, the recorded row: `analyze::walk`), then once more for all
 //! the configurations together, each fed every event in turn; the configurations are
-//! shared out among the available cores (one thread each, seeded and replayed there), fed
-//! one decoding of the log (`analyze::fan_out`). A configuration that parses to the same
+//! shared out among the available cores (one thread each, seeded and replayed there, each
+//! decoding the log for itself: `EventList::fan_out`). A configuration that parses to the same
 //! settings as an earlier one on the same device size (the recorded settings are often
 //! PyTorch's defaults) is replayed once: the engine is deterministic. The replays of one
 //! thread share one numbering of the recorded addresses (`analyze::replay_slots`).
@@ -428,8 +428,8 @@ impl Run {
 }
 
 /// Replay `dev` under each of `confs` on a device of `capacity` bytes from `seed`: every
-/// configuration in one walk of the trace (a log is decoded once, not once per
-/// configuration or per core), the configurations shared out among the available cores.
+/// configuration in one walk of the trace (a log is decoded once per core, not once per
+/// configuration), the configurations shared out among the available cores.
 /// Rows in the order of `confs`.
 fn replay_all(
     dev: &Device,
