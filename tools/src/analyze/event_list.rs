@@ -11,8 +11,9 @@
 //!
 //! A walk costs about what decoding the log costs, so analyses that need the same events
 //! share one walk ([`EventList::for_each_slice`] hands each decoded chunk, a slice in a
-//! buffer reused from chunk to chunk, to every analysis the caller feeds); threads that
-//! each walk the trace for their own analyses at once count as one [`Pass`].
+//! buffer reused from chunk to chunk, to every analysis the caller feeds), decoded on a
+//! thread of its own ahead of them (`analyze::decode_ahead`); threads that each walk the
+//! trace for their own analyses at once ([`EventList::fan_out`]) count as one pass.
 //!
 //! While the walks of a log take over a second and stderr is a terminal, a progress line
 //! names the walk and how far it is (as `snapshot::progress` does for the first reading),
@@ -20,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -316,22 +317,12 @@ impl ExactSizeIterator for Iter<'_> {
 /// per chunk once they have grown), for the walks.
 struct ChunkDecoder<'a> {
     src: &'a LogEvents,
-    /// Which walk of the log this is, and the chunks it decoded (for the progress line);
-    /// or the [`Pass`] it is one of the walkers of.
+    /// Which walk of the log this is, and the chunks it decoded (for the progress line).
     walk: u64,
     loaded: usize,
-    shared: Option<&'a Pass>,
+    /// A walker that leaves the progress line to another walker of the same pass.
+    quiet: bool,
     buf: Vec<u8>,
-}
-
-/// One pass over a trace made by several walkers at once (threads each walking it for
-/// their own analyses): the progress line counts it as one pass, the chunks all its
-/// walkers decoded against all they will.
-#[derive(Debug)]
-pub struct Pass {
-    walk: u64,
-    walkers: usize,
-    loaded: AtomicUsize,
 }
 
 impl<'a> ChunkDecoder<'a> {
@@ -340,7 +331,7 @@ impl<'a> ChunkDecoder<'a> {
             src,
             walk: src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
             loaded: 0,
-            shared: None,
+            quiet: false,
             buf: Vec::new(),
         }
     }
@@ -351,15 +342,9 @@ impl<'a> ChunkDecoder<'a> {
         let c = self.src.chunks[i];
         let log = &*self.src.log;
         let n = self.src.chunks.len();
-        match self.shared {
-            Some(p) => {
-                let done = p.loaded.fetch_add(1, Ordering::Relaxed) + 1;
-                log.progress(p.walk, done, n * p.walkers);
-            }
-            None => {
-                self.loaded += 1;
-                log.progress(self.walk, self.loaded, n);
-            }
+        self.loaded += 1;
+        if !self.quiet {
+            log.progress(self.walk, self.loaded, n);
         }
         out.clear();
         out.reserve(c.events as usize);
@@ -409,12 +394,15 @@ impl EventList {
     /// is decoded once for every analysis `f` feeds (one pass instead of one per
     /// analysis), into a buffer reused from chunk to chunk. A log that cannot be read any
     /// further ends the walk (said once on stderr), as [`EventList::iter`] does.
-    pub fn for_each_slice(&self, f: impl FnMut(&[Event])) {
-        self.walk(None, f)
+    pub fn for_each_slice(&self, mut f: impl FnMut(&[Event])) {
+        self.for_each_slice_while(|evs| {
+            f(evs);
+            true
+        })
     }
 
     /// [`EventList::for_each_slice`] that stops after the slice for which `f` returns
-    /// false (a log's later chunks are not decoded).
+    /// false (a log's later chunks are not decoded, but for the few decoded ahead).
     pub fn for_each_slice_while(&self, mut f: impl FnMut(&[Event]) -> bool) {
         match self {
             EventList::Mem(v) => {
@@ -422,14 +410,28 @@ impl EventList {
             }
             EventList::Log(l) => {
                 let mut d = ChunkDecoder::new(l);
-                let mut evs = Vec::new();
-                for i in 0..l.chunks.len() {
-                    if !d.load(i, &mut evs) || !f(&evs) {
-                        return;
-                    }
-                }
+                crate::analyze::decode_ahead::ahead(
+                    l.chunks.len(),
+                    move |i, out| d.load(i, out),
+                    f,
+                );
             }
         }
+    }
+
+    /// [`EventList::for_each_slice`] over the first `n` events only (a log's later chunks
+    /// are not decoded, but for the few decoded ahead).
+    pub fn for_each_slice_upto(&self, n: usize, mut f: impl FnMut(&[Event])) {
+        let mut left = n;
+        if left == 0 {
+            return;
+        }
+        self.for_each_slice_while(|evs| {
+            let k = left.min(evs.len());
+            f(&evs[..k]);
+            left -= k;
+            left > 0
+        });
     }
 
     /// Whether this trace is read from a log file none of whose events was made inside an
@@ -438,46 +440,71 @@ impl EventList {
         matches!(self, EventList::Log(l) if !l.log.stacks.any_ranged())
     }
 
-    /// A [`Pass`] that `walkers` walks of this trace (made with
-    /// [`EventList::for_each_slice_in`]) make together.
-    pub fn pass(&self, walkers: usize) -> Pass {
-        let walk = match self {
-            EventList::Mem(_) => 0,
-            EventList::Log(l) => l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
-        };
-        Pass {
-            walk,
-            walkers,
-            loaded: AtomicUsize::new(0),
-        }
-    }
-
-    /// [`EventList::for_each_slice`] as one of the walkers of `pass`.
-    pub fn for_each_slice_in(&self, pass: &Pass, f: impl FnMut(&[Event])) {
-        self.walk(Some(pass), f)
-    }
-
-    fn walk(&self, pass: Option<&Pass>, mut f: impl FnMut(&[Event])) {
+    /// Walk the events oldest first with `walkers` walkers, each on its own thread, where
+    /// it makes its state (`init(walker)`) and is fed every slice in order by `f` (as
+    /// [`EventList::for_each_slice`] feeds one); each walker decodes a log for itself (see
+    /// below). The states back in walker order.
+    pub fn fan_out<S: Send>(
+        &self,
+        walkers: usize,
+        init: impl Fn(usize) -> S + Sync,
+        f: impl Fn(&mut S, &[Event]) + Sync,
+    ) -> Vec<S> {
         match self {
-            EventList::Mem(v) => f(v),
+            EventList::Mem(v) => {
+                let (init, f) = (&init, &f);
+                std::thread::scope(|s| {
+                    let walkers: Vec<_> = (0..walkers)
+                        .map(|w| {
+                            s.spawn(move || {
+                                let mut st = init(w);
+                                f(&mut st, v);
+                                st
+                            })
+                        })
+                        .collect();
+                    walkers
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect()
+                })
+            }
+            // Each walker decodes the log for itself, on its own thread: measured on two
+            // cores, one decoding handed across cores costs more than the decoding it
+            // saves (the walkers read every chunk from the other core's cache, and the
+            // decoding thread takes turns with them). The first walker's decoding draws
+            // the progress line.
             EventList::Log(l) => {
-                let mut d = match pass {
-                    Some(p) => ChunkDecoder {
-                        src: l,
-                        walk: p.walk,
-                        loaded: 0,
-                        shared: Some(p),
-                        buf: Vec::new(),
-                    },
-                    None => ChunkDecoder::new(l),
-                };
-                let mut evs = Vec::new();
-                for i in 0..l.chunks.len() {
-                    if !d.load(i, &mut evs) {
-                        return;
-                    }
-                    f(&evs);
-                }
+                let (init, f) = (&init, &f);
+                let walk = l.log.walks.fetch_add(1, Ordering::Relaxed) + 1;
+                std::thread::scope(|s| {
+                    let walkers: Vec<_> = (0..walkers)
+                        .map(|w| {
+                            s.spawn(move || {
+                                let mut st = init(w);
+                                let mut d = ChunkDecoder {
+                                    src: l,
+                                    walk,
+                                    loaded: 0,
+                                    quiet: w > 0,
+                                    buf: Vec::new(),
+                                };
+                                let mut evs = Vec::new();
+                                for i in 0..l.chunks.len() {
+                                    if !d.load(i, &mut evs) {
+                                        break;
+                                    }
+                                    f(&mut st, &evs);
+                                }
+                                st
+                            })
+                        })
+                        .collect();
+                    walkers
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect()
+                })
             }
         }
     }

@@ -28,12 +28,16 @@
 //! Passes: the trace is walked once for what the replays need first (the device size's
 //! evidence, the start layout, the recorded row: `analyze::walk`), then once more for all
 //! the configurations together, each fed every event in turn; the configurations are
-//! shared out among the available cores, each core walking the trace for its own (the
-//! replays are independent, and decoding a log is cheap next to the engine's work).
+//! shared out among the available cores (one thread each, seeded and replayed there, each
+//! decoding the log for itself: `EventList::fan_out`). A configuration that parses to the same
+//! settings as an earlier one on the same device size (the recorded settings are often
+//! PyTorch's defaults) is replayed once: the engine is deterministic. The replays of one
+//! thread share one numbering of the recorded addresses (`analyze::replay_slots`).
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
 use crate::analyze::pytorch_pages::{parse_conf as parse, recorded_conf};
+use crate::analyze::replay_slots::Slots;
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
 use crate::analyze::units::mib1;
@@ -154,14 +158,21 @@ struct Seed {
     releases: Vec<usize>,
 }
 
+/// What a replay keeps of a recorded block: the engine's pointer in its place, the bytes it
+/// counts, whether its free was requested.
+type Held = (u64, u64, bool);
+
 /// One configuration's replay of one device, fed the trace an event at a time
 /// ([`Run::step`]), so that every configuration is replayed in one walk of the trace.
 struct Run {
     a: CachingAllocator,
     conf: AllocConf,
     capacity: u64,
-    /// Recorded address -> the engine's pointer, the bytes it counts, whether pending.
-    ptrs: AddrMap<(u64, u64, bool)>,
+    /// Recorded address -> the engine's pointer, the bytes it counts, whether pending: the
+    /// blocks the seeding laid out, until [`Run::adopt`] moves them to `held`.
+    ptrs: AddrMap<Held>,
+    /// The same per live recorded address, by its slot (`analyze::replay_slots`).
+    held: Vec<Option<Held>>,
     allocated: u64,
     peak_allocated: u64,
     ooms: u64,
@@ -213,6 +224,7 @@ impl Run {
             conf: c,
             capacity,
             ptrs: AddrMap::default(),
+            held: Vec::new(),
             allocated: 0,
             peak_allocated: 0,
             ooms: 0,
@@ -324,9 +336,22 @@ impl Run {
         Ok(run)
     }
 
-    /// Replay one recorded event.
+    /// The seeded blocks, each in its address's slot of `slots`.
+    fn adopt(&mut self, slots: &mut Slots) {
+        for (addr, h) in std::mem::take(&mut self.ptrs) {
+            let k = slots.assign(addr) as usize;
+            if self.held.len() <= k {
+                self.held.resize(k + 1, None);
+            }
+            self.held[k] = Some(h);
+        }
+    }
+
+    /// Replay one recorded event, whose address has slot `slot` (`replay_slots::NONE`
+    /// when it is not an allocation or a free of a live address); `held` has a place for
+    /// every slot.
     #[inline]
-    fn step(&mut self, ev: &Event) {
+    fn step(&mut self, ev: &Event, slot: u32) {
         let i = self.at;
         self.at += 1;
         if self.releases.get(self.next_release) == Some(&i) {
@@ -338,7 +363,8 @@ impl Run {
                 Ok(p) => {
                     let n = round_size(ev.size, &self.conf);
                     self.allocated += n;
-                    if let Some((old, m, pending)) = self.ptrs.insert(ev.addr, (p, n, false)) {
+                    let cell = self.held.get_mut(slot as usize);
+                    if let Some((old, m, pending)) = cell.and_then(|c| c.replace((p, n, false))) {
                         // The recording reused an address we still hold: a free was lost.
                         let _ = self.a.free(old, 0, 0);
                         if !pending {
@@ -359,18 +385,22 @@ impl Run {
             },
             // Without requests in the trace (older PyTorch, logs) the completed free is
             // the program's free too.
-            Action::FreeRequested | Action::FreeCompleted => {
-                let done = ev.action == Action::FreeCompleted;
-                let Some(e) = self.ptrs.get_mut(&ev.addr) else {
-                    return;
-                };
-                if !e.2 {
-                    self.allocated = self.allocated.saturating_sub(e.1);
-                    e.2 = true;
+            Action::FreeRequested => {
+                if let Some(Some(e)) = self.held.get_mut(slot as usize) {
+                    if !e.2 {
+                        self.allocated = self.allocated.saturating_sub(e.1);
+                        e.2 = true;
+                    }
                 }
-                if done {
-                    let _ = self.a.free(e.0, 0, 0);
-                    self.ptrs.remove(&ev.addr);
+            }
+            Action::FreeCompleted => {
+                if let Some((p, n, pending)) =
+                    self.held.get_mut(slot as usize).and_then(Option::take)
+                {
+                    if !pending {
+                        self.allocated = self.allocated.saturating_sub(n);
+                    }
+                    let _ = self.a.free(p, 0, 0);
                 }
             }
             _ => {}
@@ -382,7 +412,7 @@ impl Run {
         self.first_oom.get_or_insert((Some(i), size));
     }
 
-    fn finish(self, label: String) -> Row {
+    fn row(&self, label: String) -> Row {
         let stats = self.a.stats(0);
         let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
         let end = self.device_calls();
@@ -398,10 +428,9 @@ impl Run {
 }
 
 /// Replay `dev` under each of `confs` on a device of `capacity` bytes from `seed`: every
-/// configuration in one walk of the trace (a log is decoded once, not once per
-/// configuration), the configurations shared out among the available cores, each core
-/// decoding the trace for its own (replays are independent; decoding is cheap next to
-/// replaying). Rows in the order of `confs`.
+/// configuration in one walk of the trace (a log is decoded once per core, not once per
+/// configuration), the configurations shared out among the available cores.
+/// Rows in the order of `confs`.
 fn replay_all(
     dev: &Device,
     seed: &Seed,
@@ -420,6 +449,14 @@ fn replay_all(
         .into_iter()
         .map(|o| o.row)
         .collect())
+}
+
+/// The replays one thread runs together, the slots of their recorded addresses, and the
+/// slots of the chunk being replayed.
+struct Group {
+    slots: Slots,
+    runs: Vec<(usize, Run)>,
+    chunk_slots: Vec<u32>,
 }
 
 /// One replay to run: a configuration, its row's label, and the device size.
@@ -457,52 +494,68 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
             return Err(format!("--conf {:?}: {e}", t.conf));
         }
     }
+    // A trial the same as an earlier one (the same settings once parsed, on the same
+    // device size: the recorded settings are often PyTorch's defaults) is not replayed
+    // again: the engine is deterministic, so it would give the same outcome.
+    let key = |t: &Trial| (parse(&t.conf).0, t.capacity.min(UNLIMITED));
+    let keys: Vec<_> = trials.iter().map(key).collect();
+    let first: Vec<usize> = (0..trials.len())
+        .map(|i| keys[..i].iter().position(|k| *k == keys[i]).unwrap_or(i))
+        .collect();
+    let unique: Vec<usize> = (0..trials.len()).filter(|&i| first[i] == i).collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let groups = cores.min(trials.len()).max(1);
-    let pass = dev.events.pass(groups);
-    let one = |mine: Vec<usize>| -> Result<Vec<(usize, Outcome)>, String> {
-        let mut runs = Vec::with_capacity(mine.len());
-        for &i in &mine {
-            runs.push((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?));
-        }
-        dev.events.for_each_slice_in(&pass, |evs| {
+    let groups = cores.min(unique.len()).max(1);
+    // One decoding of the trace for every group; each group's configurations are seeded
+    // and replayed on the group's own thread (the engine's locks and its thread tracking
+    // expect one thread, as the shim's hot path mostly sees).
+    let unique = &unique;
+    let done = dev.events.fan_out(
+        groups,
+        |g| -> Result<Group, String> {
+            let mut runs = unique
+                .iter()
+                .skip(g)
+                .step_by(groups)
+                .map(|&i| Ok((i, Run::new(seed, trials[i].capacity, &trials[i].conf)?)))
+                .collect::<Result<Vec<_>, String>>()?;
+            let mut slots = Slots::default();
             for (_, r) in runs.iter_mut() {
-                for ev in evs {
-                    r.step(ev);
+                r.adopt(&mut slots);
+            }
+            Ok(Group {
+                slots,
+                runs,
+                chunk_slots: Vec::new(),
+            })
+        },
+        |group, evs| {
+            let Ok(g) = group else { return };
+            g.slots.of_chunk(evs, &mut g.chunk_slots);
+            let n = g.slots.len();
+            for (_, r) in g.runs.iter_mut() {
+                r.held.resize(n, None);
+                for (ev, &k) in evs.iter().zip(&g.chunk_slots) {
+                    r.step(ev, k);
                 }
             }
-        });
-        Ok(runs
-            .into_iter()
-            .map(|(i, r)| {
-                let first_oom = r.first_oom;
-                let row = r.finish(trials[i].label.clone());
-                (i, Outcome { row, first_oom })
-            })
-            .collect())
-    };
-    let share = |g: usize| -> Vec<usize> { (g..trials.len()).step_by(groups).collect() };
-    let results: Vec<Result<Vec<(usize, Outcome)>, String>> = if groups == 1 {
-        vec![one(share(0))]
-    } else {
-        std::thread::scope(|s| {
-            let others: Vec<_> = (1..groups)
-                .map(|g| s.spawn(move || one(share(g))))
-                .collect();
-            let mut all = vec![one(share(0))];
-            for h in others {
-                all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            all
-        })
-    };
-    let mut out: Vec<Option<Outcome>> = vec![None; trials.len()];
-    for r in results {
-        for (i, o) in r? {
-            out[i] = Some(o);
-        }
+        },
+    );
+    let done = done.into_iter().collect::<Result<Vec<_>, String>>()?;
+    let mut ran: Vec<Option<Run>> = (0..trials.len()).map(|_| None).collect();
+    for (i, r) in done.into_iter().flat_map(|g| g.runs) {
+        ran[i] = Some(r);
     }
-    Ok(out.into_iter().flatten().collect())
+    let mut out: Vec<Outcome> = Vec::with_capacity(trials.len());
+    for (i, t) in trials.iter().enumerate() {
+        let Some(r) = &ran[first[i]] else {
+            return Err(format!("the replay under {:?} did not finish", t.conf));
+        };
+        out.push(Outcome {
+            row: r.row(t.label.clone()),
+            first_oom: r.first_oom,
+        });
+    }
+    Ok(out)
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.

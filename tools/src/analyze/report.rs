@@ -14,9 +14,9 @@
 use crate::analyze::by_range::{self, DeviceRanges};
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
-use crate::analyze::segments_at::{segments_at, segments_at_forward, SegFill};
+use crate::analyze::segments_at::{segments_at, segments_at_forward, SegFill, SegmentsForward};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
-use crate::analyze::timeline::State;
+use crate::analyze::timeline::{apply, State};
 use crate::analyze::walk::{walk, Walked};
 use std::fmt::Write;
 
@@ -533,11 +533,27 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
     // Each trace is walked once for the replay, the page and its summary (a log's trace is
     // decoded from the file on every walk), and once more up to its peak.
     let walked: Vec<Walked> = snap.devices.iter().map(|d| walk(snap, d)).collect();
-    let at_peaks: Vec<State> = snap
+    // The state at the peak, and for a whole-run log the segments then, in one walk up to
+    // the peak.
+    let at_peaks: Vec<(State, Option<Vec<SegFill>>)> = snap
         .devices
         .iter()
         .zip(&walked)
-        .map(|(d, w)| w.at_peak(d))
+        .map(|(d, w)| {
+            if snap.has_state || !snap.reserved_known(d) || d.is_empty() {
+                return (w.at_peak(d), None);
+            }
+            let mut s = w.start.state.clone();
+            let mut segs = SegmentsForward::default();
+            d.events.for_each_slice_upto(w.peaks.allocated_at, |evs| {
+                for e in evs {
+                    apply(&mut s, e);
+                    segs.step(e);
+                }
+            });
+            let fill = segs.finish(&s);
+            (s, Some(fill))
+        })
         .collect();
     let replayed: Vec<&Walked> = snap
         .devices
@@ -560,18 +576,18 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         esc(source),
         esc(source)
     );
-    let devs: Vec<(&Device, &Walked, &State)> = snap
+    let devs: Vec<(&Device, &Walked, &State, Option<&Vec<SegFill>>)> = snap
         .devices
         .iter()
         .zip(&walked)
         .zip(&at_peaks)
         .filter(|((d, _), _)| !d.is_empty())
-        .map(|((d, w), a)| (d, w, a))
+        .map(|((d, w), (a, f))| (d, w, a, f.as_ref()))
         .collect();
     if devs.is_empty() {
         out.push_str("<p>No device memory in this input.</p>\n");
     }
-    for &(dev, walked, at_peak) in &devs {
+    for &(dev, walked, at_peak, fill_at_peak) in &devs {
         let p = walked.peaks;
         let _ = writeln!(
             out,
@@ -634,7 +650,10 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             out.push_str(
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
-            segments(&mut out, &segments_at_forward(dev, at_peak, p.allocated_at));
+            match fill_at_peak {
+                Some(f) => segments(&mut out, f),
+                None => segments(&mut out, &segments_at_forward(dev, at_peak, p.allocated_at)),
+            }
         }
         out.push_str("<h3>replay under other settings</h3>\n");
         // The recorded row of a log has no segments list; its segment events give the
@@ -659,7 +678,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
             &crate::analyze::summary::Options::default(),
             &devs
                 .iter()
-                .map(|&(d, w, a)| (d.ordinal, w, a))
+                .map(|&(d, w, a, _)| (d.ordinal, w, a))
                 .collect::<Vec<_>>()
         ))
     );

@@ -8,7 +8,7 @@
 //! the bytes of the blocks live at `n` (allocated or pending a free: neither can be
 //! reused) inside it; a live block outside every known segment is not drawn.
 
-use crate::analyze::model::Device;
+use crate::analyze::model::{Device, Event};
 use crate::analyze::timeline::State;
 use cushim::trace::event::Action;
 use std::collections::BTreeMap;
@@ -67,8 +67,23 @@ pub fn segments_at(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
 /// every segment from the run's start, so they are its segment events applied forward
 /// from none (`segment_map` grows the segment holding the address, or starts one).
 pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
-    let mut segs: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
-    for ev in dev.events.iter().take(n) {
+    let mut w = SegmentsForward::default();
+    dev.events
+        .for_each_slice_upto(n, |evs| evs.iter().for_each(|e| w.step(e)));
+    w.finish(state)
+}
+
+/// [`segments_at_forward`] an event at a time, for a caller that walks the trace for
+/// other things too.
+#[derive(Debug, Default)]
+pub struct SegmentsForward {
+    segs: BTreeMap<u64, (u64, bool)>,
+}
+
+impl SegmentsForward {
+    #[inline]
+    pub fn step(&mut self, ev: &Event) {
+        let segs = &mut self.segs;
         let holder =
             |segs: &BTreeMap<u64, (u64, bool)>| segs.range(..=ev.addr).next_back().map(|(&a, _)| a);
         match ev.action {
@@ -78,7 +93,7 @@ pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill
             Action::SegmentFree => {
                 segs.remove(&ev.addr);
             }
-            Action::SegmentMap => match holder(&segs) {
+            Action::SegmentMap => match holder(segs) {
                 Some(a) if segs.get(&a).is_some_and(|s| s.1 && a + s.0 == ev.addr) => {
                     if let Some(s) = segs.get_mut(&a) {
                         s.0 = s.0.saturating_add(ev.size);
@@ -89,7 +104,7 @@ pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill
                 }
             },
             Action::SegmentUnmap => {
-                if let Some(a) = holder(&segs) {
+                if let Some(a) = holder(segs) {
                     if let Some(s) = segs.get_mut(&a) {
                         s.0 = s.0.saturating_sub(ev.size);
                         if s.0 == 0 {
@@ -101,7 +116,11 @@ pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill
             _ => {}
         }
     }
-    fill(&segs, state)
+
+    /// The segments so far, filled by `state`'s blocks.
+    pub fn finish(&self, state: &State) -> Vec<SegFill> {
+        fill(&self.segs, state)
+    }
 }
 
 /// The segments `segs` (address -> size, expandable), filled by the blocks of `state`.

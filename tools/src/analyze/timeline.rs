@@ -183,13 +183,7 @@ pub fn peaks_and_end(dev: &Device, start: &Start) -> (Peaks, State) {
 /// The state after the first `n` events of `dev`'s trace.
 pub fn state_after(dev: &Device, start: &Start, n: usize) -> State {
     let mut s = start.state.clone();
-    if n >= dev.events.len() {
-        dev.events
-            .for_each_slice(|evs| evs.iter().for_each(|e| apply(&mut s, e)));
-        return s;
-    }
-    for ev in dev.events.iter().take(n) {
-        apply(&mut s, &ev);
-    }
+    dev.events
+        .for_each_slice_upto(n, |evs| evs.iter().for_each(|e| apply(&mut s, e)));
     s
 }

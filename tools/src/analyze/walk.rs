@@ -64,6 +64,7 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
     let mut ooms = Vec::new();
     let mut cur = (0u64, 0u64);
     let mut i = 0usize;
+    let mut next_column = per;
     dev.events.for_each_slice(|evs| {
         for ev in evs {
             pw.step(ev);
@@ -78,7 +79,11 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
             cur.0 = cur.0.max(pw.state.allocated_bytes);
             cur.1 = cur.1.max(pw.state.reserved);
             i += 1;
-            if i % per == 0 || i == n {
+            // `i % per == 0` without a division per event.
+            if i == next_column || i == n {
+                if i == next_column {
+                    next_column += per;
+                }
                 timeline.push(cur);
                 cur = (0, 0);
             }
