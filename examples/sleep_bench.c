@@ -1,7 +1,8 @@
 /* Sleep mode's cost: pause and resume time per GiB, and backup throughput against a plain
  * pinned cudaMemcpy of the same bytes in the same run, for the whole pause and for the backup
  * alone (the pause with backup less the pause without). Run under the shim with
- * CUSHIM_ALLOC_CONF=sleep_mode:True (scripts/sleep-bench.sh). Argument: MiB (default 1024). */
+ * CUSHIM_ALLOC_CONF=sleep_mode:True (scripts/sleep-bench.sh). Arguments: MiB (default 1024),
+ * rounds (default 5; each figure is the best round). */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ int main(int argc, char **argv) {
     CHECK(cudaMalloc(&d, n));
     pop();
     CHECK(cudaMemset(d, 7, n));
-    const int reps = 3;
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
     double t_base_cold = 1e9, t_base_warm = 1e9, t_pb = 1e9, t_rb = 1e9, t_pd = 1e9, t_rd = 1e9;
     for (int r = 0; r < reps; r++) {
         /* baseline: a fresh pinned buffer, as each backup gets one, then the same again warm */
