@@ -281,6 +281,27 @@ impl Walker {
         }
     }
 
+    /// Apply the first `stop` events of `dev` (all of them, at most), each allocation
+    /// classified by `c`, calling `after(i, self)` after each (`i`: the events applied so
+    /// far); returns the events applied.
+    pub fn walk(
+        &mut self,
+        dev: &Device,
+        c: &mut Classifier,
+        stop: usize,
+        mut after: impl FnMut(usize, &Walker),
+    ) -> usize {
+        let mut i = 0usize;
+        dev.events.for_each_slice_upto(stop, |evs| {
+            for ev in evs {
+                self.step(ev, i, |b, s| c.category(b, s));
+                i += 1;
+                after(i, self);
+            }
+        });
+        i
+    }
+
     /// Apply event `i`; returns the block that left the allocated blocks, if one did.
     #[inline]
     pub fn step(
@@ -516,7 +537,6 @@ fn moment_walk(
     let mut w = Walker::new(&start, names.len(), |b, s| c.category(b, s));
     // The moment's totals.
     let mut best = (w.bytes(), 0usize, w.totals.clone(), w.before);
-    let mut i = 0usize;
     let stop = match moment {
         Moment::After(k) => k,
         _ => n,
@@ -531,24 +551,14 @@ fn moment_walk(
     } else {
         Vec::new()
     };
-    if stop > 0 {
-        dev.events.for_each_slice_while(|evs| {
-            for ev in evs {
-                if i >= stop {
-                    return false;
-                }
-                w.step(ev, i, |b, s| c.category(b, s));
-                i += 1;
-                if moment == Moment::Peak && w.bytes() > best.0 {
-                    best = (w.bytes(), i, w.totals.clone(), w.before);
-                }
-                if per > 0 && (i % per == 0 || i == n) {
-                    cols.push(w.totals.clone());
-                }
-            }
-            i < stop
-        });
-    }
+    let i = w.walk(dev, c, stop, |i, w| {
+        if moment == Moment::Peak && w.bytes() > best.0 {
+            best = (w.bytes(), i, w.totals.clone(), w.before);
+        }
+        if per > 0 && (i % per == 0 || i == n) {
+            cols.push(w.totals.clone());
+        }
+    });
     if moment != Moment::Peak {
         best = (w.bytes(), i, w.totals.clone(), w.before);
     }

@@ -328,7 +328,6 @@ pub fn steps_by(
     let mut cur: Vec<u64> = Vec::new();
     let mut lead: Option<(usize, Vec<u64>)> = None;
     let mut k = 0usize;
-    let mut i = 0usize;
     // Step `k` is over: keep its categories if it is a row, or it leads.
     let mut close = |k: usize, cur: &mut Vec<u64>, peaks: &[(u64, usize)]| {
         if k < detail.rows {
@@ -361,22 +360,18 @@ pub fn steps_by(
     };
     note(&mut peaks, &mut cur, 0, 0, &w);
     let mut unfinished: Option<(u64, usize)> = None;
-    dev.events.for_each_slice(|evs| {
-        for ev in evs {
-            w.step(ev, i, |b, s| c.category(b, s));
-            i += 1;
-            while bounds.get(k).is_some_and(|b| i > b.1) {
-                close(k, &mut cur, &peaks);
-                k += 1;
-            }
-            if bounds.get(k).is_some_and(|b| i == b.0) {
-                cur.clear();
-                peaks[k].0 = 0;
-            }
-            note(&mut peaks, &mut cur, k, i, &w);
-            if k == bounds.len() && unfinished.map_or(true, |u: (u64, usize)| w.bytes() > u.0) {
-                unfinished = Some((w.bytes(), i));
-            }
+    w.walk(dev, c, n, |i, w| {
+        while bounds.get(k).is_some_and(|b| i > b.1) {
+            close(k, &mut cur, &peaks);
+            k += 1;
+        }
+        if bounds.get(k).is_some_and(|b| i == b.0) {
+            cur.clear();
+            peaks[k].0 = 0;
+        }
+        note(&mut peaks, &mut cur, k, i, w);
+        if k == bounds.len() && unfinished.map_or(true, |u: (u64, usize)| w.bytes() > u.0) {
+            unfinished = Some((w.bytes(), i));
         }
     });
     while k < bounds.len() {
@@ -418,7 +413,6 @@ pub fn steps_by(
     let mut ends: Vec<(usize, usize)> = out.iter().enumerate().map(|(j, s)| (s.to, j)).collect();
     ends.sort();
     let (mut pi, mut ei) = (0usize, 0usize);
-    let mut i = 0usize;
     let stacks = &snap.stacks;
     let mut visit = |i: usize, w: &Walker, out: &mut [Step]| {
         while at_peak.get(pi).is_some_and(|p| p.0 == i) {
@@ -461,19 +455,7 @@ pub fn steps_by(
         .map(|p| p.0)
         .max(ends.last().map(|e| e.0))
         .unwrap_or(0);
-    if last > 0 {
-        dev.events.for_each_slice_while(|evs| {
-            for ev in evs {
-                if i >= last {
-                    return false;
-                }
-                w.step(ev, i, |b, s| c.category(b, s));
-                i += 1;
-                visit(i, &w, &mut out);
-            }
-            i < last
-        });
-    }
+    w.walk(dev, c, last, |i, w| visit(i, w, &mut out));
     Steps {
         device: dev.ordinal,
         source,
