@@ -99,6 +99,9 @@ struct StackFacts {
     /// rule.
     fixed: Option<CatId>,
     phase: Option<Phase>,
+    /// Whether its frames are an autograd graph's teardown (dropped without a backward
+    /// pass): what it frees the graph had kept for backward.
+    teardown: bool,
 }
 
 /// The classification of one device's blocks.
@@ -146,6 +149,7 @@ impl<'a> Classifier<'a> {
         let f = StackFacts {
             fixed,
             phase: phase_clue(own.iter().copied()),
+            teardown: graph_teardown(own.iter().copied()),
         };
         let i = stack as usize;
         if i >= self.facts.len() {
@@ -369,22 +373,10 @@ pub fn classifier<'a>(snap: &'a Snapshot, dev: &Device, user: &'a [UserRule]) ->
     let mut freed_in_run = vec![0u64; n.div_ceil(64)];
     let mut w = Walker::new(&c.start, 0, |_, _| 0);
     let mut i = 0usize;
-    let stacks = c.stacks;
-    // Per stack id: 0 not yet known, 1 not a teardown, 2 a teardown.
-    let mut teardown = vec![0u8; stacks.lists.len()];
     dev.events.for_each_slice(|evs| {
         for ev in evs {
             if let Some(b) = w.step(ev, i, |_, _| 0) {
-                let by_teardown = match teardown.get(ev.stack as usize) {
-                    Some(&known) if known != 0 => known == 2,
-                    _ => {
-                        let t = graph_teardown(own_frames(stacks, ev.stack).into_iter());
-                        if let Some(k) = teardown.get_mut(ev.stack as usize) {
-                            *k = 1 + u8::from(t);
-                        }
-                        t
-                    }
-                };
+                let by_teardown = c.facts(ev.stack).teardown;
                 if b.id != BEFORE && c.run_of(b.id as usize) == c.run_of(i) && !by_teardown {
                     let k = b.id as usize;
                     if let Some(word) = freed_in_run.get_mut(k / 64) {
