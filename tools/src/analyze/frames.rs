@@ -94,6 +94,9 @@ pub enum Test {
     /// The frame's file path, or the module of an unsymbolized `module+0x...` frame,
     /// contains this.
     Path(&'static str),
+    /// [`Path`](Test::Path) for the Python interpreter's own files (its library, sources,
+    /// headers and executable): the frames [`interpreter`] counts as the interpreter's.
+    InterpreterPath(&'static str),
 }
 
 /// One classification rule: what it matches, what that makes the frame, and why.
@@ -113,7 +116,7 @@ const fn rule(test: Test, class: Class, reason: &'static str) -> Rule {
 }
 
 use Class::{Library, Machinery, Start, ThreadStart};
-use Test::{CPython, Function, Member, Path, Qualified, Symbol, SymbolPrefix};
+use Test::{CPython, Function, InterpreterPath, Member, Path, Qualified, Symbol, SymbolPrefix};
 
 /// The classification table, first match wins (Python frames are decided by [`classify`]
 /// before it: a `.py` file is the program unless a `Path` rule makes it a library).
@@ -509,49 +512,53 @@ pub const RULES: &[Rule] = &[
     ),
     rule(Path("libffi"), Machinery, "libffi: how ctypes calls C"),
     rule(Path("_ctypes"), Machinery, "ctypes' extension module"),
-    rule(Path("libpython"), Machinery, "the Python interpreter"),
     rule(
-        Path("/Python/"),
+        InterpreterPath("libpython"),
+        Machinery,
+        "the Python interpreter",
+    ),
+    rule(
+        InterpreterPath("/Python/"),
         Machinery,
         "CPython's sources (Python/ceval.c, ...)",
     ),
     rule(
-        Path("/Objects/"),
+        InterpreterPath("/Objects/"),
         Machinery,
         "CPython's sources (Objects/call.c, ...)",
     ),
     rule(
-        Path("/Modules/"),
+        InterpreterPath("/Modules/"),
         Machinery,
         "CPython's sources (Modules/main.c, ...)",
     ),
     rule(
-        Path("/Include/cpython/"),
+        InterpreterPath("/Include/cpython/"),
         Machinery,
         "CPython's headers (calls inlined from Include/cpython/abstract.h, ...)",
     ),
     rule(
-        Path("/Include/internal/pycore_"),
+        InterpreterPath("/Include/internal/pycore_"),
         Machinery,
         "CPython's internal headers (Include/internal/pycore_ceval.h, ...)",
     ),
     rule(
-        Path("/python-3."),
+        InterpreterPath("/python-3."),
         Machinery,
         "a CPython source tree as conda builds it (python-3.10.16/...)",
     ),
     rule(
-        Path("/Python-3."),
+        InterpreterPath("/Python-3."),
         Machinery,
         "a CPython source tree as released (Python-3.12.1/...)",
     ),
     rule(
-        Path("python3"),
+        InterpreterPath("python3"),
         Machinery,
         "the Python interpreter's executable",
     ),
     rule(
-        Path("python2"),
+        InterpreterPath("python2"),
         Machinery,
         "the Python interpreter's executable",
     ),
@@ -681,7 +688,7 @@ pub fn rule_for(f: &Frame) -> Option<&'static Rule> {
         Member(p, m) => !python && qualified.starts_with(p) && function == m,
         CPython(p) => !python && no_file(f) && name.starts_with(p),
         Qualified(p) => !python && qualified.starts_with(p),
-        Path(p) => {
+        Path(p) | InterpreterPath(p) => {
             // Library rules name frameworks' Python files; the others, native code.
             (r.class == Library) == python
                 && (file.contains(p) || module.is_some_and(|m| m.contains(p)))
@@ -784,22 +791,9 @@ fn interpreter(f: &Frame) -> bool {
     if is_python(f) {
         return true;
     }
-    const FILES: [&str; 10] = [
-        "libpython",
-        "/Python/",
-        "/Objects/",
-        "/Modules/",
-        "/Include/cpython/",
-        "/Include/internal/pycore_",
-        "/python-3.",
-        "/Python-3.",
-        "python3",
-        "python2",
-    ];
     rule_for(f).is_some_and(|r| match r.test {
-        CPython(_) => true,
+        CPython(_) | InterpreterPath(_) => true,
         SymbolPrefix(p) => p == "_Py" || p == "Py",
-        Path(p) => FILES.contains(&p),
         _ => false,
     })
 }
