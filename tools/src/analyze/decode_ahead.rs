@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
-/// Chunks decoded ahead of the slowest walker.
+/// Chunks decoded ahead of the walker.
 const AHEAD: usize = 4;
 
 /// Buffers kept for reuse: the chunks the walker may still hold (queued or being read)
@@ -24,16 +24,16 @@ const AHEAD: usize = 4;
 const POOL: usize = AHEAD + 2;
 
 /// Decode chunks `0..n` in order with `load` (which fills the buffer it is given, cleared
-/// first, and says false to end the walk), handing each to every one of `to`.
+/// first, and says false to end the walk), handing each to `to`.
 fn decode<T: Send + Sync>(
     n: usize,
     mut load: impl FnMut(usize, &mut Vec<T>) -> bool,
-    to: Vec<SyncSender<Arc<Vec<T>>>>,
+    to: SyncSender<Arc<Vec<T>>>,
 ) {
     let mut pool: VecDeque<Arc<Vec<T>>> = VecDeque::with_capacity(POOL + 1);
     for i in 0..n {
-        // The oldest buffer, when every walker has let it go; a new one while the pool
-        // fills (or when a walker still reads the oldest).
+        // The oldest buffer, when the walker has let it go; a new one while the pool fills
+        // (or when the walker still reads the oldest).
         let mut buf = if pool.len() >= POOL {
             pool.pop_front()
                 .and_then(|a| Arc::try_unwrap(a).ok())
@@ -45,11 +45,7 @@ fn decode<T: Send + Sync>(
             return;
         }
         let chunk = Arc::new(buf);
-        let mut heard = false;
-        for t in &to {
-            heard |= t.send(Arc::clone(&chunk)).is_ok();
-        }
-        if !heard {
+        if to.send(Arc::clone(&chunk)).is_err() {
             return;
         }
         pool.push_back(chunk);
@@ -66,7 +62,7 @@ pub fn ahead<T: Send + Sync>(
 ) {
     let (to, rx) = sync_channel(AHEAD);
     std::thread::scope(|s| {
-        s.spawn(move || decode(n, load, vec![to]));
+        s.spawn(move || decode(n, load, to));
         for chunk in rx {
             if !f(&chunk) {
                 // Dropping the receiver tells the decoder no one listens any more.

@@ -450,38 +450,25 @@ impl EventList {
         init: impl Fn(usize) -> S + Sync,
         f: impl Fn(&mut S, &[Event]) + Sync,
     ) -> Vec<S> {
-        match self {
-            EventList::Mem(v) => {
-                let (init, f) = (&init, &f);
-                std::thread::scope(|s| {
-                    let walkers: Vec<_> = (0..walkers)
-                        .map(|w| {
-                            s.spawn(move || {
-                                let mut st = init(w);
-                                f(&mut st, v);
-                                st
-                            })
-                        })
-                        .collect();
-                    walkers
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                        .collect()
-                })
-            }
-            // Each walker decodes the log for itself, on its own thread: measured on two
-            // cores, one decoding handed across cores costs more than the decoding it
-            // saves (the walkers read every chunk from the other core's cache, and the
-            // decoding thread takes turns with them). The first walker's decoding draws
-            // the progress line.
-            EventList::Log(l) => {
-                let (init, f) = (&init, &f);
-                let walk = l.log.walks.fetch_add(1, Ordering::Relaxed) + 1;
-                std::thread::scope(|s| {
-                    let walkers: Vec<_> = (0..walkers)
-                        .map(|w| {
-                            s.spawn(move || {
-                                let mut st = init(w);
+        let (init, f) = (&init, &f);
+        let walk = match self {
+            EventList::Mem(_) => 0,
+            EventList::Log(l) => l.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        std::thread::scope(|s| {
+            let walkers: Vec<_> = (0..walkers)
+                .map(|w| {
+                    s.spawn(move || {
+                        let mut st = init(w);
+                        match self {
+                            EventList::Mem(v) => f(&mut st, v),
+                            // Each walker decodes the log for itself, on its own thread:
+                            // measured on two cores, one decoding handed across cores costs
+                            // more than the decoding it saves (the walkers read every chunk
+                            // from the other core's cache, and the decoding thread takes
+                            // turns with them). The first walker's decoding draws the
+                            // progress line.
+                            EventList::Log(l) => {
                                 let mut d = ChunkDecoder {
                                     src: l,
                                     walk,
@@ -496,17 +483,17 @@ impl EventList {
                                     }
                                     f(&mut st, &evs);
                                 }
-                                st
-                            })
-                        })
-                        .collect();
-                    walkers
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                        .collect()
+                            }
+                        }
+                        st
+                    })
                 })
-            }
-        }
+                .collect();
+            walkers
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        })
     }
 }
 
