@@ -14,7 +14,7 @@
 use crate::analyze::by_range::{self, DeviceRanges};
 use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, Replay};
-use crate::analyze::segments_at::{segments_at, segments_at_forward, SegFill, SegmentsForward};
+use crate::analyze::segments_at::{segments_at, SegFill, SegmentsForward};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
 use crate::analyze::timeline::{apply, State};
 use crate::analyze::walk::{walk, Walked};
@@ -645,15 +645,12 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
             segments(&mut out, &segments_at(dev, at_peak, p.allocated_at));
-        } else if snap.reserved_known(dev) {
+        } else if let Some(f) = fill_at_peak {
             // A whole-run log: its segment events, applied from the run's start.
             out.push_str(
                 "<h3>segments at the peak (fill = blocks allocated or pending a free)</h3>\n",
             );
-            match fill_at_peak {
-                Some(f) => segments(&mut out, f),
-                None => segments(&mut out, &segments_at_forward(dev, at_peak, p.allocated_at)),
-            }
+            segments(&mut out, f);
         }
         out.push_str("<h3>replay under other settings</h3>\n");
         // The recorded row of a log has no segments list; its segment events give the

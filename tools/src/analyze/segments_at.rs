@@ -63,18 +63,10 @@ pub fn segments_at(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
     fill(&segs, state)
 }
 
-/// The segments of a log's device after its first `n` events: a whole-run log records
-/// every segment from the run's start, so they are its segment events applied forward
-/// from none (`segment_map` grows the segment holding the address, or starts one).
-pub fn segments_at_forward(dev: &Device, state: &State, n: usize) -> Vec<SegFill> {
-    let mut w = SegmentsForward::default();
-    dev.events
-        .for_each_slice_upto(n, |evs| evs.iter().for_each(|e| w.step(e)));
-    w.finish(state)
-}
-
-/// [`segments_at_forward`] an event at a time, for a caller that walks the trace for
-/// other things too.
+/// The segments of a log's device as its events are applied, fed an event at a time (by a
+/// caller that walks the trace for other things too): a whole-run log records every segment
+/// from the run's start, so they are its segment events applied forward from none
+/// (`segment_map` grows the segment holding the address, or starts one).
 #[derive(Debug, Default)]
 pub struct SegmentsForward {
     segs: BTreeMap<u64, (u64, bool)>,
