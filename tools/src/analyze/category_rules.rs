@@ -461,6 +461,11 @@ pub struct UserRule {
     pub regex: regex::Regex,
 }
 
+/// Parse every `--category` rule given, in order (the first error, one line).
+pub fn parse_user_rules(rules: &[String]) -> Result<Vec<UserRule>, String> {
+    rules.iter().map(|r| parse_user_rule(r)).collect()
+}
+
 /// Parse `NAME=REGEX` (one line of error saying what is wrong).
 pub fn parse_user_rule(s: &str) -> Result<UserRule, String> {
     let Some((name, re)) = s.split_once('=') else {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use cushim_tools::analyze::category::{
     categorize, categorize_all, parse_moment, render, DeviceCategories, Moment,
 };
-use cushim_tools::analyze::category_rules::parse_user_rule;
+use cushim_tools::analyze::category_rules::parse_user_rules;
 use cushim_tools::analyze::model::Snapshot;
 use cushim_tools::analyze::{input, json, moment_time, steps};
 
@@ -17,10 +17,7 @@ pub fn summary(
     depth: usize,
     as_json: bool,
 ) -> Result<i32, String> {
-    let user = rules
-        .iter()
-        .map(|r| parse_user_rule(r))
-        .collect::<Result<Vec<_>, _>>()?;
+    let user = parse_user_rules(rules)?;
     let seconds = moment_time::parse_seconds(at);
     let moment = match seconds {
         Some(_) => Moment::After(0),

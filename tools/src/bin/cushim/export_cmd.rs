@@ -1,7 +1,7 @@
 //! `cushim export`: the command's side of `cushim_tools::export` (what it writes is there
 //! and in `docs/EXPORT.md`): which output, and one line per input written.
 
-use cushim_tools::analyze::category_rules::parse_user_rule;
+use cushim_tools::analyze::category_rules::parse_user_rules;
 use cushim_tools::export::{parquet_dir, trace};
 use std::path::{Path, PathBuf};
 
@@ -15,10 +15,7 @@ pub fn export(
     base_ns: Option<i64>,
     rules: &[String],
 ) -> Result<i32, String> {
-    let user = rules
-        .iter()
-        .map(|r| parse_user_rule(r))
-        .collect::<Result<Vec<_>, _>>()?;
+    let user = parse_user_rules(rules)?;
     if parquet.is_none() && trace_out.is_none() {
         return Err("nothing to write: give --parquet DIR, --trace FILE.json or both".into());
     }
