@@ -418,7 +418,8 @@ fn a_public_snapshot_without_a_trace_shows_its_own_moment_pools_and_pending_free
     let c: serde_json::Value =
         serde_json::from_str(&ok(&["summary", "--by", "category", "--json"], &[&f])).unwrap();
     let dev = &c["devices"][0];
-    let cat = |name: &str| category_bytes(dev, name);
+    let cats = categories(&[], &f);
+    let cat = |name: &str| cats.get(name).copied();
     assert_eq!(dev["allocated_bytes"].as_u64(), Some(24916034560), "{c}");
     assert_eq!(cat("CUDA-graph private pools"), Some(22292150272), "{c}");
     assert_eq!(cat("parameters and buffers"), Some(179998720), "{c}");
@@ -461,7 +462,8 @@ fn blocks_live_before_the_trace_are_classified_by_their_own_frames() {
     let c: serde_json::Value =
         serde_json::from_str(&ok(&["summary", "--by", "category", "--json"], &[&f])).unwrap();
     let dev = &c["devices"][0];
-    let cat = |name: &str| category_bytes(dev, name);
+    let cats = categories(&[], &f);
+    let cat = |name: &str| cats.get(name).copied();
     // 2 x 579.31 MiB of moments and 294.47 MiB from before the trace, 294.47 MiB in it.
     assert_eq!(cat("optimizer state"), Some(1832460288), "{c}");
     assert_eq!(
@@ -474,12 +476,4 @@ fn blocks_live_before_the_trace_are_classified_by_their_own_frames() {
         Some(1545204736),
         "{c}"
     );
-}
-
-/// The bytes of category `name` in one device of `summary --by category --json`.
-fn category_bytes(dev: &serde_json::Value, name: &str) -> Option<u64> {
-    dev["categories"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["category"] == name))
-        .and_then(|c| c["bytes"].as_u64())
 }
