@@ -29,10 +29,12 @@
 //! evidence, the start layout, the recorded row: `analyze::walk`), then once more for all
 //! the configurations together, each fed every event in turn; the configurations are
 //! shared out among the available cores (one thread each, seeded and replayed there, each
-//! decoding the log for itself: `EventList::fan_out`). A configuration that parses to the same
-//! settings as an earlier one on the same device size (the recorded settings are often
-//! PyTorch's defaults) is replayed once: the engine is deterministic. The replays of one
-//! thread share one numbering of the recorded addresses (`analyze::replay_slots`).
+//! decoding the log for itself: `EventList::fan_out`). A configuration whose settings act
+//! on the trace as an earlier one's on the same device size is replayed once, as the
+//! engine is deterministic: the same settings once parsed (the recorded settings are often
+//! PyTorch's defaults, written out), or the same but for a `max_split_size_mb` that no block
+//! of the trace can reach (`Seed::split_limit_inert`; a note names those). The replays of
+//! one thread share one numbering of the recorded addresses (`analyze::replay_slots`).
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
@@ -43,7 +45,7 @@ use crate::analyze::timeline::Peaks;
 use crate::analyze::units::mib1;
 use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
-use cushim::alloc::rounding::round_size;
+use cushim::alloc::rounding::{round_size, segment_size, LARGE_BUFFER};
 use cushim::alloc::{AddrMap, CachingAllocator};
 use cushim::config::alloc::AllocConf;
 use cushim::trace::event::{Action, NullSink};
@@ -150,12 +152,69 @@ fn recorded_row(snap: &Snapshot, p: &Peaks, allocs: u64, e: &Evidence) -> Row {
     }
 }
 
-/// What a replay starts from: the recorded layout, and the live blocks outside it; and the
-/// indices of the events at which the program emptied the cache.
+/// What a replay starts from: the recorded layout, and the live blocks outside it; the
+/// indices of the events at which the program emptied the cache; and the largest request
+/// the trace makes.
 struct Seed {
     segments: Vec<SeedSegment>,
     outside: Vec<(u64, u64, bool)>,
     releases: Vec<usize>,
+    largest_request: u64,
+}
+
+impl Seed {
+    fn of(w: &Walked) -> Seed {
+        let (segments, outside) = w.start_layout.clone();
+        Seed {
+            segments,
+            outside,
+            releases: w.releases.clone(),
+            largest_request: w.largest_request,
+        }
+    }
+
+    /// An upper bound on every block a replay under `c` (without expandable segments) can
+    /// hold: every block lies in one segment, and each segment is made for one request of
+    /// at most the largest size the replay asks for (the trace's requests, the seeded
+    /// segments and blocks), at the segment size the engine gives a request of that size
+    /// or less. That size is not monotonic (a request just under 10 MiB gets a 20 MiB
+    /// segment, one of 10 MiB its own size), hence the maximum over both.
+    fn largest_block(&self, c: &AllocConf) -> u64 {
+        let seeded = self.segments.iter().map(|s| s.size);
+        let outside = self.outside.iter().map(|o| o.1);
+        let most = seeded.chain(outside).fold(self.largest_request, u64::max);
+        let rounded = round_size(most, c);
+        if rounded <= SMALL_SIZE {
+            SMALL_SEGMENT
+        } else {
+            segment_size(rounded).max(LARGE_BUFFER)
+        }
+    }
+
+    /// Whether `max_split_size_mb` cannot act on this trace under `c`: no block can reach
+    /// it (`largest_block`), so no request is oversize, no block is refused as one and
+    /// every split is made as without it (`alloc::caching`'s `oversize_refuses` and
+    /// `splits`, `release_oversize`). Only without expandable segments, whose
+    /// reservations grow past any request.
+    fn split_limit_inert(&self, c: &AllocConf) -> bool {
+        c.max_split_size != u64::MAX
+            && !c.expandable_segments
+            && self.largest_block(c) < c.max_split_size
+    }
+
+    /// The settings a replay under `c` depends on, on this trace: `c` without the text it
+    /// was parsed from and without a `max_split_size_mb` that cannot act on it
+    /// ([`Self::split_limit_inert`]). Two trials whose settings are equal so replay the
+    /// same, event for event: the engine is deterministic.
+    fn acting(&self, mut c: AllocConf) -> AllocConf {
+        c.raw.clear();
+        if self.split_limit_inert(&c) {
+            let d = AllocConf::default();
+            c.max_split_size = d.max_split_size;
+            c.max_non_split_rounding_size = d.max_non_split_rounding_size;
+        }
+        c
+    }
 }
 
 /// What a replay keeps of a recorded block: the engine's pointer in its place, the bytes it
@@ -478,13 +537,7 @@ pub struct Outcome {
 /// The replays `trials` of `dev` from `w`'s start layout, each on its own device size,
 /// all in one pass over the trace (shared out among the cores); outcomes in order.
 pub fn trials(dev: &Device, w: &Walked, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
-    let (segments, outside) = w.start_layout.clone();
-    let seed = Seed {
-        segments,
-        outside,
-        releases: w.releases.clone(),
-    };
-    run_trials(dev, &seed, trials)
+    run_trials(dev, &Seed::of(w), trials)
 }
 
 fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome>, String> {
@@ -495,9 +548,10 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
         }
     }
     // A trial the same as an earlier one (the same settings once parsed, on the same
-    // device size: the recorded settings are often PyTorch's defaults) is not replayed
-    // again: the engine is deterministic, so it would give the same outcome.
-    let key = |t: &Trial| (parse(&t.conf).0, t.capacity.min(UNLIMITED));
+    // device size: the recorded settings are often PyTorch's defaults, written out; a
+    // `max_split_size_mb` no block reaches) is not replayed again: the engine is
+    // deterministic, so it would give the same outcome.
+    let key = |t: &Trial| (seed.acting(parse(&t.conf).0), t.capacity.min(UNLIMITED));
     let keys: Vec<_> = trials.iter().map(key).collect();
     let first: Vec<usize> = (0..trials.len())
         .map(|i| keys[..i].iter().position(|k| *k == keys[i]).unwrap_or(i))
@@ -601,7 +655,8 @@ pub fn replay_walked(
         let size = choose(opts.device_memory, snap.device_total, ev);
         let mut dnotes = vec![format!("device memory: {}", size.why)];
         let before = st.state.allocated.len() + st.state.pending.len();
-        let (segments, outside) = w.start_layout.clone();
+        let seed = Seed::of(w);
+        let segments = &seed.segments;
         if before > 0 || !segments.is_empty() {
             let bytes = st.state.allocated_bytes + st.state.pending_bytes;
             let gaps: usize = segments
@@ -628,11 +683,6 @@ pub fn replay_walked(
         if st.requests {
             dnotes.push("blocks return to the cache when their recorded free completed; under other settings frees might complete at other times".into());
         }
-        let seed = Seed {
-            segments,
-            outside,
-            releases: w.releases.clone(),
-        };
         let mut rows = vec![recorded_row(snap, &w.peaks, w.segment_allocs, ev)];
         let recorded_conf = recorded_settings(snap);
         let mut all = vec![(
@@ -644,6 +694,21 @@ pub fn replay_walked(
                 .iter()
                 .map(|c| (c.clone(), format!("replay: {}", shown(c)))),
         );
+        let inert: Vec<&str> = all
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .filter(|c| seed.split_limit_inert(&parse(c).0))
+            .collect();
+        if !inert.is_empty() {
+            dnotes.push(format!(
+                "{} cannot act on this trace: no block reaches the limit (the largest \
+                 request is {}; no segment the replay makes exceeds {}), so each row is the \
+                 replay without it",
+                inert.join(", "),
+                mib1(seed.largest_request),
+                mib1(seed.largest_block(&AllocConf::default()))
+            ));
+        }
         rows.extend(replay_all(dev, &seed, size.bytes, &all)?);
         devices.push(DeviceReplay {
             ordinal: dev.ordinal,
@@ -765,4 +830,108 @@ pub fn json(r: &Replay, file: &str) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "notes": r.notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    /// The committed public snapshots, and those of the folder `CUSHIM_REAL_SNAPSHOTS`
+    /// names, if set (to check the rule on more real files than the tree can hold).
+    fn real_files() -> Vec<PathBuf> {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/real");
+        let mut dirs = vec![here];
+        dirs.extend(std::env::var_os("CUSHIM_REAL_SNAPSHOTS").map(PathBuf::from));
+        let mut files: Vec<PathBuf> = dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().contains(".pickle"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// One replay of `conf`, alone (nothing to share it with, so nothing deduplicated).
+    fn alone(dev: &Device, seed: &Seed, capacity: u64, conf: &str) -> Row {
+        let t = Trial {
+            conf: conf.into(),
+            label: conf.into(),
+            capacity,
+        };
+        let mut out = run_trials(dev, seed, &[t]).expect("replay");
+        out.remove(0).row
+    }
+
+    fn figures(r: &Row) -> (Option<u64>, u64, Option<u64>, Option<u64>, u64) {
+        (
+            r.peak_reserved,
+            r.peak_allocated,
+            r.device_allocs,
+            r.segment_frees,
+            r.ooms,
+        )
+    }
+
+    #[test]
+    fn a_split_limit_no_block_reaches_replays_exactly_as_without_it_on_real_snapshots() {
+        let (mut inert, mut acting) = (0, 0);
+        for f in real_files() {
+            let snap = crate::analyze::input::read(&f).expect("a committed snapshot reads");
+            for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
+                let w = walk(&snap, dev);
+                let seed = Seed::of(&w);
+                let capacity = choose(None, snap.device_total, &w.evidence).bytes;
+                let plain = alone(dev, &seed, capacity, "");
+                for mb in [20, 32, 128, 512, 4096] {
+                    let conf = format!("max_split_size_mb:{mb}");
+                    let c = parse(&conf).0;
+                    if !seed.split_limit_inert(&c) {
+                        acting += 1;
+                        assert_ne!(seed.acting(c), seed.acting(parse("").0));
+                        continue;
+                    }
+                    inert += 1;
+                    let forced = alone(dev, &seed, capacity, &conf);
+                    assert_eq!(
+                        figures(&forced),
+                        figures(&plain),
+                        "{}: device {}: {conf} replayed apart differs from the replay without it",
+                        f.display(),
+                        dev.ordinal
+                    );
+                }
+            }
+        }
+        assert!(inert > 0 && acting > 0, "inert {inert}, acting {acting}");
+    }
+
+    #[test]
+    fn settings_written_out_as_the_defaults_are_replayed_once_with_the_defaults() {
+        let seed = Seed {
+            segments: Vec::new(),
+            outside: Vec::new(),
+            releases: Vec::new(),
+            largest_request: 8 << 20,
+        };
+        let plain = seed.acting(parse("").0);
+        assert_eq!(seed.acting(parse("expandable_segments:False").0), plain);
+        // The largest segment a request of 8 MiB gets is 20 MiB.
+        assert_eq!(seed.largest_block(&parse("").0), 20 << 20);
+        assert_eq!(seed.acting(parse("max_split_size_mb:21").0), plain);
+        assert_ne!(seed.acting(parse("max_split_size_mb:20").0), plain);
+        // Expandable segments grow past any request: the limit may act there.
+        let exp = seed.acting(parse("expandable_segments:True").0);
+        assert_ne!(
+            seed.acting(parse("expandable_segments:True,max_split_size_mb:512").0),
+            exp
+        );
+        let big = Seed {
+            largest_request: 100 << 20,
+            ..seed
+        };
+        assert_ne!(big.acting(parse("max_split_size_mb:32").0), plain);
+    }
 }

@@ -41,6 +41,8 @@ pub struct Walked {
     /// Indices of the events at which the program released the cache itself
     /// (`device_size::EvidenceWalk::finish_with_releases`).
     pub releases: Vec<usize>,
+    /// The largest request in the trace (allocations and failed requests), in bytes.
+    pub largest_request: u64,
 }
 
 impl Walked {
@@ -62,6 +64,7 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
     let per = n.max(1).div_ceil(BUCKETS).max(1);
     let mut timeline = vec![(pw.state.allocated_bytes, pw.state.reserved)];
     let mut ooms = Vec::new();
+    let mut largest_request = 0u64;
     let mut cur = (0u64, 0u64);
     let mut i = 0usize;
     let mut next_column = per;
@@ -73,7 +76,11 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
             match ev.action {
                 Action::SegmentAlloc | Action::SegmentMap => segment_allocs += 1,
                 Action::SegmentFree | Action::SegmentUnmap => segment_frees += 1,
-                Action::Oom => ooms.push(i),
+                Action::Oom => {
+                    ooms.push(i);
+                    largest_request = largest_request.max(ev.size);
+                }
+                Action::Alloc => largest_request = largest_request.max(ev.size),
                 _ => {}
             }
             cur.0 = cur.0.max(pw.state.allocated_bytes);
@@ -102,5 +109,6 @@ pub fn walk(snap: &Snapshot, dev: &Device) -> Walked {
         timeline,
         ooms,
         start,
+        largest_request,
     }
 }
