@@ -331,3 +331,58 @@ fn replay_counts_a_block_pending_a_free_as_no_longer_allocated() {
         assert_eq!(last_cols(&row(&out, label), 5)[1], "8.0", "{label}\n{out}");
     }
 }
+
+#[test]
+fn a_logs_walk_made_while_it_is_read_is_the_walk_of_its_model() {
+    use cushim_tools::analyze::{input, walk};
+    let dir = common::scratch("analyze-walk-while-reading");
+    let exe = common::compile("shim_end", &[]);
+    let log = dir.join("loop.log");
+    // 3000 pairs: over 9000 events, so the timeline's columns are merged several times.
+    common::run_ok(
+        common::shim_cmd(&exe)
+            .args(["3000", "loop"])
+            .env("CUSHIM_LOG", &log)
+            .env("CUSHIM_HISTORY", "enabled=all,stacks=native")
+            .env("SHIM_END_EXIT", "1"),
+    );
+    let (snap, walks) = input::read_walked(&log).expect("reading the log");
+    let walks = walks.expect("a log is walked while it is read");
+    assert_eq!(walks.len(), snap.devices.len());
+    assert!(!walks.is_empty());
+    let facts = |w: &walk::Walked| {
+        let mut live: Vec<_> = w.end.allocated.iter().map(|(a, l)| (*a, *l)).collect();
+        live.sort_by_key(|e| e.0);
+        format!(
+            "{:?} {:?} {:?} {} {} {:?} {} {:?} {:?} {} {} {} {} {:?} {}",
+            w.peaks,
+            w.evidence,
+            w.start_layout,
+            w.segment_allocs,
+            w.segment_frees,
+            w.timeline,
+            w.per,
+            w.ooms,
+            w.releases,
+            w.largest_request,
+            w.end.allocated_bytes,
+            w.end.pending_bytes,
+            w.end.reserved,
+            live,
+            w.start.requests,
+        )
+    };
+    for (d, w) in snap.devices.iter().zip(&walks) {
+        assert!(
+            w.per > 1 && w.timeline.len() <= walk::BUCKETS + 1,
+            "{}",
+            w.per
+        );
+        assert_eq!(
+            facts(w),
+            facts(&walk::walk(&snap, d)),
+            "device {}",
+            d.ordinal
+        );
+    }
+}

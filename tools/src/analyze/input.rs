@@ -7,6 +7,7 @@
 
 use crate::analyze::load::Loader;
 use crate::analyze::model::{Device, Event, Snapshot};
+use crate::analyze::walk::Walked;
 use crate::snapshot::reader::{read_pickle_file_with, read_pickle_with};
 use crate::snapshot::sniff::{describe, file_kind, kind, name_error, not_snapshot, Kind, HEAD};
 use cushim::snapshot::Format;
@@ -32,6 +33,18 @@ pub fn read(path: &Path) -> R<Snapshot> {
             let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
             from_bytes(&bytes).map_err(at)
         }
+    }
+}
+
+/// [`read`], and for a log each device's walk (`analyze::walk`, in the order of the
+/// model's devices), made while the log was read (`log_model::from_log_file_walked`);
+/// `None` for other inputs, which the caller walks.
+pub fn read_walked(path: &Path) -> R<(Snapshot, Option<Vec<Walked>>)> {
+    match file_kind(path).map_err(|e| name_error(path, &e))? {
+        Kind::Log => crate::analyze::log_model::from_log_file_walked(path)
+            .map(|(s, w)| (s, Some(w)))
+            .map_err(|e| name_error(path, &e)),
+        _ => Ok((read(path)?, None)),
     }
 }
 

@@ -6,7 +6,9 @@
 //! Policy: a log file is read once, as a stream, to learn its stacks, frames and where
 //! each device's events are; the events themselves stay in the file and every walk of an
 //! analysis reads them again (`analyze::event_list`), so a log of any length is analysed
-//! in bounded memory. A log given as bytes (small inputs) is modelled in memory.
+//! in bounded memory. The commands that walk every trace first (`replay`, `report`) have
+//! that walk made during the reading ([`from_log_file_walked`]): the events the reader
+//! decodes go in batches to a thread that walks them. A log given as bytes (small inputs) is modelled in memory.
 //!
 //! A reading that stopped early (torn tail, damaged chunk) or a log that counts dropped
 //! events is modelled from what it holds, and one line on stderr says so.
@@ -14,11 +16,101 @@
 use crate::analyze::category_rules::RANGE_MARK;
 use crate::analyze::event_list::{ChunkRef, EventList, LogEvents, LogFile, StackMap};
 use crate::analyze::model::{Device, Event, Frame, Snapshot, Stacks};
+use crate::analyze::timeline::Start;
+use crate::analyze::walk::{walk, WalkStream, Walked};
 use crate::snapshot::log_reader::{read_log, read_log_from, LogFrame, LogInfo, LogVisitor};
-use cushim::trace::event::TraceEvent;
+use cushim::trace::event::{Action, TraceEvent};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
+
+/// Events handed to the walking thread at a time (about 320 KiB: the hand-off costs
+/// little per event, and the batch stays in the caches between the two cores).
+const BATCH: usize = 8192;
+
+/// Batches on their way to the walking thread at most (the reader waits beyond that).
+const IN_FLIGHT: usize = 4;
+
+/// The reader's side of the walk while reading: each device's batch being filled, the
+/// way to the walking thread, and the emptied batches coming back to be filled again.
+struct Feed {
+    to_walker: SyncSender<(i32, Vec<Event>)>,
+    emptied: Receiver<Vec<Event>>,
+    /// By position in `Builder::devices`.
+    batches: Vec<Vec<Event>>,
+}
+
+impl Feed {
+    #[inline]
+    fn push(&mut self, at: usize, ordinal: i32, e: Event) -> Result<(), ()> {
+        if self.batches.len() <= at {
+            self.batches.resize_with(at + 1, Vec::new);
+        }
+        let b = &mut self.batches[at];
+        b.push(e);
+        if b.len() < BATCH {
+            return Ok(());
+        }
+        let fresh = self
+            .emptied
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let full = std::mem::replace(b, fresh);
+        self.to_walker.send((ordinal, full)).map_err(|_| ())
+    }
+
+    /// Send what is left (devices in `ordinals`' order, each in its order).
+    fn flush(mut self, ordinals: &[i32]) {
+        for (b, &o) in self.batches.drain(..).zip(ordinals) {
+            if !b.is_empty() && self.to_walker.send((o, b)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The walking thread: each device's walk (`analyze::walk`) fed its batches in order, the
+/// emptied batches sent back.
+fn walk_batches(
+    batches: Receiver<(i32, Vec<Event>)>,
+    emptied: Sender<Vec<Event>>,
+) -> Vec<(i32, WalkStream)> {
+    let mut walks: Vec<(i32, WalkStream)> = Vec::new();
+    for (ordinal, mut evs) in batches {
+        let at = match walks.iter().position(|(o, _)| *o == ordinal) {
+            Some(i) => i,
+            None => {
+                // A log has no state before its events: its walk starts from nothing, as
+                // `timeline::start_of` starts it.
+                walks.push((ordinal, WalkStream::new(Start::default())));
+                walks.len() - 1
+            }
+        };
+        let w = &mut walks[at].1;
+        evs.iter().for_each(|e| w.step(e));
+        evs.clear();
+        let _ = emptied.send(evs);
+    }
+    walks
+}
+
+/// An event of the log as the model holds it, its stack `stack` (a list index): an
+/// out-of-memory's address is the driver's free memory.
+#[inline]
+fn model_event(ev: &TraceEvent, stack: u32) -> Event {
+    Event {
+        action: ev.action,
+        addr: if ev.action == Action::Oom {
+            ev.device_free
+        } else {
+            ev.addr
+        },
+        size: ev.size,
+        stream: ev.stream,
+        stack,
+    }
+}
 
 /// One device's events: where they are, or (a log given as bytes) the events.
 #[derive(Default)]
@@ -46,6 +138,8 @@ struct Builder {
     /// Lists of a stack inside a range path: (list index, stack id, range path id), filled
     /// when modelled (the stack's frames, then the path's mark).
     ranged: Vec<(u32, u32, u32)>,
+    /// Where the events go to be walked while the log is read, if they are.
+    feed: Option<Feed>,
 }
 
 impl Builder {
@@ -100,16 +194,16 @@ impl LogVisitor for Builder {
             },
         };
         self.last = i;
+        if let Some(f) = &mut self.feed {
+            if f.push(i, ev.device, model_event(&ev, stack)).is_err() {
+                // The walking thread is gone: the caller walks the model instead.
+                self.feed = None;
+            }
+        }
         let d = &mut self.devices[i].1;
         d.len += 1;
         if self.keep {
-            d.held.push(Event {
-                action: ev.action,
-                addr: ev.addr,
-                size: ev.size,
-                stream: ev.stream,
-                stack,
-            });
+            d.held.push(model_event(&ev, stack));
         } else {
             match d.chunks.last_mut() {
                 Some(c) if c.at == at => c.events += 1,
@@ -170,6 +264,46 @@ pub fn from_log(bytes: &[u8]) -> Result<Snapshot, String> {
 
 /// Model the log at `path`, streamed: its events stay in the file (see the module docs).
 pub fn from_log_file(path: &Path) -> Result<Snapshot, String> {
+    read_file(path, Builder::default())
+}
+
+/// [`from_log_file`], and each device's walk (`analyze::walk`, in the order of the
+/// model's devices), made while the log is read: the reader hands the events it decodes
+/// to a second thread that walks them, so the walk costs no decoding of its own and runs
+/// beside the reading instead of after it.
+pub fn from_log_file_walked(path: &Path) -> Result<(Snapshot, Vec<Walked>), String> {
+    let (to_walker, batches) = sync_channel(IN_FLIGHT);
+    let (emptied_tx, emptied) = channel();
+    let (snap, mut walks) = std::thread::scope(|s| {
+        let walker = s.spawn(move || walk_batches(batches, emptied_tx));
+        let b = Builder {
+            feed: Some(Feed {
+                to_walker,
+                emptied,
+                batches: Vec::new(),
+            }),
+            ..Default::default()
+        };
+        let snap = read_file(path, b);
+        // `read_file` dropped the feed (the walking thread's input) before returning.
+        let walks = walker.join().unwrap_or_default();
+        (snap, walks)
+    });
+    let snap = snap?;
+    let walked = snap
+        .devices
+        .iter()
+        .map(
+            |d| match walks.iter().position(|(o, _)| i64::from(*o) == d.ordinal) {
+                Some(i) => walks.swap_remove(i).1.finish(d),
+                None => walk(&snap, d),
+            },
+        )
+        .collect();
+    Ok((snap, walked))
+}
+
+fn read_file(path: &Path, mut b: Builder) -> Result<Snapshot, String> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();
@@ -180,9 +314,12 @@ pub fn from_log_file(path: &Path) -> Result<Snapshot, String> {
         1 << 20,
         crate::snapshot::progress::Progress::new(file, &name, len),
     );
-    let mut b = Builder::default();
-    let info = read_log_from(src, &mut b)?;
-    Ok(model(b, &info, Some((again, name))))
+    let info = read_log_from(src, &mut b);
+    if let Some(f) = b.feed.take() {
+        let ordinals: Vec<i32> = b.devices.iter().map(|d| d.0).collect();
+        f.flush(&ordinals);
+    }
+    Ok(model(b, &info?, Some((again, name))))
 }
 
 fn model(mut b: Builder, info: &LogInfo, file: Option<(std::fs::File, String)>) -> Snapshot {

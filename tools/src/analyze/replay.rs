@@ -614,22 +614,37 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
 pub fn replay(snap: &Snapshot, confs: &[String]) -> Result<Replay, String> {
-    replay_with(snap, confs, &Options::default())
+    replay_with(snap, confs, &Options::default(), None)
 }
 
-/// [`replay`] with the user's [`Options`].
+/// [`replay`] with the user's [`Options`], and each device's walk when the reader made them
+/// (`input::read_walked`, one per device of `snap` in order); else the traces are walked here.
 ///
 /// An input without any device trace is an error: a replay of nothing would print an
 /// empty table and succeed, which a script would take for a passing replay.
-pub fn replay_with(snap: &Snapshot, confs: &[String], opts: &Options) -> Result<Replay, String> {
+pub fn replay_with(
+    snap: &Snapshot,
+    confs: &[String],
+    opts: &Options,
+    walks: Option<&[Walked]>,
+) -> Result<Replay, String> {
     no_trace(snap)?;
-    let walked: Vec<Walked> = snap
+    let made: Vec<Walked>;
+    let walks = match walks {
+        Some(w) if w.len() == snap.devices.len() => w,
+        _ => {
+            made = snap.devices.iter().map(|d| walk(snap, d)).collect();
+            &made
+        }
+    };
+    let walked: Vec<&Walked> = snap
         .devices
         .iter()
-        .filter(|d| !d.events.is_empty())
-        .map(|d| walk(snap, d))
+        .zip(walks)
+        .filter(|(d, _)| !d.events.is_empty())
+        .map(|(_, w)| w)
         .collect();
-    replay_walked(snap, confs, opts, &walked.iter().collect::<Vec<_>>())
+    replay_walked(snap, confs, opts, &walked)
 }
 
 /// [`replay_with`] given each replayed device's [`Walked`] (one per device with a trace, in

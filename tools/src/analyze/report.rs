@@ -85,6 +85,8 @@ fn tick_label(v: f64, step: f64, unit: &str) -> String {
 /// Where to mark the timeline: the peak's event index and every OOM's.
 struct Marks {
     events: usize,
+    /// Events per column of the timeline (`Walked::per`).
+    per: usize,
     peak_at: usize,
     peak: u64,
     ooms: Vec<usize>,
@@ -108,7 +110,7 @@ fn svg_timeline(out: &mut String, pts: &[(u64, u64)], marks: &Marks) {
     let x = |i: usize| left + i as f64 * plot_w / (pts.len().max(2) - 1) as f64;
     let y = |v: f64| 10.0 + plot_h - v * plot_h / top;
     // Event index -> x (bucket i holds events up to i * per).
-    let per = marks.events.div_ceil(BUCKETS).max(1) as f64;
+    let per = marks.per.max(1) as f64;
     let ex = |e: usize| x(0) + (e as f64 / per) * plot_w / (pts.len().max(2) - 1) as f64;
     let line = |sel: &dyn Fn(&(u64, u64)) -> u64| -> String {
         pts.iter()
@@ -529,10 +531,19 @@ const STYLE: &str = "body{font:13px sans-serif;margin:20px;color:#222}\
 
 /// The HTML page for `snap` (its title names `source`); `ranges` is its bytes by range path
 /// (`by_range`, empty when the input has no trace entries with ranges).
-pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<String, String> {
+pub fn report(
+    snap: &Snapshot,
+    source: &str,
+    ranges: &[DeviceRanges],
+    walks: Option<Vec<Walked>>,
+) -> Result<String, String> {
     // Each trace is walked once for the replay, the page and its summary (a log's trace is
-    // decoded from the file on every walk), and once more up to its peak.
-    let walked: Vec<Walked> = snap.devices.iter().map(|d| walk(snap, d)).collect();
+    // decoded from the file on every walk; its reader may have walked it already:
+    // `input::read_walked`), and once more up to its peak.
+    let walked: Vec<Walked> = match walks {
+        Some(w) if w.len() == snap.devices.len() => w,
+        _ => snap.devices.iter().map(|d| walk(snap, d)).collect(),
+    };
     // The state at the peak, and for a whole-run log the segments then, in one walk up to
     // the peak.
     let at_peaks: Vec<(State, Option<Vec<SegFill>>)> = snap
@@ -602,6 +613,7 @@ pub fn report(snap: &Snapshot, source: &str, ranges: &[DeviceRanges]) -> Result<
         out.push_str("<h3>timeline</h3>\n");
         let marks = Marks {
             events: dev.events.len(),
+            per: walked.per,
             peak_at: p.allocated_at,
             peak: p.allocated,
             ooms: walked.ooms.clone(),
@@ -705,6 +717,7 @@ mod tests {
         let pts = vec![(1u64 << 20, 2u64 << 20); 501];
         let marks = Marks {
             events: 1000,
+            per: 2,
             peak_at: 10,
             peak: 1 << 20,
             ooms: Vec::new(),

@@ -80,13 +80,13 @@ pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Res
             .map(cushim_tools::analyze::device_size::parse_size)
             .transpose()?,
     };
-    let snap = input::read(file)?;
+    let (snap, walks) = input::read_walked(file)?;
     let confs = if confs.is_empty() {
         replay::default_confs()
     } else {
         confs.to_vec()
     };
-    let r = replay::replay_with(&snap, &confs, &opts)
+    let r = replay::replay_with(&snap, &confs, &opts, walks.as_deref())
         .map_err(|e| format!("{}: {e}", file.display()))?;
     print!("{}", replay::render(&r));
     Ok(0)
@@ -159,9 +159,9 @@ fn report_ranges(file: &Path, snap: &Snapshot) -> Vec<by_range::DeviceRanges> {
 }
 
 pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
-    let snap = input::read(file)?;
+    let (snap, walks) = input::read_walked(file)?;
     let ranges = report_ranges(file, &snap);
-    let html = report::report(&snap, &file.display().to_string(), &ranges)
+    let html = report::report(&snap, &file.display().to_string(), &ranges, walks)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     cushim::snapshot::output::write_atomic_with(out, |w| {
         w.write_all(html.as_bytes())
