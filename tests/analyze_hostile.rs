@@ -95,7 +95,8 @@ fn every_command(bytes: &[u8]) -> Vec<Result<(), String>> {
         }));
         let _ = diff::render(&diff::diff(s, s, 2), 5);
         out.push(
-            report::report(s, "hostile", &[], None).map(|h| assert!(h.len() < allowance(bytes.len()))),
+            report::report(s, "hostile", &[], None)
+                .map(|h| assert!(h.len() < allowance(bytes.len()))),
         );
     }
     // Convert reads snapshots only: a log or CSV it refuses is not a hostile-input failure.

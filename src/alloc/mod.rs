@@ -29,6 +29,7 @@ pub mod stats;
 
 pub use addr_hash::{AddrBuild, AddrMap};
 pub use allocator::{AddressRange, CachingAllocator, DeviceSnapshot, ForkHold};
+pub use release::gc_threshold;
 
 use crate::device::DeviceError;
 

@@ -8,6 +8,7 @@
 use super::block::{BlockId, State};
 use super::caching::{Ctx, DeviceState};
 use super::request::Request;
+use crate::config::alloc::AllocConf;
 use crate::trace::event::Action;
 
 impl DeviceState {
@@ -96,14 +97,17 @@ impl DeviceState {
     /// Reserved bytes above `garbage_collection_threshold` of the allowed memory (0 when
     /// collection is off or the device size is unknown).
     pub(crate) fn gc_excess(&mut self, ctx: &Ctx) -> u64 {
-        let t = ctx.conf.garbage_collection_threshold;
-        let total = self.total_memory(ctx.device);
-        if t <= 0.0 || total == 0 {
-            return 0;
+        match self.gc_threshold(ctx) {
+            Some(threshold) => {
+                (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
+            }
+            None => 0,
         }
-        let allowed = (total as f64 * ctx.conf.per_process_memory_fraction) as u64;
-        let threshold = (t * allowed as f64) as u64;
-        (self.stats.reserved_bytes.all.current as u64).saturating_sub(threshold)
+    }
+
+    fn gc_threshold(&mut self, ctx: &Ctx) -> Option<u64> {
+        let total = self.total_memory(ctx.device);
+        gc_threshold(ctx.conf, total)
     }
 
     /// PyTorch's `garbage_collect_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp): each
@@ -170,4 +174,17 @@ impl DeviceState {
         self.release_cached(ctx);
         self.expandable_release_reservations(ctx);
     }
+}
+
+/// The reserved bytes above which garbage collection acts under `conf` on a device of
+/// `total` bytes: `garbage_collection_threshold` of the allowed memory (`None` when
+/// collection is off or the device size is unknown). Reserved memory that never passes it
+/// leaves every choice as without the setting (the offline replay relies on that).
+pub fn gc_threshold(conf: &AllocConf, total: u64) -> Option<u64> {
+    let t = conf.garbage_collection_threshold;
+    if t <= 0.0 || total == 0 {
+        return None;
+    }
+    let allowed = (total as f64 * conf.per_process_memory_fraction) as u64;
+    Some((t * allowed as f64) as u64)
 }

@@ -33,8 +33,11 @@
 //! on the trace as an earlier one's on the same device size is replayed once, as the
 //! engine is deterministic: the same settings once parsed (the recorded settings are often
 //! PyTorch's defaults, written out), or the same but for a `max_split_size_mb` that no block
-//! of the trace can reach (`Seed::split_limit_inert`; a note names those). The replays of
-//! one thread share one numbering of the recorded addresses (`analyze::replay_slots`).
+//! of the trace can reach (`Seed::split_limit_inert`). A `garbage_collection_threshold`
+//! trial whose settings without it are replayed too is replayed after them, and only if
+//! their reserved memory passed its threshold (else collection never acted: the same
+//! replay). Notes name the rows so copied. The replays of one thread share one numbering of
+//! the recorded addresses (`analyze::replay_slots`).
 
 use crate::analyze::device_size::{choose, Evidence};
 use crate::analyze::model::{Device, Event, Snapshot};
@@ -46,7 +49,7 @@ use crate::analyze::units::mib1;
 use crate::analyze::walk::{walk, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::{round_size, segment_size, LARGE_BUFFER};
-use cushim::alloc::{AddrMap, CachingAllocator};
+use cushim::alloc::{gc_threshold, AddrMap, CachingAllocator};
 use cushim::config::alloc::AllocConf;
 use cushim::trace::event::{Action, NullSink};
 use std::sync::Arc;
@@ -471,6 +474,15 @@ impl Run {
         self.first_oom.get_or_insert((Some(i), size));
     }
 
+    fn peak_reserved(&self) -> u64 {
+        let stats = self.a.stats(0);
+        stats
+            .get("reserved_bytes.all.peak")
+            .copied()
+            .unwrap_or(0)
+            .max(0) as u64
+    }
+
     fn row(&self, label: String) -> Row {
         let stats = self.a.stats(0);
         let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
@@ -495,7 +507,7 @@ fn replay_all(
     seed: &Seed,
     capacity: u64,
     confs: &[(String, String)],
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Outcome>, String> {
     let trials: Vec<Trial> = confs
         .iter()
         .map(|(c, l)| Trial {
@@ -504,10 +516,7 @@ fn replay_all(
             capacity,
         })
         .collect();
-    Ok(run_trials(dev, seed, &trials)?
-        .into_iter()
-        .map(|o| o.row)
-        .collect())
+    run_trials(dev, seed, &trials)
 }
 
 /// The replays one thread runs together, the slots of their recorded addresses, and the
@@ -532,6 +541,9 @@ pub struct Trial {
 pub struct Outcome {
     pub row: Row,
     pub first_oom: Option<(Option<usize>, u64)>,
+    /// When the trial's garbage collection could not act (its row is the replay without
+    /// it): that replay's peak reserved bytes, and the threshold they stayed within.
+    pub inert_gc: Option<(u64, u64)>,
 }
 
 /// The replays `trials` of `dev` from `w`'s start layout, each on its own device size,
@@ -557,16 +569,82 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
         .map(|i| keys[..i].iter().position(|k| *k == keys[i]).unwrap_or(i))
         .collect();
     let unique: Vec<usize> = (0..trials.len()).filter(|&i| first[i] == i).collect();
+    // A trial that collects garbage (`garbage_collection_threshold`) whose settings without
+    // it are replayed too waits for that replay: collection acts only when reserved memory
+    // passes the threshold, so where the replay without it never passed it, the two are
+    // the same replay. Only the others are replayed, after.
+    let without_gc = |i: usize| -> Option<usize> {
+        let (c, capacity) = &keys[i];
+        if c.garbage_collection_threshold <= 0.0 {
+            return None;
+        }
+        let mut plain = c.clone();
+        plain.garbage_collection_threshold = 0.0;
+        unique
+            .iter()
+            .copied()
+            .find(|&j| keys[j].0 == plain && keys[j].1 == *capacity)
+    };
+    let shadow: Vec<Option<usize>> = (0..trials.len()).map(without_gc).collect();
+    let mut ran: Vec<Option<Run>> = (0..trials.len()).map(|_| None).collect();
+    let now: Vec<usize> = unique
+        .iter()
+        .copied()
+        .filter(|&i| shadow[i].is_none())
+        .collect();
+    replay_group(dev, seed, trials, &now, &mut ran)?;
+    let mut inert_gc: Vec<Option<(u64, u64)>> = vec![None; trials.len()];
+    let mut later = Vec::new();
+    for &i in &unique {
+        let Some(r) = shadow[i].and_then(|j| ran[j].as_ref()) else {
+            continue;
+        };
+        let peak = r.peak_reserved();
+        match gc_threshold(&keys[i].0, r.a.total_memory(0)) {
+            Some(t) if peak > t => later.push(i),
+            t => inert_gc[i] = Some((peak, t.unwrap_or(u64::MAX))),
+        }
+    }
+    replay_group(dev, seed, trials, &later, &mut ran)?;
+    let mut out: Vec<Outcome> = Vec::with_capacity(trials.len());
+    for (i, t) in trials.iter().enumerate() {
+        let k = first[i];
+        let from = match (inert_gc[k], shadow[k]) {
+            (Some(_), Some(j)) => j,
+            _ => k,
+        };
+        let Some(r) = &ran[from] else {
+            return Err(format!("the replay under {:?} did not finish", t.conf));
+        };
+        out.push(Outcome {
+            row: r.row(t.label.clone()),
+            first_oom: r.first_oom,
+            inert_gc: inert_gc[k],
+        });
+    }
+    Ok(out)
+}
+
+/// Replay the trials `which` of `trials` in one pass over the trace, into `ran` (by trial).
+fn replay_group(
+    dev: &Device,
+    seed: &Seed,
+    trials: &[Trial],
+    which: &[usize],
+    ran: &mut [Option<Run>],
+) -> Result<(), String> {
+    if which.is_empty() {
+        return Ok(());
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let groups = cores.min(unique.len()).max(1);
+    let groups = cores.min(which.len()).max(1);
     // One decoding of the trace for every group; each group's configurations are seeded
     // and replayed on the group's own thread (the engine's locks and its thread tracking
     // expect one thread, as the shim's hot path mostly sees).
-    let unique = &unique;
     let done = dev.events.fan_out(
         groups,
         |g| -> Result<Group, String> {
-            let mut runs = unique
+            let mut runs = which
                 .iter()
                 .skip(g)
                 .step_by(groups)
@@ -594,22 +672,12 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
             }
         },
     );
-    let done = done.into_iter().collect::<Result<Vec<_>, String>>()?;
-    let mut ran: Vec<Option<Run>> = (0..trials.len()).map(|_| None).collect();
-    for (i, r) in done.into_iter().flat_map(|g| g.runs) {
-        ran[i] = Some(r);
+    for g in done {
+        for (i, r) in g?.runs {
+            ran[i] = Some(r);
+        }
     }
-    let mut out: Vec<Outcome> = Vec::with_capacity(trials.len());
-    for (i, t) in trials.iter().enumerate() {
-        let Some(r) = &ran[first[i]] else {
-            return Err(format!("the replay under {:?} did not finish", t.conf));
-        };
-        out.push(Outcome {
-            row: r.row(t.label.clone()),
-            first_oom: r.first_oom,
-        });
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Replay every device of `snap` under the recorded settings (when recorded) and `confs`.
@@ -724,7 +792,21 @@ pub fn replay_walked(
                 mib1(seed.largest_block(&AllocConf::default()))
             ));
         }
-        rows.extend(replay_all(dev, &seed, size.bytes, &all)?);
+        let outcomes = replay_all(dev, &seed, size.bytes, &all)?;
+        for ((c, _), o) in all.iter().zip(&outcomes) {
+            if let Some((peak, threshold)) = o.inert_gc {
+                let note = format!(
+                    "{c} cannot act on this trace: reserved memory peaked at {} without it, \
+                     within its threshold of {}, so its row is the replay without it",
+                    mib1(peak),
+                    mib1(threshold)
+                );
+                if !dnotes.contains(&note) {
+                    dnotes.push(note);
+                }
+            }
+        }
+        rows.extend(outcomes.into_iter().map(|o| o.row));
         devices.push(DeviceReplay {
             ordinal: dev.ordinal,
             rows,
@@ -914,6 +996,43 @@ mod tests {
                         figures(&forced),
                         figures(&plain),
                         "{}: device {}: {conf} replayed apart differs from the replay without it",
+                        f.display(),
+                        dev.ordinal
+                    );
+                }
+            }
+        }
+        assert!(inert > 0 && acting > 0, "inert {inert}, acting {acting}");
+    }
+
+    #[test]
+    fn a_garbage_collection_threshold_never_passed_gives_the_replay_without_it_on_real_snapshots() {
+        let (mut inert, mut acting) = (0, 0);
+        for f in real_files() {
+            let snap = crate::analyze::input::read(&f).expect("a committed snapshot reads");
+            for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
+                let w = walk(&snap, dev);
+                let seed = Seed::of(&w);
+                let capacity = choose(None, snap.device_total, &w.evidence).bytes;
+                for t in ["0.05", "0.6", "0.95"] {
+                    let conf = format!("garbage_collection_threshold:{t}");
+                    let both: Vec<Trial> = ["", conf.as_str()]
+                        .iter()
+                        .map(|c| Trial {
+                            conf: c.to_string(),
+                            label: c.to_string(),
+                            capacity,
+                        })
+                        .collect();
+                    let out = run_trials(dev, &seed, &both).expect("replay");
+                    match out[1].inert_gc {
+                        Some(_) => inert += 1,
+                        None => acting += 1,
+                    }
+                    assert_eq!(
+                        figures(&out[1].row),
+                        figures(&alone(dev, &seed, capacity, &conf)),
+                        "{}: device {}: {conf} beside the defaults differs from its replay alone",
                         f.display(),
                         dev.ordinal
                     );
