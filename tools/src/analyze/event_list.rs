@@ -353,18 +353,8 @@ impl<'a> ChunkDecoder<'a> {
         let r = read_chunk_at(&log.file, c.at, c.len, &mut self.buf).and_then(|payload| {
             decode_events(payload, log.version, |e| {
                 if e.device == dev {
-                    out.push(Event {
-                        action: e.action,
-                        // An out-of-memory's address is the driver's free memory.
-                        addr: if e.action == cushim::trace::event::Action::Oom {
-                            e.device_free
-                        } else {
-                            e.addr
-                        },
-                        size: e.size,
-                        stream: e.stream,
-                        stack: stacks.get_in(e.stack, e.range).unwrap_or(0),
-                    });
+                    let stack = stacks.get_in(e.stack, e.range).unwrap_or(0);
+                    out.push(crate::analyze::log_model::model_event(&e, stack));
                 }
             })
         });

@@ -8,7 +8,8 @@
 //! analysis reads them again (`analyze::event_list`), so a log of any length is analysed
 //! in bounded memory. The commands that walk every trace first (`replay`, `report`) have
 //! that walk made during the reading ([`from_log_file_walked`]): the events the reader
-//! decodes go in batches to a thread that walks them. A log given as bytes (small inputs) is modelled in memory.
+//! decodes go in batches to a thread that walks them. A log given as bytes (small inputs)
+//! is modelled in memory.
 //!
 //! A reading that stopped early (torn tail, damaged chunk) or a log that counts dropped
 //! events is modelled from what it holds, and one line on stderr says so.
@@ -96,9 +97,10 @@ fn walk_batches(
 }
 
 /// An event of the log as the model holds it, its stack `stack` (a list index): an
-/// out-of-memory's address is the driver's free memory.
+/// out-of-memory's address is the driver's free memory. The one conversion, for the
+/// reader and for every later walk (`event_list`).
 #[inline]
-fn model_event(ev: &TraceEvent, stack: u32) -> Event {
+pub(crate) fn model_event(ev: &TraceEvent, stack: u32) -> Event {
     Event {
         action: ev.action,
         addr: if ev.action == Action::Oom {
