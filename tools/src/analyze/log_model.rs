@@ -196,7 +196,8 @@ impl LogVisitor for Builder {
             },
         };
         self.last = i;
-        if let Some(f) = &mut self.feed {
+        // Pinned host memory (device -1) is not one of the model's devices: not walked.
+        if let Some(f) = self.feed.as_mut().filter(|_| ev.device >= 0) {
             if f.push(i, ev.device, model_event(&ev, stack)).is_err() {
                 // The walking thread is gone: the caller walks the model instead.
                 self.feed = None;
