@@ -340,10 +340,18 @@ fn a_logs_walk_made_while_it_is_read_is_the_walk_of_its_model() {
     let log = dir.join("loop.log");
     // 3000 pairs: over 9000 events, so the timeline's columns are merged several times.
     common::run_ok(
-        common::shim_cmd(&exe)
+        Command::new(common::cushim_bin())
+            .args([
+                "run",
+                "--sim",
+                "--history",
+                "enabled=all,stacks=native",
+                "--log",
+            ])
+            .arg(&log)
+            .arg("--")
+            .arg(&exe)
             .args(["3000", "loop"])
-            .env("CUSHIM_LOG", &log)
-            .env("CUSHIM_HISTORY", "enabled=all,stacks=native")
             .env("SHIM_END_EXIT", "1"),
     );
     let (snap, walks) = input::read_walked(&log).expect("reading the log");
