@@ -962,6 +962,19 @@ mod tests {
         out.remove(0).row
     }
 
+    /// Each device trace of [`real_files`]: the file, the device, its seed and the device
+    /// size its replays run on.
+    fn each_real_trace(mut f: impl FnMut(&Path, &Device, &Seed, u64)) {
+        for file in real_files() {
+            let snap = crate::analyze::input::read(&file).expect("a committed snapshot reads");
+            for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
+                let w = walk(&snap, dev);
+                let capacity = choose(None, snap.device_total, &w.evidence).bytes;
+                f(&file, dev, &Seed::of(&w), capacity);
+            }
+        }
+    }
+
     fn figures(r: &Row) -> (Option<u64>, u64, Option<u64>, Option<u64>, u64) {
         (
             r.peak_reserved,
@@ -975,70 +988,58 @@ mod tests {
     #[test]
     fn a_split_limit_no_block_reaches_replays_exactly_as_without_it_on_real_snapshots() {
         let (mut inert, mut acting) = (0, 0);
-        for f in real_files() {
-            let snap = crate::analyze::input::read(&f).expect("a committed snapshot reads");
-            for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-                let w = walk(&snap, dev);
-                let seed = Seed::of(&w);
-                let capacity = choose(None, snap.device_total, &w.evidence).bytes;
-                let plain = alone(dev, &seed, capacity, "");
-                for mb in [20, 32, 128, 512, 4096] {
-                    let conf = format!("max_split_size_mb:{mb}");
-                    let c = parse(&conf).0;
-                    if !seed.split_limit_inert(&c) {
-                        acting += 1;
-                        assert_ne!(seed.acting(c), seed.acting(parse("").0));
-                        continue;
-                    }
-                    inert += 1;
-                    let forced = alone(dev, &seed, capacity, &conf);
-                    assert_eq!(
-                        figures(&forced),
-                        figures(&plain),
-                        "{}: device {}: {conf} replayed apart differs from the replay without it",
-                        f.display(),
-                        dev.ordinal
-                    );
+        each_real_trace(|f, dev, seed, capacity| {
+            let plain = alone(dev, seed, capacity, "");
+            for mb in [20, 32, 128, 512, 4096] {
+                let conf = format!("max_split_size_mb:{mb}");
+                let c = parse(&conf).0;
+                if !seed.split_limit_inert(&c) {
+                    acting += 1;
+                    assert_ne!(seed.acting(c), seed.acting(parse("").0));
+                    continue;
                 }
+                inert += 1;
+                let forced = alone(dev, seed, capacity, &conf);
+                assert_eq!(
+                    figures(&forced),
+                    figures(&plain),
+                    "{}: device {}: {conf} replayed apart differs from the replay without it",
+                    f.display(),
+                    dev.ordinal
+                );
             }
-        }
+        });
         assert!(inert > 0 && acting > 0, "inert {inert}, acting {acting}");
     }
 
     #[test]
     fn a_garbage_collection_threshold_never_passed_gives_the_replay_without_it_on_real_snapshots() {
         let (mut inert, mut acting) = (0, 0);
-        for f in real_files() {
-            let snap = crate::analyze::input::read(&f).expect("a committed snapshot reads");
-            for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-                let w = walk(&snap, dev);
-                let seed = Seed::of(&w);
-                let capacity = choose(None, snap.device_total, &w.evidence).bytes;
-                for t in ["0.05", "0.6", "0.95"] {
-                    let conf = format!("garbage_collection_threshold:{t}");
-                    let both: Vec<Trial> = ["", conf.as_str()]
-                        .iter()
-                        .map(|c| Trial {
-                            conf: c.to_string(),
-                            label: c.to_string(),
-                            capacity,
-                        })
-                        .collect();
-                    let out = run_trials(dev, &seed, &both).expect("replay");
-                    match out[1].inert_gc {
-                        Some(_) => inert += 1,
-                        None => acting += 1,
-                    }
-                    assert_eq!(
-                        figures(&out[1].row),
-                        figures(&alone(dev, &seed, capacity, &conf)),
-                        "{}: device {}: {conf} beside the defaults differs from its replay alone",
-                        f.display(),
-                        dev.ordinal
-                    );
+        each_real_trace(|f, dev, seed, capacity| {
+            for t in ["0.05", "0.6", "0.95"] {
+                let conf = format!("garbage_collection_threshold:{t}");
+                let both: Vec<Trial> = ["", conf.as_str()]
+                    .iter()
+                    .map(|c| Trial {
+                        conf: c.to_string(),
+                        label: c.to_string(),
+                        capacity,
+                    })
+                    .collect();
+                let out = run_trials(dev, seed, &both).expect("replay");
+                match out[1].inert_gc {
+                    Some(_) => inert += 1,
+                    None => acting += 1,
                 }
+                assert_eq!(
+                    figures(&out[1].row),
+                    figures(&alone(dev, seed, capacity, &conf)),
+                    "{}: device {}: {conf} beside the defaults differs from its replay alone",
+                    f.display(),
+                    dev.ordinal
+                );
             }
-        }
+        });
         assert!(inert > 0 && acting > 0, "inert {inert}, acting {acting}");
     }
 
