@@ -152,6 +152,18 @@ fn damaged_log_files_model_a_clean_prefix_or_fail_and_every_walk_agrees() {
         std::fs::write(&path, &b).expect("writing the damaged log");
         let r = std::panic::catch_unwind(|| {
             let snap = cushim_tools::analyze::input::read(&path)?;
+            // The walk made while reading agrees with the walk of the model read alone.
+            let (again, walks) = cushim_tools::analyze::input::read_walked(&path)?;
+            let walks = walks.expect("a log is walked while it is read");
+            assert_eq!(again.devices.len(), snap.devices.len(), "round {round}");
+            for (d, w) in again.devices.iter().zip(&walks) {
+                let sep = cushim_tools::analyze::walk::walk(&again, d);
+                let facts = |w: &cushim_tools::analyze::walk::Walked| {
+                    let t = (w.timeline.clone(), w.per, w.ooms.clone(), w.largest_request);
+                    (w.peaks, t, w.end.allocated_bytes, w.end.pending_bytes)
+                };
+                assert_eq!(facts(w), facts(&sep), "round {round}: device {}", d.ordinal);
+            }
             let mut walked = 0;
             for d in snap.devices.iter().chain(snap.host.iter()) {
                 let fwd: Vec<_> = d.events.iter().collect();
