@@ -306,14 +306,32 @@ fn shown(conf: &str) -> &str {
     }
 }
 
-/// Fit every device of `snap` with a trace.
-pub fn fit(snap: &Snapshot, confs: &[String], size: Option<u64>) -> Result<Fit, String> {
+/// Fit every device of `snap` with a trace; `walks`: each device's walk when the reader
+/// made them (`input::read_walked`, one per device of `snap` in order), else each trace is
+/// walked here.
+pub fn fit(
+    snap: &Snapshot,
+    confs: &[String],
+    size: Option<u64>,
+    walks: Option<&[Walked]>,
+) -> Result<Fit, String> {
     replay::no_trace(snap)?;
     let all = configurations(snap, confs);
+    let walks = walks.filter(|w| w.len() == snap.devices.len());
     let mut devices = Vec::new();
-    for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-        let w = walk(snap, dev);
-        devices.push(search_device(snap, dev, &w, &all, size)?);
+    for (k, dev) in snap.devices.iter().enumerate() {
+        if dev.events.is_empty() {
+            continue;
+        }
+        let made;
+        let w = match walks.and_then(|w| w.get(k)) {
+            Some(w) => w,
+            None => {
+                made = walk(snap, dev);
+                &made
+            }
+        };
+        devices.push(search_device(snap, dev, w, &all, size)?);
     }
     Ok(Fit {
         device_memory: size,

@@ -15,8 +15,9 @@ pub fn fit(
     json: bool,
 ) -> Result<i32, String> {
     let size = device_memory.map(parse_size).transpose()?;
-    let snap = input::read(file)?;
-    let f = fit::fit(&snap, confs, size).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (snap, walks) = input::read_walked(file)?;
+    let f = fit::fit(&snap, confs, size, walks.as_deref())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     if json {
         let v = fit::json(&f, &file.display().to_string());
         println!(
