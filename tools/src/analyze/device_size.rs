@@ -267,9 +267,8 @@ pub fn choose(given: Option<u64>, recorded: Option<u64>, e: &Evidence) -> Device
     }
     DeviceSize {
         bytes: UNLIMITED,
-        why: "256 GiB: the file records no device size and the trace never reached the \
-              device's limit (no release-and-retry, no out-of-memory), so no replay runs out \
-              of memory and garbage_collection_threshold never triggers"
+        why: "256 GiB (the largest modelled): the file records no device size and the trace \
+              never reached the device's limit (no release-and-retry, no out-of-memory)"
             .into(),
     }
 }
