@@ -25,7 +25,7 @@ use crate::analyze::model::{Device, Snapshot};
 use crate::analyze::replay::{self, recorded_settings, Trial};
 use crate::analyze::sites::{by_site, SiteRow};
 use crate::analyze::timeline::state_after;
-use crate::analyze::walk::{walk, Walked};
+use crate::analyze::walk::{walks_of, Walked};
 
 /// The search's step: device sizes are multiples of it.
 pub const STEP: u64 = 2 << 20;
@@ -317,21 +317,12 @@ pub fn fit(
 ) -> Result<Fit, String> {
     replay::no_trace(snap)?;
     let all = configurations(snap, confs);
-    let walks = walks.filter(|w| w.len() == snap.devices.len());
+    let walks = walks_of(snap, walks);
     let mut devices = Vec::new();
-    for (k, dev) in snap.devices.iter().enumerate() {
-        if dev.events.is_empty() {
-            continue;
+    for (dev, w) in snap.devices.iter().zip(walks.iter()) {
+        if !dev.events.is_empty() {
+            devices.push(search_device(snap, dev, w, &all, size)?);
         }
-        let made;
-        let w = match walks.and_then(|w| w.get(k)) {
-            Some(w) => w,
-            None => {
-                made = walk(snap, dev);
-                &made
-            }
-        };
-        devices.push(search_device(snap, dev, w, &all, size)?);
     }
     Ok(Fit {
         device_memory: size,

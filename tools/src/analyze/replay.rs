@@ -46,7 +46,7 @@ use crate::analyze::replay_slots::Slots;
 use crate::analyze::seed::{Piece, SeedSegment};
 use crate::analyze::timeline::Peaks;
 use crate::analyze::units::mib1;
-use crate::analyze::walk::{walk, Walked};
+use crate::analyze::walk::{walks_of, Walked};
 use crate::replay_device::{NoFaults, ReplayDevice};
 use cushim::alloc::rounding::{round_size, segment_size, LARGE_BUFFER};
 use cushim::alloc::{gc_threshold, AddrMap, CachingAllocator};
@@ -484,12 +484,10 @@ impl Run {
     }
 
     fn row(&self, label: String) -> Row {
-        let stats = self.a.stats(0);
-        let stat = |k: &str| stats.get(k).copied().unwrap_or(0).max(0) as u64;
         let end = self.device_calls();
         Row {
             label,
-            peak_reserved: Some(stat("reserved_bytes.all.peak")),
+            peak_reserved: Some(self.peak_reserved()),
             peak_allocated: self.peak_allocated,
             device_allocs: Some(end.0.saturating_sub(self.seeded.0)),
             segment_frees: Some(end.1.saturating_sub(self.seeded.1)),
@@ -541,6 +539,9 @@ pub struct Trial {
 pub struct Outcome {
     pub row: Row,
     pub first_oom: Option<(Option<usize>, u64)>,
+    /// Whether the trial's `max_split_size_mb` could not act (`Seed::split_limit_inert`):
+    /// its row is the replay without it.
+    pub inert_split: bool,
     /// When the trial's garbage collection could not act (its row is the replay without
     /// it): that replay's peak reserved bytes, and the threshold they stayed within.
     pub inert_gc: Option<(u64, u64)>,
@@ -563,8 +564,13 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
     // device size: the recorded settings are often PyTorch's defaults, written out; a
     // `max_split_size_mb` no block reaches) is not replayed again: the engine is
     // deterministic, so it would give the same outcome.
-    let key = |t: &Trial| (seed.acting(parse(&t.conf).0), t.capacity.min(UNLIMITED));
-    let keys: Vec<_> = trials.iter().map(key).collect();
+    let parsed: Vec<AllocConf> = trials.iter().map(|t| parse(&t.conf).0).collect();
+    let inert_split: Vec<bool> = parsed.iter().map(|c| seed.split_limit_inert(c)).collect();
+    let keys: Vec<_> = trials
+        .iter()
+        .zip(parsed)
+        .map(|(t, c)| (seed.acting(c), t.capacity.min(UNLIMITED)))
+        .collect();
     let first: Vec<usize> = (0..trials.len())
         .map(|i| keys[..i].iter().position(|k| *k == keys[i]).unwrap_or(i))
         .collect();
@@ -619,6 +625,7 @@ fn run_trials(dev: &Device, seed: &Seed, trials: &[Trial]) -> Result<Vec<Outcome
         out.push(Outcome {
             row: r.row(t.label.clone()),
             first_oom: r.first_oom,
+            inert_split: inert_split[i],
             inert_gc: inert_gc[k],
         });
     }
@@ -697,18 +704,11 @@ pub fn replay_with(
     walks: Option<&[Walked]>,
 ) -> Result<Replay, String> {
     no_trace(snap)?;
-    let made: Vec<Walked>;
-    let walks = match walks {
-        Some(w) if w.len() == snap.devices.len() => w,
-        _ => {
-            made = snap.devices.iter().map(|d| walk(snap, d)).collect();
-            &made
-        }
-    };
+    let walks = walks_of(snap, walks);
     let walked: Vec<&Walked> = snap
         .devices
         .iter()
-        .zip(walks)
+        .zip(walks.iter())
         .filter(|(d, _)| !d.events.is_empty())
         .map(|(_, w)| w)
         .collect();
@@ -777,10 +777,12 @@ pub fn replay_walked(
                 .iter()
                 .map(|c| (c.clone(), format!("replay: {}", shown(c)))),
         );
+        let outcomes = replay_all(dev, &seed, size.bytes, &all)?;
         let inert: Vec<&str> = all
             .iter()
-            .map(|(c, _)| c.as_str())
-            .filter(|c| seed.split_limit_inert(&parse(c).0))
+            .zip(&outcomes)
+            .filter(|(_, o)| o.inert_split)
+            .map(|((c, _), _)| c.as_str())
             .collect();
         if !inert.is_empty() {
             dnotes.push(format!(
@@ -792,7 +794,6 @@ pub fn replay_walked(
                 mib1(seed.largest_block(&AllocConf::default()))
             ));
         }
-        let outcomes = replay_all(dev, &seed, size.bytes, &all)?;
         for ((c, _), o) in all.iter().zip(&outcomes) {
             if let Some((peak, threshold)) = o.inert_gc {
                 let note = format!(
@@ -968,7 +969,7 @@ mod tests {
         for file in real_files() {
             let snap = crate::analyze::input::read(&file).expect("a committed snapshot reads");
             for dev in snap.devices.iter().filter(|d| !d.events.is_empty()) {
-                let w = walk(&snap, dev);
+                let w = crate::analyze::walk::walk(&snap, dev);
                 let capacity = choose(None, snap.device_total, &w.evidence).bytes;
                 f(&file, dev, &Seed::of(&w), capacity);
             }

@@ -17,7 +17,7 @@ use crate::analyze::replay::{self, Replay};
 use crate::analyze::segments_at::{segments_at, SegFill, SegmentsForward};
 use crate::analyze::sites::{by_site, tree_by_function, Node};
 use crate::analyze::timeline::{apply, State};
-use crate::analyze::walk::{walk, Walked};
+use crate::analyze::walk::{walks_of, Walked};
 use std::fmt::Write;
 
 /// Columns of the timeline.
@@ -535,21 +535,18 @@ pub fn report(
     snap: &Snapshot,
     source: &str,
     ranges: &[DeviceRanges],
-    walks: Option<Vec<Walked>>,
+    walks: Option<&[Walked]>,
 ) -> Result<String, String> {
     // Each trace is walked once for the replay, the page and its summary (a log's trace is
     // decoded from the file on every walk; its reader may have walked it already:
     // `input::read_walked`), and once more up to its peak.
-    let walked: Vec<Walked> = match walks {
-        Some(w) if w.len() == snap.devices.len() => w,
-        _ => snap.devices.iter().map(|d| walk(snap, d)).collect(),
-    };
+    let walked: &[Walked] = &walks_of(snap, walks);
     // The state at the peak, and for a whole-run log the segments then, in one walk up to
     // the peak.
     let at_peaks: Vec<(State, Option<Vec<SegFill>>)> = snap
         .devices
         .iter()
-        .zip(&walked)
+        .zip(walked)
         .map(|(d, w)| {
             if snap.has_state || !snap.reserved_known(d) || d.is_empty() {
                 return (w.at_peak(d), None);
@@ -569,7 +566,7 @@ pub fn report(
     let replayed: Vec<&Walked> = snap
         .devices
         .iter()
-        .zip(&walked)
+        .zip(walked)
         .filter(|(d, _)| !d.events.is_empty())
         .map(|(_, w)| w)
         .collect();
@@ -590,7 +587,7 @@ pub fn report(
     let devs: Vec<(&Device, &Walked, &State, Option<&Vec<SegFill>>)> = snap
         .devices
         .iter()
-        .zip(&walked)
+        .zip(walked)
         .zip(&at_peaks)
         .filter(|((d, _), _)| !d.is_empty())
         .map(|((d, w), (a, f))| (d, w, a, f.as_ref()))

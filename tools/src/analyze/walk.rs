@@ -16,6 +16,7 @@ use crate::analyze::model::{Device, Event, Snapshot};
 use crate::analyze::seed::{SeedSegment, StartSegments};
 use crate::analyze::timeline::{start_of, state_after, PeakWalk, Peaks, Start, State};
 use cushim::trace::event::Action;
+use std::borrow::Cow;
 
 /// Columns of the report's timeline.
 pub const BUCKETS: usize = 800;
@@ -53,6 +54,15 @@ impl Walked {
     /// The state after the event at which allocated memory first reached its peak.
     pub fn at_peak(&self, dev: &Device) -> State {
         state_after(dev, &self.start, self.peaks.allocated_at)
+    }
+}
+
+/// Each device's walk of `snap`, one per device in order: `given` when the reader made
+/// them (`input::read_walked`) for these devices, else walked here.
+pub fn walks_of<'a>(snap: &Snapshot, given: Option<&'a [Walked]>) -> Cow<'a, [Walked]> {
+    match given {
+        Some(w) if w.len() == snap.devices.len() => Cow::Borrowed(w),
+        _ => Cow::Owned(snap.devices.iter().map(|d| walk(snap, d)).collect()),
     }
 }
 

@@ -161,8 +161,13 @@ fn report_ranges(file: &Path, snap: &Snapshot) -> Vec<by_range::DeviceRanges> {
 pub fn report(file: &Path, out: &Path) -> Result<i32, String> {
     let (snap, walks) = input::read_walked(file)?;
     let ranges = report_ranges(file, &snap);
-    let html = report::report(&snap, &file.display().to_string(), &ranges, walks)
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let html = report::report(
+        &snap,
+        &file.display().to_string(),
+        &ranges,
+        walks.as_deref(),
+    )
+    .map_err(|e| format!("{}: {e}", file.display()))?;
     cushim::snapshot::output::write_atomic_with(out, |w| {
         w.write_all(html.as_bytes())
             .map_err(|e| format!("writing {}: {e}", out.display()))
