@@ -327,11 +327,20 @@ struct ChunkDecoder<'a> {
 
 impl<'a> ChunkDecoder<'a> {
     fn new(src: &'a LogEvents) -> Self {
+        Self::in_pass(
+            src,
+            src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+            false,
+        )
+    }
+
+    /// A decoder for walk `walk` of the log, one of several of that pass when `quiet`.
+    fn in_pass(src: &'a LogEvents, walk: u64, quiet: bool) -> Self {
         ChunkDecoder {
             src,
-            walk: src.log.walks.fetch_add(1, Ordering::Relaxed) + 1,
+            walk,
             loaded: 0,
-            quiet: false,
+            quiet,
             buf: Vec::new(),
         }
     }
@@ -459,13 +468,7 @@ impl EventList {
                             // turns with them). The first walker's decoding draws the
                             // progress line.
                             EventList::Log(l) => {
-                                let mut d = ChunkDecoder {
-                                    src: l,
-                                    walk,
-                                    loaded: 0,
-                                    quiet: w > 0,
-                                    buf: Vec::new(),
-                                };
+                                let mut d = ChunkDecoder::in_pass(l, walk, w > 0);
                                 let mut evs = Vec::new();
                                 for i in 0..l.chunks.len() {
                                     if !d.load(i, &mut evs) {
