@@ -76,7 +76,7 @@ use crate::config::history::HistoryConf;
 use crate::trace::event::{StackId, NO_STACK};
 use crate::trace::self_mem::{Blocks, Cached, Mem, Plain};
 use crate::trace::stack::intern_tagged;
-use crate::trace::stack::{capture, SkipRange, CAPTURE_MAX};
+use crate::trace::stack::{capture, with_frame_buf, SkipRange, CAPTURE_MAX};
 
 /// Marks a Python frame id (low 32 bits) in a stack: a non-canonical address, so never a
 /// return address, and not one of `module_epochs`' words (`0xffff_fffe_...`, `..fffd_...`).
@@ -887,7 +887,12 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
     if !conf.python_stacks {
         return crate::trace::stack::capture_id(max, conf.unwinder, skip);
     }
-    let mut native = [0u64; CAPTURE_MAX];
+    with_frame_buf(max, |native| capture_merged(conf, skip, max, native))
+}
+
+/// [`capture_id`] with Python frames, the native ones captured into `native`.
+#[inline(always)]
+fn capture_merged(conf: &HistoryConf, skip: &SkipRange, max: usize, native: &mut [u64]) -> StackId {
     let n = capture(&mut native[..max], conf.unwinder, skip);
     // The thread's scratch; taken already (a capture re-entered from Python code run while
     // describing a new frame) or gone (thread exit): native frames only.
@@ -917,7 +922,7 @@ pub fn capture_id(conf: &HistoryConf, skip: &SkipRange) -> StackId {
         .flatten();
     match merged {
         Some(id) => id,
-        None if conf.native_frames => intern_tagged(&mut native, n),
+        None if conf.native_frames => intern_tagged(native, n),
         None => NO_STACK,
     }
 }

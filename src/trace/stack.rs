@@ -91,12 +91,33 @@ pub fn capture(buf: &mut [u64], unwinder: Unwinder, skip: &SkipRange) -> usize {
 /// Largest stack captured by [`capture_id`].
 pub const CAPTURE_MAX: usize = crate::config::history::MAX_MAX_FRAMES;
 
+/// Frames a capture of the default depth fits in, with the room [`intern_tagged`] needs
+/// for a module epoch's tag after them.
+const SMALL_CAPTURE: usize = 2 * crate::config::history::DEFAULT_MAX_FRAMES;
+
+/// Run `f` on a zeroed frame buffer on the stack, of at least `max_frames + 1` words (the
+/// tag's room), or [`CAPTURE_MAX`] words when more are asked for.
+///
+/// Why two sizes: the buffer is zeroed on every capture, and [`CAPTURE_MAX`] words are
+/// 8 KiB: zeroing them was a quarter of a recorded pair's time with native stacks at the
+/// default depth, which needs 65 words.
+#[inline(always)]
+pub fn with_frame_buf<R>(max_frames: usize, f: impl FnOnce(&mut [u64]) -> R) -> R {
+    if max_frames < SMALL_CAPTURE {
+        f(&mut [0u64; SMALL_CAPTURE])
+    } else {
+        f(&mut [0u64; CAPTURE_MAX])
+    }
+}
+
 /// Capture at most `max_frames` frames and intern them in the global [`StackTable`].
 #[inline(never)]
 pub fn capture_id(max_frames: usize, unwinder: Unwinder, skip: &SkipRange) -> StackId {
-    let mut buf = [0u64; CAPTURE_MAX];
-    let n = capture(&mut buf[..max_frames.clamp(1, CAPTURE_MAX)], unwinder, skip);
-    intern_tagged(&mut buf, n)
+    let max = max_frames.clamp(1, CAPTURE_MAX);
+    with_frame_buf(max, |buf| {
+        let n = capture(&mut buf[..max], unwinder, skip);
+        intern_tagged(buf, n)
+    })
 }
 
 /// Intern the first `n` words of `buf` in the global [`StackTable`]; once any `dlclose`
