@@ -543,6 +543,17 @@ impl<T: fmt::Debug> fmt::Debug for DevLockGuard<'_, T> {
 
 mod sys;
 
+/// Sleep while `word` holds `expected`, for 1 ms at most (a futex wait; off Linux a yield).
+/// For the shim's other sleepers: a recording thread waiting for room in the event log.
+pub fn wait_while(word: &AtomicU32, expected: u32) {
+    sys::futex_wait(word, expected, true)
+}
+
+/// Wake every thread sleeping in [`wait_while`] on `word`.
+pub fn wake_all(word: &AtomicU32) {
+    sys::futex_wake(word, i32::MAX)
+}
+
 /// A number unique to the calling thread while it lives (the thread pointer on x86-64),
 /// cheap enough for a hot path.
 #[inline(always)]

@@ -120,13 +120,18 @@ mod imp {
     }
 
     pub(crate) fn futex_wake_one(word: &AtomicU32) {
+        futex_wake(word, 1)
+    }
+
+    /// Wake up to `n` waiters on `word`.
+    pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
         // SAFETY: FUTEX_WAKE only uses the address as a key (no access); `word` is live.
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 word.as_ptr(),
                 libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                1i32,
+                n,
             );
         }
     }
@@ -158,6 +163,8 @@ mod imp {
     }
 
     pub(crate) fn futex_wake_one(_word: &AtomicU32) {}
+
+    pub(crate) fn futex_wake(_word: &AtomicU32, _n: i32) {}
 }
 
 pub(super) use imp::*;

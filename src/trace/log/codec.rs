@@ -186,6 +186,45 @@ impl EventEncoder {
     }
 }
 
+impl EventEncoder {
+    /// The base after `ev`: what [`EventEncoder::put`] leaves once it has written `ev`.
+    #[inline]
+    pub fn after(ev: &TraceEvent) -> EventEncoder {
+        EventEncoder {
+            time: ev.time_us,
+            addr: ev.addr,
+            device: ev.device,
+            stream: ev.stream,
+            range: ev.range,
+        }
+    }
+
+    /// Decode the record at the start of `bytes` (of the current version), written by an
+    /// encoder whose base was this one: the event and the record's length. `None` when the
+    /// record is cut or malformed. Allocates nothing (the crash path uses it), and leaves
+    /// the base as it was: the caller moves on with [`EventEncoder::after`].
+    #[inline]
+    pub fn decode_next(&self, bytes: &[u8]) -> Option<(TraceEvent, usize)> {
+        if bytes.is_empty() {
+            return None;
+        }
+        let prev = TraceEvent {
+            action: Action::Alloc,
+            device: self.device,
+            addr: self.addr,
+            size: 0,
+            stream: self.stream,
+            time_us: self.time,
+            stack: NO_STACK,
+            device_free: 0,
+            range: self.range,
+        };
+        let mut pos = 0;
+        let ev = decode_record(bytes, &mut pos, false, &prev).ok()?;
+        Some((ev, pos))
+    }
+}
+
 /// Decode the events of one chunk's payload (records up to its end) of a log of format
 /// `version`, calling `each`. Returns the number of events. Errors name the record; events
 /// decoded before an error were passed to `each`.
@@ -488,6 +527,46 @@ mod tests {
         })
         .expect("decodes");
         assert_eq!(back, evs);
+    }
+
+    #[test]
+    fn a_record_decodes_alone_against_the_base_it_was_encoded_after() {
+        let evs: Vec<TraceEvent> = (0..50u64)
+            .map(|i| TraceEvent {
+                action: Action::ALL[(i % 9) as usize],
+                device: (i % 3) as i32,
+                addr: 0x7f00_0000_0000 + (i * 7919 % 1000) * 512,
+                size: i * 1000 + 1,
+                stream: i % 2,
+                time_us: 1_700_000_000_000_000 + (i as i64) * 3,
+                stack: (i % 4) as u32,
+                device_free: 0,
+                range: (i % 5) as u32,
+            })
+            .collect();
+        let mut buf = vec![0u8; 1 << 12];
+        let mut enc = EventEncoder::new();
+        let mut ends = Vec::new();
+        let mut pos = 0;
+        for e in &evs {
+            pos = enc.put(e, &mut buf, pos).expect("room");
+            ends.push(pos);
+        }
+        let mut base = EventEncoder::new();
+        let mut at = 0;
+        for (e, end) in evs.iter().zip(ends) {
+            let (back, len) = base.decode_next(&buf[at..pos]).expect("decodes");
+            assert_eq!((&back, at + len), (e, end));
+            base = EventEncoder::after(&back);
+            at += len;
+        }
+        assert!(
+            base.decode_next(&buf[at..pos]).is_none(),
+            "nothing after the last"
+        );
+        assert!(EventEncoder::new()
+            .decode_next(&[flag::STACK, 0x80])
+            .is_none());
     }
 
     #[test]

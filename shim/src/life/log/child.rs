@@ -18,11 +18,11 @@
 
 use std::sync::atomic::Ordering;
 
+use super::event_ring;
 use super::open::{open_log, say};
-use super::ring;
 use super::shared::{
     template, CHILD, CHILD_NONE, CHILD_PENDING, CHILD_STARTING, DRAINING, DROPPED, FATAL_BUSY, FD,
-    GATE, HEADER, IDLE, IN_CHILD, MARKS, ON, RANGES_DONE, STACKS_DONE, THREAD, WRITER_TID,
+    GATE, HEADER, IDLE, IN_CHILD, MARKS, ON, RANGES_DONE, STACKS_DONE, THREAD, WAITING, WRITER_TID,
 };
 
 /// In a `fork` child (its fork handler: async-signal-safe, atomics only): the writer
@@ -37,7 +37,9 @@ pub fn after_fork_in_child() {
         CHILD.store(CHILD_NONE, Ordering::Release);
         return;
     }
-    ring::each(|r| r.forget());
+    // SAFETY: the fork handler: every sink's lock is held across the fork (`life/fork.rs`),
+    // so no push is under way, and the child has no writer.
+    event_ring::each(|r| unsafe { r.forget() });
     if let Some(m) = MARKS.get() {
         m.forget();
     }
@@ -48,6 +50,7 @@ pub fn after_fork_in_child() {
     STACKS_DONE.store(0, Ordering::Release);
     RANGES_DONE.store(0, Ordering::Release);
     DROPPED.store(0, Ordering::Release);
+    WAITING.store(0, Ordering::Release);
     CHILD.store(CHILD_PENDING, Ordering::Release);
 }
 

@@ -15,7 +15,7 @@ use cushim::trace::event::TraceEvent;
 use cushim::trace::log::codec::{EventEncoder, MarkEncoder, RangeMark};
 use cushim::trace::log::format::{self, kind, CHUNK_HEAD};
 
-use super::ring;
+use super::event_ring;
 use super::shared::{
     CHUNK_BYTES, DRAINING, FATAL_BUSY, FD, GATE, IDLE, MARKS, MAX_RANGE, MAX_STACK, ON,
     RANGES_DONE, STACKS_DONE, STOLEN, WRITER_TID,
@@ -69,18 +69,13 @@ pub fn flush_from_signal() {
             ring.consumed(end);
         }
     }
-    ring::each(|ring| {
-        let (mut i, end) = (ring.tail(), ring.head());
-        // SAFETY: with the gate STOLEN (or the writer stopped) nobody else consumes, and
-        // tail <= i < head.
-        write_from_signal(fd, &mut || {
-            (i < end).then(|| {
-                i += 1;
-                unsafe { ring.get(i - 1) }
-            })
-        });
+    event_ring::each(|ring| {
+        // SAFETY: with the gate STOLEN (or the writer stopped) nobody else consumes.
+        let mut span = unsafe { ring.span() };
+        write_from_signal(fd, &mut || span.next_event());
         if stolen {
-            ring.consumed(end);
+            // SAFETY: this thread holds the gate and the span's events are written.
+            unsafe { ring.consumed(&span) };
         }
     });
     if stolen {

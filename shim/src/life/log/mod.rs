@@ -4,8 +4,8 @@
 //! `docs/EVENT-LOG.md`).
 //!
 //! Policy, in short (each part states its own at its head, with why):
-//! - The allocating thread only copies the event into its sink's ring: no I/O, no
-//!   allocation, no lock (`sink.rs`, `ring.rs`).
+//! - The allocating thread only encodes the event into its sink's ring of bytes: no I/O,
+//!   no allocation, no lock (`sink.rs`, `event_ring.rs`; range marks: `ring.rs`).
 //! - A thread of the shim's own (`cushim-log`) writes what the rings hold, in rounds, with
 //!   the stacks and range paths those events name before them; at exit and on an ending
 //!   signal the log is drained and closed with `END` (`writer.rs`).
@@ -23,8 +23,9 @@
 
 mod child;
 mod crash;
+mod event_ring;
 mod open;
-pub mod ring;
+mod ring;
 mod shared;
 mod sink;
 mod start;

@@ -1,49 +1,29 @@
-//! The event log's hand-off: one single-producer, single-consumer ring of events per event
-//! sink (each device's allocator, each device's observed table, pinned host memory), and
-//! the registry the log's writer reads them all from; the log's ring of NVTX range starts
-//! and ends is one more of the same kind (its producers are serialized by the range
-//! annotations' lock).
+//! The log's ring of NVTX range starts and ends: a single-producer, single-consumer ring of
+//! plain records, whose producers the range annotations' lock serializes; and what it
+//! shares with the rings of encoded events (`event_ring.rs`): the padded counters and what
+//! a push did.
 //!
 //! Policy:
-//! - Why one ring per sink and not one queue for all: a sink records only under its own
-//!   allocator lock, so each ring has exactly one producer at a time. A push is then a copy
-//!   of the event into its slot and one release store of the ring's head: no
-//!   read-modify-write, no lock, no allocation, no system call. A shared multi-producer
-//!   queue needs an atomic compare-exchange per event on a line every recording thread and
-//!   the writer fight over.
+//! - A push is a copy of the record into its slot and one release store of the ring's head:
+//!   no read-modify-write, no lock, no allocation, no system call.
 //! - Only the consumer (the writer thread, or the crash path once it holds the writer's
-//!   gate) advances a ring's tail, and only after the events are in the file: until then the
-//!   events stay in their slots, so a crash path that takes the gate finds every event that
-//!   is not yet written in the rings, and nothing else.
-//! - The producer wakes the writer only each time a quarter of its ring was pushed (a wake of a writer that
-//!   is awake costs one atomic swap; of a parked one, a futex call), so the writer works on
-//!   batches of thousands of events; the writer also wakes on its own timer, which bounds
-//!   how long an event waits when the program records few.
-//! - A full ring makes its producer wait for room (see `sink.rs` for why a log must not
-//!   have holes); memory is [`RING_EVENTS`] events per sink, allocated once at start-up and
-//!   touched only as it fills.
-//! - Rings live as long as the process (a sink dropped with events still in its ring leaves
-//!   them for the writer).
+//!   gate) advances the tail, and only after the records are in the file, so a crash path
+//!   that takes the gate finds every record not yet written in the ring, and nothing else.
+//! - The producer wakes the writer each time a quarter of the ring was pushed; a full ring
+//!   makes it wait for room (or drop, when no writer will ever drain it: see `sink.rs`).
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-
-use cushim::trace::event::TraceEvent;
-
-/// Slots of one sink's ring (a power of two): 768 KiB of events.
-pub const RING_EVENTS: u64 = 1 << 14;
-/// The most rings: two per device and two for pinned host memory, for up to 127 devices.
-pub const MAX_RINGS: usize = 256;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter on a cache line of its own, so the producer's stores and the consumer's do
 /// not evict each other's.
 #[repr(align(128))]
-struct Padded(AtomicU64);
+#[derive(Default)]
+pub struct Padded(pub AtomicU64);
 
-/// One ring (of events, or of range marks).
-pub struct Ring<T: Copy = TraceEvent> {
+/// One ring of records.
+pub struct Ring<T: Copy> {
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// Slots - 1 (slots are a power of two).
     mask: u64,
@@ -60,41 +40,6 @@ pub struct Ring<T: Copy = TraceEvent> {
 // with release after the read and loaded with acquire before a write.
 unsafe impl<T: Copy + Send> Sync for Ring<T> {}
 
-static RINGS: [AtomicPtr<Ring>; MAX_RINGS] = [const { AtomicPtr::new(null_mut()) }; MAX_RINGS];
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-
-/// A new registered event ring, or `None` when [`MAX_RINGS`] are taken (at start-up).
-pub fn register() -> Option<&'static Ring> {
-    let i = COUNT.fetch_add(1, Ordering::AcqRel);
-    if i >= MAX_RINGS {
-        return None;
-    }
-    let ring = Ring::leaked(RING_EVENTS);
-    RINGS[i].store(ring as *const Ring as *mut Ring, Ordering::Release);
-    Some(ring)
-}
-
-/// Every registered event ring, in registration order.
-pub fn each(mut f: impl FnMut(&'static Ring)) {
-    let n = COUNT.load(Ordering::Acquire).min(MAX_RINGS);
-    for slot in &RINGS[..n] {
-        let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: registered rings are leaked: they live as long as the process.
-            f(unsafe { &*p });
-        }
-    }
-}
-
-/// The producer's side of a ring (owned by its sink, used under the sink's lock).
-pub struct Producer<T: Copy + 'static = TraceEvent> {
-    ring: &'static Ring<T>,
-    /// Records pushed (the ring's head, kept here so a push does not load it).
-    head: u64,
-    /// The ring's tail as last loaded: room is known without loading it each push.
-    tail_seen: u64,
-}
-
 /// What a push did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
@@ -105,32 +50,6 @@ pub enum Pushed {
     Wake,
     /// The ring is full: the caller waits for room (or drops), then pushes again.
     Full,
-}
-
-impl<T: Copy + 'static> Producer<T> {
-    pub fn new(ring: &'static Ring<T>) -> Producer<T> {
-        Producer {
-            ring,
-            head: ring.head(),
-            tail_seen: ring.tail(),
-        }
-    }
-
-    /// Push `v` when there is room.
-    #[inline]
-    pub fn push(&mut self, v: &T) -> Pushed {
-        let head = self.head;
-        if head - self.tail_seen > self.ring.mask {
-            self.tail_seen = self.ring.tail();
-            if head - self.tail_seen > self.ring.mask {
-                return Pushed::Full;
-            }
-        }
-        // SAFETY: this is the ring's only producer (its sink's lock), and there is room.
-        unsafe { self.ring.put(head, v) };
-        self.head = head + 1;
-        self.ring.pushed(head + 1)
-    }
 }
 
 impl<T: Copy> Ring<T> {
@@ -210,23 +129,6 @@ impl<T: Copy> Ring<T> {
         // SAFETY: the caller's contract: the producer wrote this slot before storing a head
         // past it, and does not write it again until the tail passes it.
         unsafe { (*slot.get()).assume_init() }
-    }
-
-    /// Ask the CPU to bring record `i`'s slot into this core's cache ahead of [`Ring::get`]
-    /// (the producer wrote it on another core: each slot read is otherwise a wait for that
-    /// core's cache). A hint, never a read: the consumer passes only `i < head()`, so it
-    /// never pulls a line the producer is about to write away from it.
-    #[inline(always)]
-    pub fn prefetch(&self, i: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let slot = self.slots[(i & self.mask) as usize].get() as *const i8;
-            // SAFETY: a prefetch is a hint: it never faults, reads nothing into the program
-            // and writes nothing; SSE is part of every x86_64.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
     }
 
     /// Mark the records before `to` as consumed (the consumer only, once they are written).

@@ -19,8 +19,9 @@ use once_cell::sync::OnceCell;
 
 use super::ring::Ring;
 
-/// The longest an event waits in its ring while the program runs.
-pub const FLUSH_MS: u64 = 20;
+/// How often the writer wakes while the program records little. An event waits at most
+/// two rounds (`event_ring.rs`: a block still being filled may wait one round more).
+pub const FLUSH_MS: u64 = 10;
 /// One events chunk's payload.
 pub(super) const CHUNK_BYTES: usize = 64 << 10;
 
@@ -44,6 +45,10 @@ pub(super) static WRITER_TID: AtomicI32 = AtomicI32::new(0);
 /// every id an event in a ring names is at most these).
 pub(super) static MAX_STACK: AtomicU32 = AtomicU32::new(0);
 pub(super) static MAX_RANGE: AtomicU32 = AtomicU32::new(0);
+/// Recording threads waiting for room in a full ring, and the count the writer raises
+/// (then wakes them on it) each time it frees room while one waits.
+pub(super) static WAITING: AtomicU32 = AtomicU32::new(0);
+pub(super) static ROOM: AtomicU32 = AtomicU32::new(0);
 /// Every stack (range) id up to this one is in the file.
 pub(super) static STACKS_DONE: AtomicU32 = AtomicU32::new(0);
 pub(super) static RANGES_DONE: AtomicU32 = AtomicU32::new(0);

@@ -2,14 +2,14 @@
 //! to its ring, and the NVTX range annotations' hook that hands each range start and end to
 //! the marks' ring.
 //!
-//! Invariant: a push copies plain data into a slot and stores the ring's head: no I/O, no
-//! allocation, no lock and no read-modify-write of its own (a new stack or range id raises
+//! Invariant: a push encodes the event into its ring's bytes and stores the ring's head: no
+//! I/O, no allocation, no lock and no read-modify-write of its own (a new stack or range id raises
 //! `MAX_STACK`/`MAX_RANGE` once). A full ring makes the pushing thread wait for the writer
 //! (a log with a hole cannot be replayed); only when no writer can ever drain the rings
 //! (`DRAINING` off) is the event counted in `DROPPED` instead. In a fork child the first
 //! event starts the child's own log (`child.rs`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use cushim::trace::annotations::Annotation;
 use cushim::trace::event::{EventSink, TraceEvent, NO_STACK};
@@ -17,9 +17,11 @@ use cushim::trace::log::codec::RangeMark;
 use cushim::trace::range::NO_RANGE;
 
 use super::child::start_in_child;
-use super::ring::{self, Producer, Pushed};
+use super::event_ring::{self, Producer};
+use super::ring::Pushed;
 use super::shared::{
-    requested, CHILD, CHILD_NONE, DRAINING, DROPPED, MARKS, MAX_RANGE, MAX_STACK, ON, THREAD,
+    requested, CHILD, CHILD_NONE, DRAINING, DROPPED, MARKS, MAX_RANGE, MAX_STACK, ON, ROOM, THREAD,
+    WAITING,
 };
 
 /// The range annotations' hook (called under their lock): the start or end into the
@@ -68,7 +70,7 @@ pub fn wrap(inner: Box<dyn EventSink>) -> Box<dyn EventSink> {
     if !requested() {
         return inner;
     }
-    let ring = ring::register().map(Producer::new);
+    let ring = event_ring::register();
     Box::new(LogSink { inner, ring })
 }
 
@@ -135,6 +137,14 @@ fn wake_writer() {
 
 /// A full ring: wait for the writer to make room, or count the event dropped when no
 /// writer will.
+///
+/// Why a sleep and not a yield: the writer may take long (its first stacks load debug
+/// information to symbolize them), and a thread that yields in a loop burns its core for
+/// all that time. The wait is for `ROOM` to change, which the writer raises after each
+/// chunk it writes while a thread is `WAITING`; registering, then trying again, then
+/// sleeping only while `ROOM` is what it was before, cannot miss that wake-up (both sides
+/// fence between their store and their load). A sleep lasts 1 ms at most, so a writer that
+/// stopped (`DRAINING` off) is noticed.
 #[cold]
 fn wait_and_push(ring: &mut Producer, ev: &TraceEvent) {
     loop {
@@ -143,10 +153,18 @@ fn wait_and_push(ring: &mut Producer, ev: &TraceEvent) {
             return;
         }
         wake_writer();
-        std::thread::yield_now();
-        match ring.push(ev) {
+        let seen = ROOM.load(Ordering::Acquire);
+        WAITING.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let pushed = ring.push(ev);
+        if pushed == Pushed::Full {
+            cushim::alloc::devlock::wait_while(&ROOM, seen);
+        }
+        WAITING.fetch_sub(1, Ordering::Release);
+        match pushed {
             Pushed::Full => {}
-            _ => return,
+            Pushed::Wake => return wake_writer(),
+            Pushed::Done => return,
         }
     }
 }

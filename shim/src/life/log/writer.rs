@@ -1,7 +1,8 @@
 //! The event log's writer thread: it wakes every [`FLUSH_MS`] ms, or when a ring has taken
-//! a quarter of its size, takes everything the rings hold at that moment (merged by time
-//! across sinks), interns stacks into frame and stack tables (symbolized here, off the
-//! allocating threads) and writes it in chunks of up to [`CHUNK_BYTES`]; and the log's
+//! a quarter of its size, takes what the rings hold at that moment, interns stacks into
+//! frame and stack tables (symbolized here, off the allocating threads) and writes the
+//! events in chunks of up to [`CHUNK_BYTES`]: one ring's finished blocks copied as they
+//! are, the events of several rings merged by time (`event_ring.rs`); and the log's
 //! close ([`finish`]: at exit, from the library's destructor after every `atexit` handler,
 //! and on an ending signal), which drains the rings and writes `END`.
 //!
@@ -14,13 +15,12 @@
 //! thread does not exist in the child and may have held its lock at the fork).
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, Ordering};
 use std::time::Duration;
 
-use cushim::trace::event::TraceEvent;
 use cushim::trace::intern::StackTable;
 use cushim::trace::log::codec::{
-    put_count, put_frame, put_range, put_stack, EventEncoder, MarkEncoder, RangeMark,
+    put_count, put_frame, put_range, put_stack, MarkEncoder, RangeMark,
 };
 use cushim::trace::log::format::{self, kind, CHUNK_HEAD};
 use cushim::trace::module_epochs;
@@ -29,15 +29,12 @@ use cushim::trace::runtime_frames::leading_runtime_frames;
 use cushim::trace::symbolize::Symbolizer;
 use parking_lot::Mutex;
 
-use super::ring::{self, Ring};
+use super::event_ring::{self, fill_from_one, fill_merged, Span};
+use super::ring::Ring;
 use super::shared::{
     CHUNK_BYTES, DRAINING, DROPPED, FD, FLUSH_MS, GATE, IDLE, IN_CHILD, MARKS, MAX_RANGE,
-    MAX_STACK, ON, RANGES_DONE, STACKS_DONE, THREAD, WRITER_TID, WRITING,
+    MAX_STACK, ON, RANGES_DONE, ROOM, STACKS_DONE, THREAD, WAITING, WRITER_TID, WRITING,
 };
-
-/// How many events ahead of the one it encodes the writer prefetches a ring's slots (about
-/// seven cache lines of events: enough to hide the wait for the producer's core).
-const AHEAD: u64 = 8;
 
 /// The writer state (a leaked box: a fork child replaces it with its own, and never drops
 /// its parent's).
@@ -60,7 +57,7 @@ pub(super) fn install_new_writer() {
         range_ids: Vec::new(),
         ips: Vec::new(),
         ids: Vec::new(),
-        fronts: Vec::new(),
+        spans: Vec::new(),
         ended: false,
     }));
     WRITER.store(Box::into_raw(w), Ordering::Release);
@@ -90,15 +87,8 @@ struct Writer {
     ips: Vec<u64>,
     ids: Vec<u32>,
     /// The rings' events this round takes: from each ring's tail to its head at the start.
-    fronts: Vec<Front>,
+    spans: Vec<Span>,
     ended: bool,
-}
-
-/// A ring's events still to write in this round.
-struct Front {
-    ring: &'static Ring,
-    pos: u64,
-    end: u64,
 }
 
 pub(super) fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), String> {
@@ -161,22 +151,18 @@ impl Writer {
         let fd = FD.load(Ordering::Acquire);
         // The round's ends first: the stack and range ids these events name were published
         // (`MAX_STACK`, `MAX_RANGE`) before the events, so the tables written next hold them.
-        let mut fronts = std::mem::take(&mut self.fronts);
-        fronts.clear();
-        ring::each(|ring| {
-            let end = ring.head();
-            fronts.push(Front {
-                ring,
-                pos: ring.tail(),
-                end,
-            });
-        });
+        let mut spans = std::mem::take(&mut self.spans);
+        spans.clear();
+        // SAFETY: only this thread and the crash path consume, and the chunks below are
+        // written holding the gate, where each span first catches up with the crash path.
+        event_ring::each(|ring| spans.push(unsafe { ring.span() }));
         let marks_end = MARKS.get().map(|r| r.head());
         self.write_tables(fd);
         if let (Some(ring), Some(end)) = (MARKS.get(), marks_end) {
             self.write_marks(fd, ring, end);
         }
         let mut total = 0;
+        let mut copied_finished = false;
         loop {
             // One chunk under the gate (see `GATE`): the crash path may have written some
             // of these events since the last chunk, so each ring's tail is read again.
@@ -186,15 +172,32 @@ impl Writer {
             {
                 break;
             }
-            fronts.retain_mut(|f| {
-                f.pos = f.pos.max(f.ring.tail());
-                f.pos < f.end
+            spans.retain_mut(|s| {
+                // SAFETY: this thread holds the gate.
+                unsafe { s.catch_up() };
+                s.waiting()
             });
-            if fronts.is_empty() {
+            // A block still being filled waits for the next round when this one copied a
+            // finished block (see `event_ring.rs`).
+            let unfinished_waits = |s: &Span| copied_finished && !s.next_is_finished();
+            if spans.is_empty() || matches!(spans.as_slice(), [one] if unfinished_waits(one)) {
                 GATE.store(IDLE, Ordering::Release);
                 break;
             }
-            let (len, n) = self.encode_chunk(&mut fronts);
+            let out = &mut self.chunk[CHUNK_HEAD..];
+            let (len, n) = match spans.as_mut_slice() {
+                [one] => {
+                    copied_finished |= one.next_is_finished();
+                    fill_from_one(one, out)
+                }
+                many => fill_merged(many, out),
+            };
+            if n == 0 {
+                // Events wait and none decodes: only memory corruption does this. The
+                // writer stops (its caller says so, and recording threads stop waiting).
+                GATE.store(IDLE, Ordering::Release);
+                panic!("an event in the log's ring does not decode");
+            }
             let (head, payload) = self.chunk.split_at_mut(CHUNK_HEAD);
             let mut h = [0u8; CHUNK_HEAD];
             format::chunk_head(kind::EVENTS, &payload[..len], &mut h);
@@ -203,13 +206,15 @@ impl Writer {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| eprintln!("cushim: writing the event log: {e}"));
             }
-            for f in &fronts {
-                f.ring.consumed(f.pos);
+            for span in &spans {
+                // SAFETY: this thread holds the gate and the chunk is written.
+                unsafe { span.ring().consumed(span) };
             }
             GATE.store(IDLE, Ordering::Release);
+            wake_waiting();
             total += n;
         }
-        self.fronts = fronts;
+        self.spans = spans;
         let dropped = DROPPED.load(Ordering::Relaxed);
         if dropped != self.dropped_written {
             let mut b = [0u8; 10];
@@ -252,56 +257,6 @@ impl Writer {
             ring.consumed(i);
             GATE.store(IDLE, Ordering::Release);
         }
-    }
-
-    /// Encode the fronts' events, oldest first across rings, into one chunk's payload (after
-    /// the head's room in `chunk`), up to [`CHUNK_BYTES`]; returns the payload's length and
-    /// the events in it. Each ring's slots are prefetched [`AHEAD`] events ahead, never
-    /// past the round's end (see [`Ring::prefetch`]).
-    fn encode_chunk(&mut self, fronts: &mut [Front]) -> (usize, u64) {
-        let mut enc = EventEncoder::new();
-        let out = &mut self.chunk[CHUNK_HEAD..];
-        let mut len = 0;
-        let mut n = 0u64;
-        if let [f] = fronts {
-            while f.pos < f.end {
-                if f.pos + AHEAD < f.end {
-                    f.ring.prefetch(f.pos + AHEAD);
-                }
-                // SAFETY: this thread holds the gate and tail <= pos < head.
-                let ev = unsafe { f.ring.get(f.pos) };
-                match enc.put(&ev, out, len) {
-                    Some(p) => len = p,
-                    None => break,
-                }
-                f.pos += 1;
-                n += 1;
-            }
-            return (len, n);
-        }
-        loop {
-            let mut best: Option<(usize, TraceEvent)> = None;
-            for (i, f) in fronts.iter().enumerate() {
-                if f.pos < f.end {
-                    if f.pos + AHEAD < f.end {
-                        f.ring.prefetch(f.pos + AHEAD);
-                    }
-                    // SAFETY: as above.
-                    let ev = unsafe { f.ring.get(f.pos) };
-                    if best.map_or(true, |(_, b)| ev.time_us < b.time_us) {
-                        best = Some((i, ev));
-                    }
-                }
-            }
-            let Some((i, ev)) = best else { break };
-            match enc.put(&ev, out, len) {
-                Some(p) => len = p,
-                None => break,
-            }
-            fronts[i].pos += 1;
-            n += 1;
-        }
-        (len, n)
     }
 
     /// Every stack and range path recorded so far that is not in the file yet, whether or
@@ -402,6 +357,16 @@ impl Writer {
         }
         format::chunk(kind::STACKS, &stacks, &mut self.out);
         let _ = write_all(fd, &self.out);
+    }
+}
+
+/// Wake the recording threads waiting for room, if any (see `sink.rs`: the fence orders
+/// the tails just stored before the load of `WAITING`).
+fn wake_waiting() {
+    fence(Ordering::SeqCst);
+    if WAITING.load(Ordering::SeqCst) != 0 {
+        ROOM.fetch_add(1, Ordering::Release);
+        cushim::alloc::devlock::wake_all(&ROOM);
     }
 }
 
