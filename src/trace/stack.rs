@@ -93,7 +93,7 @@ pub const CAPTURE_MAX: usize = crate::config::history::MAX_MAX_FRAMES;
 
 /// Frames a capture of the default depth fits in, with the room [`intern_tagged`] needs
 /// for a module epoch's tag after them.
-const SMALL_CAPTURE: usize = 2 * crate::config::history::DEFAULT_MAX_FRAMES;
+const SMALL_CAPTURE: usize = crate::config::history::DEFAULT_MAX_FRAMES + 1;
 
 /// Run `f` on a zeroed frame buffer on the stack, of at least `max_frames + 1` words (the
 /// tag's room), or [`CAPTURE_MAX`] words when more are asked for.
