@@ -23,6 +23,9 @@
  *                 after N/2 and "made ns_per_pair=X thread_cpu_per_pair_ns=Y" (the
  *                 loop thread's CPU time) at the end, then waits for signals for
  *                 ever (returns instead when SHIM_END_EXIT is set).
+ *   pinned_loop:  SIGNAL is a count N: N rounds of a 1 KiB cudaMallocHost+cudaFreeHost
+ *                 pair then a 3 KiB cudaMalloc+cudaFree pair (two event sinks in turn),
+ *                 then returns 0.
  *   steps:        SIGNAL is a count N: N cudaMalloc+cudaFree pairs of 1 KiB; after each
  *                 quarter prints "done I" (I pairs made so far) and waits for a line on
  *                 stdin before going on; at the end prints "end" and waits for signals.
@@ -149,6 +152,17 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (getenv("SHIM_END_EXIT")) return 0;
         for (;;) pause();
+    }
+    if (!strcmp(c, "pinned_loop")) {
+        long n = atol(argv[1]);
+        for (long i = 0; i < n; i++) {
+            void *h = NULL;
+            CHECK(cudaMallocHost(&h, 1024));
+            CHECK(cudaFreeHost(h));
+            void *p = alloc(3072);
+            CHECK(cudaFree(p));
+        }
+        return 0;
     }
     if (!strcmp(c, "steps")) {
         long n = atol(argv[1]);

@@ -115,6 +115,44 @@ fn every_way_to_end_leaves_a_log_with_the_programs_events() {
 }
 
 #[test]
+fn events_of_two_sinks_recorded_in_turn_are_all_in_the_log_each_sink_in_its_own_order() {
+    // Pinned host memory and the device have a ring each; 20000 rounds fill several of
+    // each ring's blocks, so the writer merges the two rings' events round after round.
+    let dir = common::scratch("shim-log-two-sinks");
+    let n = 20_000usize;
+    let mut cmd = common::shim_cmd(&prog());
+    cmd.arg(n.to_string())
+        .arg("pinned_loop")
+        .env("CUSHIM_LOG", dir.join("run.log"))
+        .env("CUSHIM_HISTORY", "enabled=all");
+    let out = common::run(&mut cmd);
+    assert!(out.status.success(), "{out:?}");
+    let (info, c) = read(&dir.join("run.log"));
+    assert!(
+        info.ended && info.dropped == 0 && info.problem.is_none(),
+        "{info:?}"
+    );
+    assert_eq!(info.events, c.events.len() as u64);
+    for (device, size) in [(-1, 1024), (0, 3072)] {
+        let evs: Vec<&TraceEvent> = c.events.iter().filter(|e| e.device == device).collect();
+        let allocs = evs
+            .iter()
+            .filter(|e| e.action == Action::Alloc && e.size == size)
+            .count();
+        assert_eq!(allocs, n, "device {device}: every allocation");
+        let frees = evs
+            .iter()
+            .filter(|e| e.action == Action::FreeRequested && e.size == size)
+            .count();
+        assert_eq!(frees, n, "device {device}: every free");
+        assert!(
+            evs.windows(2).all(|w| w[0].time_us <= w[1].time_us),
+            "device {device}: its events in the order recorded"
+        );
+    }
+}
+
+#[test]
 fn a_free_made_by_an_atexit_handler_of_the_program_is_in_the_log() {
     let dir = common::scratch("log-atexit");
     let out = run_case(0, "atexit_free", true, &dir);
