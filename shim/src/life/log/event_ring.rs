@@ -189,10 +189,14 @@ fn block_start(pos: u64) -> u64 {
 
 impl EventRing {
     fn leaked() -> &'static EventRing {
-        let mut v = Vec::with_capacity(RING_BYTES);
-        v.resize_with(RING_BYTES, || UnsafeCell::new(0u8));
+        // Zeroed memory from the allocator (`calloc`: fresh pages for a buffer this size),
+        // so the pages are touched only as the ring fills, not all at start-up.
+        let zeroed: Box<[u8]> = vec![0u8; RING_BYTES].into_boxed_slice();
+        // SAFETY: `UnsafeCell<u8>` is `repr(transparent)` over `u8`: the same layout, so the
+        // box's allocation is the slice's.
+        let bytes = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u8>]) };
         Box::leak(Box::new(EventRing {
-            bytes: v.into_boxed_slice(),
+            bytes,
             head: Padded::default(),
             tail: Padded::default(),
             notes: Default::default(),
