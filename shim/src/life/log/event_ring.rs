@@ -251,6 +251,20 @@ impl EventRing {
             pos: self.tail(),
             // SAFETY: the caller's contract: `tail_base` is the gate holder's.
             base: unsafe { *self.tail_base.get() },
+            based: true,
+            end: self.head.0.load(Ordering::Acquire),
+        }
+    }
+
+    /// The events waiting now, up to the head, for a consumer that does not hold the gate
+    /// yet: where they start, and from which base, is read by [`Span::catch_up`] once it
+    /// does.
+    pub fn span_to_head(&'static self) -> Span {
+        Span {
+            ring: self,
+            pos: self.tail(),
+            base: EventEncoder::new(),
+            based: false,
             end: self.head.0.load(Ordering::Acquire),
         }
     }
@@ -286,6 +300,8 @@ pub struct Span {
     ring: &'static EventRing,
     pub pos: u64,
     pub base: EventEncoder,
+    /// Whether `pos` and `base` were read holding the gate.
+    based: bool,
     pub end: u64,
 }
 
@@ -376,13 +392,15 @@ impl Span {
             .is_some_and(|(at, _)| self.finished(at).is_some())
     }
 
-    /// Where the crash path may have moved the tail since this span was made: start there.
+    /// Start where the tail is (the crash path may have moved it since this span was made),
+    /// with its base.
     ///
     /// # Safety
     /// The caller holds the writer's gate.
     pub unsafe fn catch_up(&mut self) {
         let tail = self.ring.tail();
-        if tail > self.pos {
+        if !self.based || tail > self.pos {
+            self.based = true;
             self.pos = tail;
             // SAFETY: the caller's contract.
             self.base = unsafe { *self.ring.tail_base.get() };

@@ -153,9 +153,8 @@ impl Writer {
         // (`MAX_STACK`, `MAX_RANGE`) before the events, so the tables written next hold them.
         let mut spans = std::mem::take(&mut self.spans);
         spans.clear();
-        // SAFETY: only this thread and the crash path consume, and the chunks below are
-        // written holding the gate, where each span first catches up with the crash path.
-        event_ring::each(|ring| spans.push(unsafe { ring.span() }));
+        // Where each starts is read holding the gate, below (`Span::catch_up`).
+        event_ring::each(|ring| spans.push(ring.span_to_head()));
         let marks_end = MARKS.get().map(|r| r.head());
         self.write_tables(fd);
         if let (Some(ring), Some(end)) = (MARKS.get(), marks_end) {
