@@ -130,6 +130,12 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// The ring this producer fills.
+    #[cfg(test)]
+    pub fn ring(&self) -> &'static EventRing {
+        self.ring
+    }
+
     /// Encode `ev` into the ring when there is room.
     #[inline]
     pub fn push(&mut self, ev: &TraceEvent) -> Pushed {

@@ -168,3 +168,47 @@ fn wait_and_push(ring: &mut Producer, ev: &TraceEvent) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cushim::trace::event::Action;
+
+    #[test]
+    fn a_push_into_a_full_ring_waits_until_the_writer_frees_room_then_lands() {
+        DRAINING.store(true, Ordering::Release);
+        let mut prod = event_ring::register().expect("a ring");
+        let ring = prod.ring();
+        let ev = |i: u64| TraceEvent::now(Action::Alloc, 0, 4096 * i, 512, 0, NO_STACK);
+        let mut pushed = 0;
+        while prod.push(&ev(pushed)) != Pushed::Full {
+            pushed += 1;
+        }
+        let last = ev(pushed);
+        let pusher = std::thread::spawn(move || {
+            wait_and_push(&mut prod, &last);
+            prod
+        });
+        // The pusher registers as waiting (the ring stays full until this thread consumes).
+        while WAITING.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        // Room, as the writer makes it: every event consumed, then the waiting woken.
+        // SAFETY: this test is the ring's only consumer.
+        let mut span = unsafe { ring.span() };
+        let mut taken = 0;
+        while span.next_event().is_some() {
+            taken += 1;
+        }
+        assert_eq!(taken, pushed);
+        // SAFETY: as above.
+        unsafe { ring.consumed(&span) };
+        super::super::writer::wake_waiting();
+        let _prod = pusher.join().expect("the pusher returns");
+        // SAFETY: as above.
+        let mut span = unsafe { ring.span() };
+        assert_eq!(span.next_event(), Some(last), "the waiting event landed");
+        assert_eq!(span.next_event(), None);
+        assert_eq!(DROPPED.load(Ordering::Relaxed), 0, "nothing dropped");
+    }
+}

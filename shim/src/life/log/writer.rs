@@ -361,7 +361,7 @@ impl Writer {
 
 /// Wake the recording threads waiting for room, if any (see `sink.rs`: the fence orders
 /// the tails just stored before the load of `WAITING`).
-fn wake_waiting() {
+pub(super) fn wake_waiting() {
     fence(Ordering::SeqCst);
     if WAITING.load(Ordering::SeqCst) != 0 {
         ROOM.fetch_add(1, Ordering::Release);
