@@ -423,7 +423,6 @@ impl CachingAllocator {
         settled(st).mem_get_info(&self.ctx())
     }
 
-    /// PyTorch-named statistics of device `dev` (empty for an unknown device).
     /// Device `dev`'s total memory as the allocator knows it (0: unknown).
     pub fn total_memory(&self, dev: i32) -> u64 {
         let ctx = self.ctx();
@@ -431,6 +430,7 @@ impl CachingAllocator {
             .map_or(0, |st| st.lock().total_memory(ctx.device))
     }
 
+    /// PyTorch-named statistics of device `dev` (empty for an unknown device).
     pub fn stats(&self, dev: i32) -> BTreeMap<String, i64> {
         self.state(dev)
             .map(|st| settled(st).stats.to_map())
