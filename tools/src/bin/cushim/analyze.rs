@@ -75,6 +75,17 @@ pub fn summary(files: &[PathBuf], depth: usize, tree: bool, as_json: bool) -> Re
 }
 
 pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Result<i32, String> {
+    print!("{}", replay::render(&replayed(file, confs, device_memory)?));
+    Ok(0)
+}
+
+/// `file` replayed under `confs` (PyTorch's defaults and the usual settings when none are
+/// given), for `cushim replay` and its `--json`.
+pub fn replayed(
+    file: &Path,
+    confs: &[String],
+    device_memory: Option<&str>,
+) -> Result<replay::Replay, String> {
     let opts = replay::Options {
         device_memory: device_memory
             .map(cushim_tools::analyze::device_size::parse_size)
@@ -86,10 +97,8 @@ pub fn replay(file: &Path, confs: &[String], device_memory: Option<&str>) -> Res
     } else {
         confs.to_vec()
     };
-    let r = replay::replay_with(&snap, &confs, &opts, walks.as_deref())
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    print!("{}", replay::render(&r));
-    Ok(0)
+    replay::replay_with(&snap, &confs, &opts, walks.as_deref())
+        .map_err(|e| format!("{}: {e}", file.display()))
 }
 
 pub fn diff(

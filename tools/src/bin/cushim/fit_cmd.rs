@@ -39,17 +39,7 @@ pub fn replay_json(
     confs: &[String],
     device_memory: Option<&str>,
 ) -> Result<i32, String> {
-    let opts = replay::Options {
-        device_memory: device_memory.map(parse_size).transpose()?,
-    };
-    let (snap, walks) = input::read_walked(file)?;
-    let confs = if confs.is_empty() {
-        replay::default_confs()
-    } else {
-        confs.to_vec()
-    };
-    let r = replay::replay_with(&snap, &confs, &opts, walks.as_deref())
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let r = crate::analyze::replayed(file, confs, device_memory)?;
     let v = replay::json(&r, &file.display().to_string());
     println!(
         "{}",
