@@ -31,7 +31,6 @@ use crate::trace::event::{Action, TraceEvent, NO_STACK};
 use crate::trace::log::format::{
     flag, put_varint, unzigzag, zigzag, Cursor, MAX_EVENT_BYTES, VERSION,
 };
-use crate::trace::range::NO_RANGE;
 
 /// A range start or end as the log records it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -177,16 +176,10 @@ impl EventEncoder {
         if ev.action == Action::Oom {
             p = put_varint(out, p, ev.device_free);
         }
-        self.range = ev.range;
-        self.time = ev.time_us;
-        self.addr = ev.addr;
-        self.device = ev.device;
-        self.stream = ev.stream;
+        *self = EventEncoder::after(ev);
         Some(p)
     }
-}
 
-impl EventEncoder {
     /// The base after `ev`: what [`EventEncoder::put`] leaves once it has written `ev`.
     #[inline]
     pub fn after(ev: &TraceEvent) -> EventEncoder {
@@ -208,7 +201,15 @@ impl EventEncoder {
         if bytes.is_empty() {
             return None;
         }
-        let prev = TraceEvent {
+        let mut pos = 0;
+        let ev = decode_record(bytes, &mut pos, false, &self.base_event()).ok()?;
+        Some((ev, pos))
+    }
+
+    /// The base as the event a record is decoded after (only the fields records are
+    /// relative to are the base's; the others any record sets).
+    fn base_event(&self) -> TraceEvent {
+        TraceEvent {
             action: Action::Alloc,
             device: self.device,
             addr: self.addr,
@@ -218,10 +219,7 @@ impl EventEncoder {
             stack: NO_STACK,
             device_free: 0,
             range: self.range,
-        };
-        let mut pos = 0;
-        let ev = decode_record(bytes, &mut pos, false, &prev).ok()?;
-        Some((ev, pos))
+        }
     }
 }
 
@@ -239,17 +237,8 @@ pub fn decode_events(
     mut each: impl FnMut(TraceEvent),
 ) -> Result<u64, String> {
     let v1 = version < 2;
-    let mut prev = TraceEvent {
-        action: Action::Alloc,
-        device: 0,
-        addr: 0,
-        size: 0,
-        stream: 0,
-        time_us: 0,
-        stack: NO_STACK,
-        device_free: 0,
-        range: NO_RANGE,
-    };
+    // Each chunk starts from a zero base (range 0 is `NO_RANGE`).
+    let mut prev = EventEncoder::new().base_event();
     let mut pos = 0;
     let mut i = 0u64;
     while pos < payload.len() {
