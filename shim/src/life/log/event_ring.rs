@@ -311,6 +311,14 @@ pub struct Span {
     pub end: u64,
 }
 
+/// Where a span's next event waits: its record's place, the base it was encoded after,
+/// and, when its block is finished, the block's length and event count.
+struct Next {
+    at: u64,
+    base: EventEncoder,
+    note: Option<(u64, u32)>,
+}
+
 /// An event decoded and not yet taken: its record is at `at` (`len` bytes).
 #[derive(Clone, Copy)]
 pub struct Peeked {
@@ -334,13 +342,15 @@ impl Span {
         ))
     }
 
-    /// Where the next event's record starts, and its base: past a finished block's end,
-    /// the next block from a zero base. `None` when no event waits.
-    fn next_at(&self) -> Option<(u64, EventEncoder)> {
+    /// Where the next event waits: past a finished block's end, at the next block's start.
+    /// `None` when no event waits.
+    fn next(&self) -> Option<Next> {
         let mut at = self.pos;
-        if let Some((bytes, _)) = self.finished(at) {
+        let mut note = self.finished(at);
+        if let Some((bytes, _)) = note {
             if at >= block_start(at) + bytes {
                 at = block_start(at) + BLOCK_BYTES as u64;
+                note = self.finished(at);
             }
         }
         // Every block's first record is encoded from a zero base.
@@ -349,24 +359,18 @@ impl Span {
         } else {
             self.base
         };
-        (at < self.end).then_some((at, base))
-    }
-
-    /// Where the block of the record at `at` ends for a consumer: its note's length when
-    /// finished, else the head loaded.
-    fn data_end(&self, at: u64) -> u64 {
-        match self.finished(at) {
-            Some((bytes, _)) => block_start(at) + bytes,
-            None => self.end,
-        }
+        (at < self.end).then_some(Next { at, base, note })
     }
 
     /// The next event, not taken; `None` at the end (or on a record that does not decode,
     /// which only memory corruption makes: the span then ends there).
     #[inline]
     pub fn peek(&self) -> Option<Peeked> {
-        let (at, base) = self.next_at()?;
-        let to = self.data_end(at).min(at + MAX_EVENT_BYTES as u64);
+        let Next { at, base, note } = self.next()?;
+        // The block's records end at its note's length when it is finished, else at the
+        // head loaded.
+        let data_end = note.map_or(self.end, |(bytes, _)| block_start(at) + bytes);
+        let to = data_end.min(at + MAX_EVENT_BYTES as u64);
         // SAFETY: the span's consumer holds the gate; [at, to) is within one block, before
         // the head it loaded and after the tail.
         let (ev, len) = base.decode_next(unsafe { self.ring.published(at, to) })?;
@@ -394,8 +398,7 @@ impl Span {
 
     /// Whether the next event waiting is in a finished block.
     pub fn next_is_finished(&self) -> bool {
-        self.next_at()
-            .is_some_and(|(at, _)| self.finished(at).is_some())
+        self.next().is_some_and(|n| n.note.is_some())
     }
 
     /// Start where the tail is (the crash path may have moved it since this span was made),
@@ -415,7 +418,7 @@ impl Span {
 
     /// Whether an event waits.
     pub fn waiting(&self) -> bool {
-        self.next_at().is_some()
+        self.next().is_some()
     }
 
     /// The ring this span is of.
@@ -430,11 +433,11 @@ impl Span {
 /// one before), as long as [`MAX_EVENT_BYTES`] are left before each (the rule
 /// `EventEncoder::put` follows). Returns the payload's length and the events in it.
 pub fn fill_from_one(span: &mut Span, out: &mut [u8]) -> (usize, u64) {
-    let Some((at, _)) = span.next_at() else {
+    let Some(Next { at, note, .. }) = span.next() else {
         return (0, 0);
     };
     if at == block_start(at) {
-        if let Some((bytes, events)) = span.finished(at) {
+        if let Some((bytes, events)) = note {
             if (bytes as usize) <= out.len() {
                 // SAFETY: the span's consumer holds the gate; a finished block's bytes are
                 // before the head it loaded.

@@ -178,17 +178,18 @@ impl Writer {
             });
             // A block still being filled waits for the next round when this one copied a
             // finished block (see `event_ring.rs`).
-            let unfinished_waits = |s: &Span| copied_finished && !s.next_is_finished();
-            if spans.is_empty() || matches!(spans.as_slice(), [one] if unfinished_waits(one)) {
+            let finished = match spans.as_slice() {
+                [one] => Some(one.next_is_finished()),
+                _ => None,
+            };
+            if spans.is_empty() || (copied_finished && finished == Some(false)) {
                 GATE.store(IDLE, Ordering::Release);
                 break;
             }
+            copied_finished |= finished == Some(true);
             let out = &mut self.chunk[CHUNK_HEAD..];
             let (len, n) = match spans.as_mut_slice() {
-                [one] => {
-                    copied_finished |= one.next_is_finished();
-                    fill_from_one(one, out)
-                }
+                [one] => fill_from_one(one, out),
                 many => fill_merged(many, out),
             };
             if n == 0 {
